@@ -1,0 +1,35 @@
+# Two commands do all the setup: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: demo test venv install install-test clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Install torch (CPU build pinned) only when no torch is importable in the venv.
+$(VENV)/.torch: $(VENV)/bin/python
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"
+	touch $@
+
+$(VENV)/.fgnn: $(VENV)/.torch pyproject.toml
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.fgnn-test: $(VENV)/.fgnn
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+install: $(VENV)/.fgnn
+install-test: $(VENV)/.fgnn-test
+
+demo: install
+	$(PY) launch.py --report runs/demo/report.json
+
+test: install-test
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,187 @@
+"""Validated dataclass configs, one per component; ``launch.py`` only maps flags onto these.
+
+Each config checks itself in ``__post_init__`` and raises ``ValueError`` quoting the field and the
+value it received.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+__all__ = [
+    "SamplerConfig",
+    "CacheConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "RuntimeConfig",
+    "JobConfig",
+]
+
+MODELS = ("gcn", "sage", "pinsage")
+MODES = ("factored", "time-sharing", "single")
+CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
+
+#: FGNN §7.1 defaults per model.
+DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
+
+
+def _fail(cls: str, name: str, value: Any, why: str) -> None:
+    raise ValueError(f"{cls}.{name}: {why}. Received {name}={value!r} instead.")
+
+
+@dataclass
+class SamplerConfig:
+    """How mini-batches are sampled."""
+
+    kind: str = "khop"
+    """``khop`` (uniform), ``weighted`` (edge-weight proportional), ``random_walk`` (PinSAGE),
+    or ``locality`` (Song & Jiang locality-aware k-hop)."""
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    """Neighbours per vertex per layer, input layer last (the paper's order: seed hop first)."""
+    num_walks: int = 4
+    """Random walks per vertex (PinSAGE)."""
+    walk_length: int = 3
+    """Steps per random walk (PinSAGE)."""
+    top_k: int = 5
+    """Most-visited vertices kept per vertex (PinSAGE)."""
+    num_layers: int = 3
+    """Layers of random-walk neighbourhoods (PinSAGE)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("khop", "weighted", "random_walk", "locality"):
+            _fail("SamplerConfig", "kind", self.kind,
+                  "must be one of khop, weighted, random_walk, locality")
+        self.fanouts = tuple(int(f) for f in self.fanouts)
+        if self.kind != "random_walk":
+            if not self.fanouts:
+                _fail("SamplerConfig", "fanouts", self.fanouts, "must not be empty")
+            if any(f <= 0 for f in self.fanouts):
+                _fail("SamplerConfig", "fanouts", self.fanouts, "must all be positive")
+        for name in ("num_walks", "walk_length", "top_k", "num_layers"):
+            if getattr(self, name) < 1:
+                _fail("SamplerConfig", name, getattr(self, name), "must be >= 1")
+
+
+@dataclass
+class CacheConfig:
+    """The trainer-side feature cache (FGNN §6)."""
+
+    policy: str = "presc"
+    """Hotness policy: ``presc``, ``wrpr``, ``degree``, ``random`` or ``none``."""
+    presample_epochs: int = 1
+    """K of PreSC#K."""
+    cache_ratio: Optional[float] = None
+    """α, the cached share of vertices; ``None`` chooses it from ``device_memory_gib``."""
+    device_memory_gib: Optional[float] = None
+    """Device memory budget; ``None`` uses the device's free memory (or 1 GiB on CPU)."""
+
+    def __post_init__(self) -> None:
+        if self.policy not in CACHE_POLICIES:
+            _fail("CacheConfig", "policy", self.policy, f"must be one of {', '.join(CACHE_POLICIES)}")
+        if self.presample_epochs < 1:
+            _fail("CacheConfig", "presample_epochs", self.presample_epochs, "must be >= 1")
+        if self.cache_ratio is not None and not 0.0 <= self.cache_ratio <= 1.0:
+            _fail("CacheConfig", "cache_ratio", self.cache_ratio, "must lie in [0, 1]")
+        if self.device_memory_gib is not None and self.device_memory_gib <= 0:
+            _fail("CacheConfig", "device_memory_gib", self.device_memory_gib, "must be > 0")
+
+
+@dataclass
+class ModelConfig:
+    """The GNN model (FGNN §7.1 defaults)."""
+
+    name: str = "gcn"
+    """``gcn``, ``sage`` or ``pinsage``."""
+    hidden: int = 256
+    """Hidden size."""
+    dropout: float = 0.5
+    """Dropout probability between layers."""
+
+    def __post_init__(self) -> None:
+        if self.name not in MODELS:
+            _fail("ModelConfig", "name", self.name, f"must be one of {', '.join(MODELS)}")
+        if self.hidden < 1:
+            _fail("ModelConfig", "hidden", self.hidden, "must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            _fail("ModelConfig", "dropout", self.dropout, "must lie in [0, 1)")
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop."""
+
+    epochs: int = 10
+    batch_size: int = 8000
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 1
+    """Evaluate on the validation split every this many epochs."""
+    patience: Optional[int] = None
+    """Early stopping: stop after this many evaluations without a better validation accuracy."""
+    checkpoint_dir: Optional[str] = None
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "eval_every"):
+            if getattr(self, name) < 1:
+                _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
+        if self.lr <= 0:
+            _fail("TrainConfig", "lr", self.lr, "must be > 0")
+        if self.patience is not None and self.patience < 1:
+            _fail("TrainConfig", "patience", self.patience, "must be >= 1")
+        if self.resume and not self.checkpoint_dir:
+            _fail("TrainConfig", "resume", self.resume, "needs checkpoint_dir")
+
+
+@dataclass
+class RuntimeConfig:
+    """How devices are laid out (FGNN §5)."""
+
+    mode: str = "factored"
+    """``factored``, ``time-sharing`` or ``single``."""
+    devices: int = 1
+    """N_g: GPUs when present, Ray logical devices on CPU otherwise."""
+    samplers: Optional[int] = None
+    """N_s; ``None`` sets it from the profiling epoch, N_s = ceil(N_g / (K + 1))."""
+    queue_size: int = 64
+    """Bound of the global queue (mini-batches in flight)."""
+    switching: bool = True
+    """Standby trainers on sampler devices (dynamic switching, §5.3)."""
+    address: Optional[str] = None
+    """Ray cluster address to join; ``None`` starts a local Ray instance."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            _fail("RuntimeConfig", "mode", self.mode, f"must be one of {', '.join(MODES)}")
+        if self.devices < 1:
+            _fail("RuntimeConfig", "devices", self.devices, "must be >= 1")
+        if self.samplers is not None:
+            if self.samplers < 1:
+                _fail("RuntimeConfig", "samplers", self.samplers, "must be >= 1")
+            if self.mode == "factored" and self.samplers >= self.devices:
+                _fail("RuntimeConfig", "samplers", self.samplers,
+                      f"must be < devices={self.devices} in factored mode")
+        if self.queue_size < 1:
+            _fail("RuntimeConfig", "queue_size", self.queue_size, "must be >= 1")
+
+
+@dataclass
+class JobConfig:
+    """A whole training job."""
+
+    dataset: str = "rmat:scale=12,edge_factor=8,feat_dim=64,train_frac=0.1,seed=0"
+    """Dataset spec string (see :func:`fgnn.data.load_dataset`)."""
+    data_root: Optional[str] = None
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    report: Optional[str] = None
+    """Path of the JSON run report (a PNG is written beside it)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable view (for the report)."""
+        return asdict(self)
