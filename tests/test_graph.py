@@ -51,7 +51,7 @@ def test_to_device(device):
 
 
 @pytest.mark.parametrize("indptr,indices,match", [
-    ([0, 2, 1], [0, 1], "non-decreasing"),
+    ([0, 2, 1, 2], [0, 1], "non-decreasing"),
     ([0, 1, 2], [0, 5], "outside"),
     ([1, 1, 2], [0, 1], r"indptr\[0\]"),
     ([0, 1, 3], [0, 1], "does not match"),
