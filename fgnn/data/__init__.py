@@ -1,5 +1,22 @@
 """Datasets: the container and its loaders (Planetoid, OGB raw, synthetic, on-disk)."""
 
 from fgnn.data.dataset import Dataset, Features
+from fgnn.data.ogb import load_ogb
+from fgnn.data.ondisk import load_ondisk, save_dataset, write_features_npy_chunked
+from fgnn.data.planetoid import load_planetoid
+from fgnn.data.spec import load_dataset, parse_spec
+from fgnn.data.synthetic import rmat_dataset, uniform_dataset
 
-__all__ = ["Dataset", "Features"]
+__all__ = [
+    "Dataset",
+    "Features",
+    "load_dataset",
+    "parse_spec",
+    "load_planetoid",
+    "load_ogb",
+    "load_ondisk",
+    "save_dataset",
+    "write_features_npy_chunked",
+    "rmat_dataset",
+    "uniform_dataset",
+]

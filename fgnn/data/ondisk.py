@@ -1,0 +1,342 @@
+"""The fgnn on-disk dataset format: a directory of ``.npy`` files plus ``manifest.json``.
+
+Layout (the disk tier relies on exactly these fields)::
+
+    DIR/manifest.json   {"format": "fgnn-ondisk", "version": 1, "name": str,
+                         "num_nodes": int, "num_edges": int, "feat_dim": int,
+                         "feat_dtype": "float32" | "float16", "num_classes": int,
+                         "files": {"indptr": "indptr.npy", "indices": "indices.npy",
+                                   "weights": "weights.npy" | null, "features": "features.npy",
+                                   "labels": "labels.npy", "train_idx": "train_idx.npy",
+                                   "val_idx": "val_idx.npy", "test_idx": "test_idx.npy"}}
+    DIR/features.npy    standard C-order 2-D .npy, (num_nodes, feat_dim) of feat_dtype
+    DIR/indptr.npy      (num_nodes + 1,) int64;  indices.npy (num_edges,) int32 | int64
+    DIR/weights.npy     (num_edges,) float32, only when the graph is weighted
+    DIR/labels.npy, DIR/{train,val,test}_idx.npy    int64
+
+:func:`save_dataset` writes into a temporary sibling directory, fsyncs every file and then
+renames it into place, so a reader never sees a half-written dataset. Features are streamed in
+chunks, so a memory-mapped source larger than RAM can be re-saved. :func:`load_ondisk` loads the
+topology, labels and splits and memory-maps the features (``np.load(..., mmap_mode="r")``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from fgnn.data.dataset import Dataset, Features
+from fgnn.graph import CSRGraph
+
+__all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_npy_header",
+           "FORMAT", "VERSION", "MANIFEST"]
+
+FORMAT = "fgnn-ondisk"
+VERSION = 1
+MANIFEST = "manifest.json"
+FEAT_DTYPES = ("float32", "float16")
+FILE_KEYS = ("indptr", "indices", "weights", "features", "labels", "train_idx", "val_idx",
+             "test_idx")
+#: Features at most this large are scanned for NaN at load time by default.
+NAN_CHECK_LIMIT_BYTES = 1 << 30
+_CHUNK_BYTES = 64 << 20
+
+
+def _np(x: Features) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x) if not isinstance(x, np.ndarray) else x
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
+                               dtype: Optional[str] = None,
+                               chunk_bytes: int = _CHUNK_BYTES) -> None:
+    """Stream a ``(N, F)`` feature matrix into a standard ``.npy`` file, chunk by chunk.
+
+    The source (tensor, array or read-only memmap) is never copied whole, so features larger
+    than RAM can be written; each chunk is checked for NaN. The file is fsynced.
+
+    Args:
+        path: destination ``.npy`` file.
+        source: ``(N, F)`` features.
+        dtype: ``"float32"`` or ``"float16"``; default the source's dtype.
+        chunk_bytes: bytes of source rows per chunk.
+
+    Raises:
+        ValueError: on a non-2-D source, an unsupported dtype or a NaN feature.
+    """
+    src = source
+    if src.ndim != 2:
+        raise ValueError(f"features must be 2-D (N, F), got shape {tuple(src.shape)}")
+    src_dtype = str(src.dtype).replace("torch.", "")
+    dtype = dtype or src_dtype
+    if dtype not in FEAT_DTYPES:
+        raise ValueError(f"feat_dtype must be one of {FEAT_DTYPES}, got {dtype!r} "
+                         f"(features dtype {src_dtype})")
+    n, f = int(src.shape[0]), int(src.shape[1])
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(n, f))
+    rows = max(1, chunk_bytes // max(1, f * np.dtype(dtype).itemsize))
+    for lo in range(0, n, rows):
+        block = _np(src[lo:lo + rows])
+        if np.issubdtype(block.dtype, np.floating) and np.isnan(block).any():
+            row = lo + int(np.isnan(block).any(axis=1).nonzero()[0][0])
+            raise ValueError(f"features contain NaN (row {row}); not writing {path}")
+        out[lo:lo + rows] = block
+    out.flush()
+    del out
+    _fsync(Path(path))
+
+
+def save_dataset(dataset: Dataset, directory: str | os.PathLike, *,
+                 overwrite: bool = False, feat_dtype: Optional[str] = None) -> Path:
+    """Write ``dataset`` atomically in the fgnn on-disk format.
+
+    Args:
+        dataset: the dataset; features may be a tensor or a (memory-mapped) array.
+        directory: destination directory (created; must not exist unless ``overwrite``).
+        overwrite: replace an existing directory (the old one is removed after the rename).
+        feat_dtype: ``"float32"`` or ``"float16"``; default the features' own dtype.
+
+    Returns:
+        The destination path.
+
+    Raises:
+        ValueError: if the destination exists without ``overwrite`` or the features' dtype is
+            not float32/float16.
+    """
+    dest = Path(directory)
+    if dest.exists() and not overwrite:
+        raise ValueError(f"on-disk dataset directory {dest} already exists (pass overwrite=True)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        g = dataset.graph
+        files: dict[str, Optional[str]] = {k: f"{k}.npy" for k in FILE_KEYS}
+        write_features_npy_chunked(tmp / "features.npy", dataset.features, dtype=feat_dtype)
+        _save_npy(tmp / "indptr.npy", _np(g.indptr).astype(np.int64, copy=False))
+        _save_npy(tmp / "indices.npy", _np(g.indices))
+        if g.weights is not None:
+            _save_npy(tmp / "weights.npy", _np(g.weights).astype(np.float32, copy=False))
+        else:
+            files["weights"] = None
+        _save_npy(tmp / "labels.npy", _np(dataset.labels).astype(np.int64, copy=False))
+        for k in ("train_idx", "val_idx", "test_idx"):
+            _save_npy(tmp / f"{k}.npy", _np(getattr(dataset, k)).astype(np.int64, copy=False))
+        manifest = {
+            "format": FORMAT, "version": VERSION, "name": dataset.name,
+            "num_nodes": g.num_nodes, "num_edges": g.num_edges, "feat_dim": dataset.feat_dim,
+            "feat_dtype": feat_dtype or str(dataset.features.dtype).replace("torch.", ""),
+            "num_classes": int(dataset.num_classes), "files": files,
+        }
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync(tmp)
+        old = None
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+            os.replace(dest, old / dest.name)
+        os.replace(tmp, dest)
+        _fsync(dest.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+# ---------------------------------------------------------------------------- loading
+def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """Read a ``.npy`` header without loading data.
+
+    Returns:
+        ``(shape, dtype, fortran_order, data_offset)``.
+
+    Raises:
+        ValueError: naming the file if it is not a readable ``.npy``.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+            offset = f.tell()
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise ValueError(f"on-disk file {path} is not a valid .npy file: {exc}") from exc
+    return tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), int(offset)
+
+
+def _manifest_field(manifest: dict, path: Path, key: str, typ: type) -> Any:
+    if key not in manifest:
+        raise ValueError(f"on-disk manifest {path} lacks field {key!r}")
+    value = manifest[key]
+    if typ is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    else:
+        ok = isinstance(value, typ)
+    if not ok:
+        raise ValueError(f"on-disk manifest {path}: field {key!r} must be "
+                         f"{'a non-negative int' if typ is int else typ.__name__}, got {value!r}")
+    return value
+
+
+def _check_npy(directory: Path, name: str, field: str, shape: tuple[int, ...],
+               dtypes: tuple[str, ...]) -> Path:
+    """Validate one file's header against the manifest and its size against the header."""
+    path = directory / name
+    if not path.is_file():
+        raise ValueError(f"on-disk file {path} (manifest field files.{field}) is missing")
+    got_shape, dtype, fortran, offset = read_npy_header(path)
+    if fortran and len(got_shape) > 1:
+        raise ValueError(f"on-disk file {path} (files.{field}) must be C-order, got Fortran order")
+    if dtype.name not in dtypes:
+        raise ValueError(f"on-disk file {path} (files.{field}) has dtype {dtype.name}, expected "
+                         f"{' or '.join(dtypes)}")
+    for i, want in enumerate(shape):
+        if len(got_shape) != len(shape) or (want >= 0 and got_shape[i] != want):
+            raise ValueError(f"on-disk file {path} (files.{field}) has shape {got_shape}, "
+                             f"expected {tuple('?' if s < 0 else s for s in shape)}")
+    need = offset + int(np.prod(got_shape, dtype=np.int64)) * dtype.itemsize
+    size = path.stat().st_size
+    if size < need:
+        raise ValueError(f"on-disk file {path} (files.{field}) is truncated: {size} bytes, "
+                         f"header needs {need}")
+    return path
+
+
+def _scan_nan(features: np.ndarray, path: Path) -> None:
+    rows = max(1, _CHUNK_BYTES // max(1, features.shape[1] * features.dtype.itemsize))
+    for lo in range(0, features.shape[0], rows):
+        block = np.asarray(features[lo:lo + rows])
+        if np.isnan(block).any():
+            row = lo + int(np.isnan(block).any(axis=1).nonzero()[0][0])
+            raise ValueError(f"on-disk file {path} (files.features) holds NaN (row {row})")
+
+
+def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = None) -> Dataset:
+    """Load an fgnn on-disk dataset; features stay memory-mapped (read-only).
+
+    Args:
+        directory: the dataset directory holding ``manifest.json``.
+        check_nan: scan the features for NaN chunk-wise; ``None`` scans only feature files of
+            at most 1 GiB (a full scan of a larger file reads it all from disk).
+
+    Returns:
+        A :class:`~fgnn.data.Dataset` whose ``features`` is a read-only ``np.memmap``.
+
+    Raises:
+        ValueError: naming the file and field on a missing file, a missing or mistyped
+            manifest field, a shape/dtype mismatch, a truncated file, an inconsistent or
+            unsorted CSR, or NaN features.
+    """
+    root = Path(directory)
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise ValueError(f"on-disk manifest {mpath} is missing")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise ValueError(f"on-disk manifest {mpath} must be a JSON object")
+    fmt = _manifest_field(manifest, mpath, "format", str)
+    if fmt != FORMAT:
+        raise ValueError(f"on-disk manifest {mpath}: field 'format' must be {FORMAT!r}, got "
+                         f"{fmt!r}")
+    version = _manifest_field(manifest, mpath, "version", int)
+    if version != VERSION:
+        raise ValueError(f"on-disk manifest {mpath}: field 'version' must be {VERSION}, got "
+                         f"{version!r}")
+    name = _manifest_field(manifest, mpath, "name", str)
+    n = _manifest_field(manifest, mpath, "num_nodes", int)
+    e = _manifest_field(manifest, mpath, "num_edges", int)
+    fdim = _manifest_field(manifest, mpath, "feat_dim", int)
+    fdtype = _manifest_field(manifest, mpath, "feat_dtype", str)
+    if fdtype not in FEAT_DTYPES:
+        raise ValueError(f"on-disk manifest {mpath}: field 'feat_dtype' must be one of "
+                         f"{FEAT_DTYPES}, got {fdtype!r}")
+    num_classes = _manifest_field(manifest, mpath, "num_classes", int)
+    files = _manifest_field(manifest, mpath, "files", dict)
+    for key in FILE_KEYS:
+        if key not in files:
+            raise ValueError(f"on-disk manifest {mpath} lacks field 'files.{key}'")
+        val = files[key]
+        if val is None and key == "weights":
+            continue
+        if not isinstance(val, str) or not val or Path(val).name != val:
+            raise ValueError(f"on-disk manifest {mpath}: field 'files.{key}' must be a plain "
+                             f"file name inside {root}, got {val!r}")
+
+    ints = ("int32", "int64")
+    fpath = _check_npy(root, files["features"], "features", (n, fdim), (fdtype,))
+    ip_path = _check_npy(root, files["indptr"], "indptr", (n + 1,), ("int64",))
+    ix_path = _check_npy(root, files["indices"], "indices", (e,), ints)
+    w_path = (None if files["weights"] is None
+              else _check_npy(root, files["weights"], "weights", (e,), ("float32",)))
+    l_path = _check_npy(root, files["labels"], "labels", (n,), ints)
+    s_paths = {k: _check_npy(root, files[k], k, (-1,), ints)
+               for k in ("train_idx", "val_idx", "test_idx")}
+
+    indptr = torch.from_numpy(np.load(ip_path))
+    indices = torch.from_numpy(np.load(ix_path))
+    weights = None if w_path is None else torch.from_numpy(np.load(w_path))
+    try:
+        graph = CSRGraph(indptr, indices, weights)
+    except ValueError as exc:
+        raise ValueError(f"on-disk files {ip_path.name}/{ix_path.name} in {root} form an "
+                         f"inconsistent CSR graph: {exc}") from exc
+    if e > 1:
+        # Sorted within each row: a decrease is allowed only where a new row starts.
+        drop = (indices[1:] < indices[:-1]).nonzero().flatten() + 1
+        if drop.numel():
+            row_starts = torch.zeros(e + 1, dtype=torch.bool)
+            row_starts[indptr] = True
+            bad = drop[~row_starts[drop]]
+            if bad.numel():
+                pos = int(bad[0])
+                row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
+                raise ValueError(f"on-disk file {ix_path} (files.indices) is not sorted within "
+                                 f"row {row} (position {pos})")
+    features = np.load(fpath, mmap_mode="r")
+    fbytes = features.size * features.dtype.itemsize
+    if check_nan or (check_nan is None and fbytes <= NAN_CHECK_LIMIT_BYTES):
+        _scan_nan(features, fpath)
+    labels = torch.from_numpy(np.load(l_path).astype(np.int64, copy=False))
+    splits = {k: torch.from_numpy(np.load(p).astype(np.int64, copy=False))
+              for k, p in s_paths.items()}
+    try:
+        return Dataset(name=name, graph=graph, features=features, labels=labels,
+                       train_idx=splits["train_idx"], val_idx=splits["val_idx"],
+                       test_idx=splits["test_idx"], num_classes=num_classes,
+                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype})
+    except ValueError as exc:
+        raise ValueError(f"on-disk dataset {root} (labels/splits files): {exc}") from exc

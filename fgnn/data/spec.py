@@ -1,0 +1,141 @@
+"""Dataset specs: one string names any dataset fgnn can load (``--dataset`` of ``launch.py``).
+
+Grammar::
+
+    cora | citeseer | pubmed [":normalize_features=true|false"]   Planetoid, files under root
+    ogb:DIR                                                       OGB raw directory
+    ondisk:DIR                                                    fgnn on-disk directory
+    rmat[:key=value,...]      keys: scale, edge_factor, feat_dim, feat_dtype, num_classes,
+                                    train_frac, val_frac, test_frac, seed, a, b, c,
+                                    dedup, self_loops, weighted
+    uniform[:key=value,...]   the same keys minus a, b, c
+
+Example: ``rmat:scale=20,edge_factor=16,feat_dim=128,train_frac=0.01,seed=0``. Omitted keys take
+the defaults of :func:`~fgnn.data.synthetic.rmat_dataset`. A relative ``DIR`` is resolved
+against ``root`` when one is given.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from fgnn.data.dataset import Dataset
+from fgnn.data.ogb import load_ogb
+from fgnn.data.ondisk import load_ondisk
+from fgnn.data.planetoid import PLANETOID_NAMES, load_planetoid
+from fgnn.data.synthetic import rmat_dataset, uniform_dataset
+
+__all__ = ["load_dataset", "parse_spec", "SPEC_KINDS"]
+
+SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform")
+PLANETOID_ENV = "FGNN_PLANETOID_ROOT"
+
+
+def _bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("not a boolean (true/false)")
+
+
+def _int(text: str) -> int:
+    return int(text, 10)
+
+
+def _str(text: str) -> str:
+    return text
+
+
+_SYNTH_KEYS: dict[str, Callable[[str], Any]] = {
+    "scale": _int, "edge_factor": _int, "feat_dim": _int, "feat_dtype": _str,
+    "num_classes": _int, "train_frac": float, "val_frac": float, "test_frac": float,
+    "seed": _int, "dedup": _bool, "self_loops": _bool, "weighted": _bool,
+}
+_KEYS: dict[str, dict[str, Callable[[str], Any]]] = {
+    "rmat": {**_SYNTH_KEYS, "a": float, "b": float, "c": float},
+    "uniform": dict(_SYNTH_KEYS),
+    **{name: {"normalize_features": _bool} for name in PLANETOID_NAMES},
+}
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split a dataset spec into its kind and typed parameters (nothing is loaded).
+
+    Args:
+        spec: e.g. ``"cora"``, ``"ogb:/data/ogbn_products"``, ``"rmat:scale=20,seed=1"``.
+
+    Returns:
+        ``(kind, params)``: for ``ogb``/``ondisk`` ``params == {"path": DIR}``; otherwise the
+        ``key=value`` pairs converted to int/float/bool/str.
+
+    Raises:
+        ValueError: naming the spec and key on an unknown kind, an unknown or repeated key, a
+            missing ``=`` or a malformed value.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"dataset spec must be a non-empty string, got {spec!r}")
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in SPEC_KINDS:
+        raise ValueError(f"dataset spec {spec!r}: unknown kind {kind!r}, expected one of "
+                         f"{', '.join(SPEC_KINDS)}")
+    if kind in ("ogb", "ondisk"):
+        if not rest.strip():
+            raise ValueError(f"dataset spec {spec!r}: {kind} needs a directory, as "
+                             f"'{kind}:DIR'")
+        return kind, {"path": rest.strip()}
+    allowed = _KEYS[kind]
+    params: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = (s.strip() for s in item.partition("="))
+        if not eq:
+            raise ValueError(f"dataset spec {spec!r}: item {item!r} is not key=value")
+        if key not in allowed:
+            raise ValueError(f"dataset spec {spec!r}: unknown key {key!r} for {kind}; known "
+                             f"keys: {', '.join(sorted(allowed))}")
+        if key in params:
+            raise ValueError(f"dataset spec {spec!r}: key {key!r} given twice")
+        try:
+            params[key] = allowed[key](value)
+        except ValueError as exc:
+            raise ValueError(f"dataset spec {spec!r}: key {key!r} has malformed value "
+                             f"{value!r} ({exc})") from None
+    return kind, params
+
+
+def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset:
+    """Load the dataset a spec names (see the module docstring for the grammar).
+
+    Args:
+        spec: dataset spec.
+        root: Planetoid data directory (holding ``ind.<name>.*``; default the environment
+            variable ``FGNN_PLANETOID_ROOT``), or the base of a relative ``ogb:``/``ondisk:``
+            directory.
+
+    Returns:
+        The loaded :class:`~fgnn.data.Dataset`.
+
+    Raises:
+        ValueError: on a bad spec (naming spec and key), a missing root, or any loader error.
+    """
+    kind, params = parse_spec(spec)
+    if kind in PLANETOID_NAMES:
+        base = root if root is not None else os.environ.get(PLANETOID_ENV)
+        if not base:
+            raise ValueError(f"dataset spec {spec!r}: no Planetoid root given (pass root= or "
+                             f"set {PLANETOID_ENV})")
+        return load_planetoid(kind, base, **params)
+    if kind in ("ogb", "ondisk"):
+        path = Path(params["path"]).expanduser()
+        if not path.is_absolute() and root is not None:
+            path = Path(root) / path
+        return load_ogb(path) if kind == "ogb" else load_ondisk(path)
+    make = rmat_dataset if kind == "rmat" else uniform_dataset
+    try:
+        return make(**params)
+    except ValueError as exc:
+        raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
