@@ -151,6 +151,8 @@ class RuntimeConfig:
     """Standby trainers on sampler devices (dynamic switching, §5.3)."""
     address: Optional[str] = None
     """Ray cluster address to join; ``None`` starts a local Ray instance."""
+    dashboard_host: Optional[str] = "127.0.0.1"
+    """Interface the Ray dashboard binds to when this job starts Ray; ``None`` disables it."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

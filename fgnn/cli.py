@@ -1,0 +1,377 @@
+"""The command line of ``launch.py``: flags → :class:`~fgnn.config.JobConfig` → :class:`fgnn.Job`.
+
+Every flag maps onto one dataclass field (:data:`FLAG_FIELDS`); nothing deeper reads flags. A bad
+value exits with status 2 and one line naming the flag and value, before Ray starts where it can,
+and no report is written.
+
+``python -m fgnn.cli --markdown`` prints the flag table of ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any, NoReturn, Optional, Sequence
+
+from fgnn.config import (
+    CACHE_POLICIES,
+    DEFAULT_FANOUTS,
+    MODELS,
+    MODES,
+    CacheConfig,
+    JobConfig,
+    ModelConfig,
+    RuntimeConfig,
+    SamplerConfig,
+    TrainConfig,
+)
+
+__all__ = ["build_parser", "config_from_args", "main", "flags_markdown", "FLAG_FIELDS"]
+
+PROG = "launch.py"
+
+#: Flag → dotted JobConfig field it sets.
+FLAG_FIELDS: dict[str, str] = {
+    "--dataset": "dataset",
+    "--data-root": "data_root",
+    "--model": "model.name",
+    "--hidden": "model.hidden",
+    "--dropout": "model.dropout",
+    "--devices": "runtime.devices",
+    "--samplers": "runtime.samplers",
+    "--mode": "runtime.mode",
+    "--queue-size": "runtime.queue_size",
+    "--no-switching": "runtime.switching",
+    "--address": "runtime.address",
+    "--dashboard-host": "runtime.dashboard_host",
+    "--cache-policy": "cache.policy",
+    "--presample-epochs": "cache.presample_epochs",
+    "--cache-ratio": "cache.cache_ratio",
+    "--device-memory": "cache.device_memory_gib",
+    "--sampler": "sampler.kind",
+    "--fanouts": "sampler.fanouts",
+    "--num-walks": "sampler.num_walks",
+    "--walk-length": "sampler.walk_length",
+    "--top-k": "sampler.top_k",
+    "--num-layers": "sampler.num_layers",
+    "--batch-size": "train.batch_size",
+    "--epochs": "train.epochs",
+    "--lr": "train.lr",
+    "--weight-decay": "train.weight_decay",
+    "--seed": "train.seed",
+    "--eval-every": "train.eval_every",
+    "--patience": "train.patience",
+    "--checkpoint-dir": "train.checkpoint_dir",
+    "--resume": "train.resume",
+    "--report": "report",
+}
+_FIELD_FLAGS = {v: k for k, v in FLAG_FIELDS.items()}
+_CLASS_PREFIX = {"SamplerConfig": "sampler", "CacheConfig": "cache", "ModelConfig": "model",
+                 "TrainConfig": "train", "RuntimeConfig": "runtime", "JobConfig": ""}
+_SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
+
+
+# ---------------------------------------------------------------------- value types
+def _int_at_least(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return v
+    parse.__name__ = f"int>={lo}"
+    return parse
+
+
+def _float_in(lo: float, hi: Optional[float], *, lo_open: bool = False, hi_open: bool = False,
+              auto: bool = False):
+    rng = f"{'(' if lo_open else '['}{lo:g}, {'inf' if hi is None else format(hi, 'g')}" \
+          f"{')' if hi_open or hi is None else ']'}"
+    what = f"'auto' or a number in {rng}" if auto else f"a number in {rng}"
+
+    def parse(text: str) -> Optional[float]:
+        if auto and text == "auto":
+            return None
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if (v != v or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
+                or (hi is not None and hi_open and v == hi)):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return v
+    parse.__name__ = "float"
+    return parse
+
+
+def _samplers(text: str) -> Optional[int]:
+    if text == "auto":
+        return None
+    if not re.fullmatch(r"\d+", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _fanouts(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    if not text.strip() or not all(re.fullmatch(r"\s*\d+\s*", p) for p in parts) \
+            or any(int(p) < 1 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated positive integers such as 15,10,5, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _dashboard_host(text: str) -> Optional[str]:
+    if text.lower() in ("off", "none", ""):
+        return None
+    return text
+
+
+# ---------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: ``launch.py: error: argument --x: ...``."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The ``launch.py`` parser; every default shown in ``--help`` comes from the configs."""
+    job, smp, cache = JobConfig(), SamplerConfig(), CacheConfig()
+    mdl, trn, rt = ModelConfig(), TrainConfig(), RuntimeConfig()
+    fan = ", ".join(f"{m} {','.join(map(str, f)) or '(random walks)'}"
+                    for m, f in DEFAULT_FANOUTS.items())
+    p = _Parser(
+        prog=prog,
+        description="Train a GNN with the fgnn factored runtime (FGNN/GNNLab design) on Ray. "
+                    "With no flags it trains on a small synthetic R-MAT graph.",
+        epilog="Example: python launch.py --dataset cora --data-root ../shared/data/planetoid "
+               "--model gcn --devices 4 --epochs 30 --report r.json",
+    )
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default=job.dataset, metavar="SPEC",
+                   help="dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, "
+                        "ondisk:DIR, rmat:key=value,..., uniform:key=value,... "
+                        "(default: %(default)s)")
+    g.add_argument("--data-root", default=job.data_root, metavar="DIR",
+                   help="directory holding the dataset files; relative DIRs in the spec are "
+                        "resolved against it (default: %(default)s)")
+
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default=mdl.name, choices=MODELS,
+                   help="GNN model (default: %(default)s)")
+    g.add_argument("--hidden", type=_int_at_least(1), default=mdl.hidden, metavar="H",
+                   help="hidden size (default: %(default)s)")
+    g.add_argument("--dropout", type=_float_in(0.0, 1.0, hi_open=True), default=mdl.dropout,
+                   metavar="P", help="dropout between layers, in [0, 1) (default: %(default)s)")
+
+    g = p.add_argument_group("devices and runtime")
+    g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
+                   help="devices N_g: N GPUs when present, N Ray logical GPUs on CPU otherwise "
+                        "(default: %(default)s)")
+    g.add_argument("--samplers", type=_samplers, default="auto", metavar="auto|K",
+                   help="sampler devices N_s; auto sets N_s = ceil(N_g / (K + 1)) from the "
+                        "profiling epoch; must be < --devices in factored mode "
+                        "(default: %(default)s)")
+    g.add_argument("--mode", default=rt.mode, choices=MODES,
+                   help="factored: separate sampler and trainer devices with switching; "
+                        "time-sharing: every device samples and trains; single: one device "
+                        "alternates (default: %(default)s)")
+    g.add_argument("--queue-size", type=_int_at_least(1), default=rt.queue_size, metavar="Q",
+                   help="mini-batches in flight in the global queue (default: %(default)s)")
+    g.add_argument("--no-switching", action="store_true", default=not rt.switching,
+                   help="disable standby trainers on sampler devices (dynamic switching) "
+                        "(default: %(default)s)")
+    g.add_argument("--address", default=rt.address, metavar="RAY_ADDRESS",
+                   help="join an existing Ray cluster (HOST:PORT of the head, ray://HOST:PORT "
+                        "or auto) instead of starting one (default: %(default)s)")
+    g.add_argument("--dashboard-host", type=_dashboard_host, default=rt.dashboard_host,
+                   metavar="HOST",
+                   help="interface the Ray dashboard binds to when this job starts Ray; "
+                        "0.0.0.0 exposes it, off disables it (default: %(default)s)")
+
+    g = p.add_argument_group("cache")
+    g.add_argument("--cache-policy", default=cache.policy, choices=CACHE_POLICIES,
+                   help="feature-cache hotness: presc (PreSC#K pre-sampling), wrpr (weighted "
+                        "reverse PageRank), degree, random, none (default: %(default)s)")
+    g.add_argument("--presample-epochs", type=_int_at_least(1), default=cache.presample_epochs,
+                   metavar="K", help="K of PreSC#K (default: %(default)s)")
+    g.add_argument("--cache-ratio", type=_float_in(0.0, 1.0, auto=True), default="auto",
+                   metavar="auto|A",
+                   help="cached share of vertices in [0, 1]; auto derives it from the device "
+                        "memory (default: %(default)s)")
+    g.add_argument("--device-memory", type=_float_in(0.0, None, lo_open=True, auto=True),
+                   default="auto", metavar="GiB",
+                   help="device memory budget in GiB; auto uses the free device memory, 1 GiB "
+                        "on CPU (default: %(default)s)")
+
+    g = p.add_argument_group("sampling")
+    g.add_argument("--sampler", default=None, choices=_SAMPLER_KINDS,
+                   help="sampling algorithm (default: random_walk for pinsage, khop otherwise)")
+    g.add_argument("--fanouts", type=_fanouts, default=None, metavar="F1,F2,...",
+                   help=f"neighbours per layer, seed hop first (default per model: {fan})")
+    g.add_argument("--num-walks", type=_int_at_least(1), default=smp.num_walks, metavar="W",
+                   help="random walks per vertex, pinsage (default: %(default)s)")
+    g.add_argument("--walk-length", type=_int_at_least(1), default=smp.walk_length, metavar="L",
+                   help="steps per random walk, pinsage (default: %(default)s)")
+    g.add_argument("--top-k", type=_int_at_least(1), default=smp.top_k, metavar="T",
+                   help="most-visited neighbours kept per vertex, pinsage (default: %(default)s)")
+    g.add_argument("--num-layers", type=_int_at_least(1), default=smp.num_layers, metavar="N",
+                   help="random-walk layers, pinsage (default: %(default)s)")
+
+    g = p.add_argument_group("training")
+    g.add_argument("--batch-size", type=_int_at_least(1), default=trn.batch_size, metavar="B",
+                   help="seed vertices per mini-batch (default: %(default)s)")
+    g.add_argument("--epochs", type=_int_at_least(1), default=trn.epochs, metavar="E",
+                   help="training epochs (default: %(default)s)")
+    g.add_argument("--lr", type=_float_in(0.0, None, lo_open=True), default=trn.lr,
+                   metavar="LR", help="learning rate (default: %(default)s)")
+    g.add_argument("--weight-decay", type=_float_in(0.0, None), default=trn.weight_decay,
+                   metavar="WD", help="weight decay (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
+    g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
+                   help="validate every E epochs (default: %(default)s)")
+    g.add_argument("--patience", type=_int_at_least(1), default=trn.patience, metavar="P",
+                   help="stop after P validations without improvement; unset trains all epochs "
+                        "(default: %(default)s)")
+    g.add_argument("--checkpoint-dir", default=trn.checkpoint_dir, metavar="DIR",
+                   help="write a checkpoint here after every epoch (default: %(default)s)")
+    g.add_argument("--resume", action="store_true", default=trn.resume,
+                   help="resume from the latest checkpoint in --checkpoint-dir "
+                        "(default: %(default)s)")
+
+    g = p.add_argument_group("output")
+    g.add_argument("--report", default=job.report, metavar="OUT.json",
+                   help="write the JSON run report here and its plot beside it (OUT.png); "
+                        "unset writes none (default: %(default)s)")
+    g.add_argument("--no-progress", action="store_true", default=False,
+                   help="no progress bars or per-epoch lines (default: %(default)s)")
+    return p
+
+
+# ---------------------------------------------------------------------- flags → config
+def config_from_args(args: argparse.Namespace) -> JobConfig:
+    """Map parsed flags onto a :class:`JobConfig`.
+
+    Raises:
+        ValueError: from a config's own validation (e.g. ``--samplers`` >= ``--devices``).
+    """
+    kind = args.sampler or ("random_walk" if args.model == "pinsage" else "khop")
+    if kind == "random_walk" and args.fanouts is not None:
+        raise ValueError(f"SamplerConfig.fanouts: not used by random-walk sampling (PinSAGE); "
+                         f"set --num-layers, --num-walks, --walk-length, --top-k instead. "
+                         f"Received fanouts={','.join(map(str, args.fanouts))} instead.")
+    fanouts = args.fanouts if args.fanouts is not None else DEFAULT_FANOUTS[args.model]
+    if kind != "random_walk" and not fanouts:
+        fanouts = DEFAULT_FANOUTS["gcn"]
+    return JobConfig(
+        dataset=args.dataset,
+        data_root=args.data_root,
+        sampler=SamplerConfig(kind=kind, fanouts=tuple(fanouts), num_walks=args.num_walks,
+                              walk_length=args.walk_length, top_k=args.top_k,
+                              num_layers=args.num_layers),
+        cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
+                          cache_ratio=_auto(args.cache_ratio),
+                          device_memory_gib=_auto(args.device_memory)),
+        model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
+        train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                          weight_decay=args.weight_decay, seed=args.seed,
+                          eval_every=args.eval_every, patience=args.patience,
+                          checkpoint_dir=args.checkpoint_dir, resume=args.resume),
+        runtime=RuntimeConfig(mode=args.mode, devices=args.devices,
+                              samplers=_auto(args.samplers), queue_size=args.queue_size,
+                              switching=not args.no_switching, address=args.address,
+                              dashboard_host=args.dashboard_host),
+        report=args.report,
+    )
+
+
+def _auto(v: Any) -> Any:
+    return None if v == "auto" else v
+
+
+def flag_for_error(err: ValueError) -> str:
+    """Rewrite a config or job error as ``argument --flag: ...`` (the flag the user typed)."""
+    from fgnn.job import JobConfigError
+    if isinstance(err, JobConfigError):
+        flag = _FIELD_FLAGS.get(err.field)
+        if flag:
+            return f"argument {flag}: {err.why}. Received {flag}={err.value!r}."
+        return str(err)
+    m = re.match(r"^(\w+)\.(\w+): (.*)$", str(err), re.S)
+    if m and m.group(1) in _CLASS_PREFIX:
+        prefix = _CLASS_PREFIX[m.group(1)]
+        field = f"{prefix}.{m.group(2)}" if prefix else m.group(2)
+        flag = _FIELD_FLAGS.get(field)
+        if flag:
+            return f"argument {flag}: {m.group(3)}"
+    return str(err)
+
+
+# ---------------------------------------------------------------------- docs
+def flags_markdown(parser: Optional[argparse.ArgumentParser] = None) -> str:
+    """The flag table of ``docs/cli.md``, generated from the parser (a test keeps them equal)."""
+    parser = parser or build_parser()
+    rows = ["| flag | value | default | sets | description |",
+            "|---|---|---|---|---|"]
+    for action in parser._actions:  # argparse has no public iterator over actions
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.choices:
+            value = "{" + ",".join(map(str, action.choices)) + "}"
+        elif action.nargs == 0:
+            value = ""
+        else:
+            value = action.metavar or action.dest.upper()
+        help_text = (action.help or "").replace("%(default)s", str(action.default))
+        m = re.search(r"\s*\(default:? ?(.*)\)$", help_text)
+        default = m.group(1) if m else str(action.default)
+        desc = help_text[:m.start()] if m else help_text
+        field = FLAG_FIELDS.get(flag, "")
+        sets = f"`{field}`" if field else "-"
+        cell = lambda s: s.replace("|", "\\|")  # noqa: E731
+        rows.append(f"| `{flag}` | {cell(f'`{value}`' if value else '')} | "
+                    f"{cell(f'`{default}`')} | {sets} | {cell(desc)} |")
+    return "\n".join(rows) + "\n"
+
+
+# ---------------------------------------------------------------------- entry point
+def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
+    """Parse flags, validate, run the job; returns the exit status (bad input exits 2)."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as e:
+        parser.error(flag_for_error(e))
+
+    from fgnn.job import Job, JobConfigError
+    job = Job(config, progress=not args.no_progress)
+    try:
+        job.run()  # validates first: fast checks before any data is loaded or Ray starts
+    except JobConfigError as e:
+        parser.error(flag_for_error(e))
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _module_main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fgnn.cli",
+                                 description="Print the CLI flag table of docs/cli.md.")
+    ap.add_argument("--markdown", action="store_true", help="print the markdown flag table")
+    a = ap.parse_args(argv)
+    if a.markdown:
+        sys.stdout.write(flags_markdown())
+        return 0
+    ap.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_module_main())

@@ -1,0 +1,332 @@
+"""The Python API: ``fgnn.Job(config).run()`` loads the data, starts Ray, trains, writes the report.
+
+Example:
+    >>> import fgnn
+    >>> from fgnn.config import JobConfig, RuntimeConfig, TrainConfig
+    >>> cfg = JobConfig(runtime=RuntimeConfig(devices=4), train=TrainConfig(epochs=2),
+    ...                 report="runs/api/report.json")
+    >>> result = fgnn.Job(cfg).run()          # doctest: +SKIP
+    >>> result.final["test_acc"]              # doctest: +SKIP
+
+A custom sampler (subclass :class:`fgnn.Sampler`) or model (any ``torch.nn.Module`` called as
+``model(blocks, x)``) replaces the one the config would build; see ``docs/api.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any, Optional
+
+import torch
+
+from fgnn.config import JobConfig
+from fgnn.data import Dataset
+from fgnn.monitor.stats import RunResult
+from fgnn.sampling import Sampler
+
+__all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
+
+#: Seconds the address pre-check waits for a TCP connection before calling it unreachable.
+ADDRESS_TIMEOUT_S = 3.0
+
+
+class JobConfigError(ValueError):
+    """A job setting that cannot work (unreadable path, unreachable cluster, unknown dataset).
+
+    Attributes:
+        field: dotted config field, e.g. ``runtime.address`` or ``data_root``.
+        value: the value received.
+        why: what is wrong with it.
+    """
+
+    def __init__(self, field: str, value: Any, why: str) -> None:
+        self.field, self.value, self.why = field, value, why
+        name = field.rsplit(".", 1)[-1]
+        super().__init__(f"JobConfig.{field}: {why}. Received {name}={value!r} instead.")
+
+
+def check_address(address: Optional[str], timeout: float = ADDRESS_TIMEOUT_S) -> None:
+    """Fail fast when a Ray cluster address cannot be reached.
+
+    ``None``, ``local`` and ``auto`` are left to Ray. ``HOST:PORT`` (the GCS address printed by
+    ``ray start --head``) and ``ray://HOST:PORT`` (Ray Client) get a TCP connect with ``timeout``.
+
+    Raises:
+        JobConfigError: malformed or unreachable address.
+    """
+    if address in (None, "", "local", "auto"):
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise JobConfigError("runtime.address", address,
+                             "must be HOST:PORT, ray://HOST:PORT, auto or local")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise JobConfigError("runtime.address", address,
+                             f"cannot reach a Ray cluster there ({why})") from e
+
+
+def _check_dir_readable(field: str, path: Optional[str]) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if not p.is_dir():
+        raise JobConfigError(field, path, "is not a directory")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise JobConfigError(field, path, "is not readable")
+
+
+def _check_writable(field: str, path: Optional[str]) -> None:
+    """``path`` (a file or directory to create) can be created: its nearest existing ancestor is
+    a writable directory."""
+    if path is None:
+        return
+    p = Path(path).absolute()
+    if p.is_dir() and field == "report":
+        raise JobConfigError(field, path, "is a directory; give a file such as run.json")
+    anc = p if p.is_dir() else p.parent
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
+        raise JobConfigError(field, path, f"cannot be written ({anc} is not a writable directory)")
+
+
+def describe_devices(devices: int, cluster_gpus: Optional[float] = None) -> tuple[str, str]:
+    """Which devices a job lays out: ``("gpu" | "logical", human-readable line)``.
+
+    Args:
+        devices: N_g asked for.
+        cluster_gpus: ``GPU`` resources of a joined Ray cluster (``None`` for a local start).
+    """
+    if cluster_gpus is not None:
+        kind = "gpu" if torch.cuda.is_available() else "logical"
+        what = "GPUs" if kind == "gpu" else "Ray logical GPUs"
+        return kind, (f"{devices} devices: {what} of the Ray cluster "
+                      f"({cluster_gpus:g} GPU resources in total)")
+    n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n_cuda >= devices:
+        return "gpu", f"{devices} devices: CUDA GPUs ({n_cuda} present)"
+    why = "no CUDA device found" if n_cuda == 0 else f"only {n_cuda} CUDA devices present"
+    return "logical", f"{devices} devices: Ray logical GPUs on CPU ({why})"
+
+
+class Job:
+    """One training job: data loading, Ray start, the runtime, progress, report and plot.
+
+    Args:
+        config: the job; ``None`` uses :class:`~fgnn.config.JobConfig` defaults (a small R-MAT).
+        sampler: a custom :class:`~fgnn.sampling.Sampler` instead of the configured one.
+        model: a custom ``torch.nn.Module`` (called as ``model(blocks, x)``) instead of the
+            configured one.
+        dataset: an already loaded :class:`~fgnn.data.Dataset` to train on instead of loading
+            ``config.dataset`` (e.g. after reading its dimensions for a custom model).
+        progress: draw tqdm bars and per-epoch summary lines.
+        out: stream for the job's own messages (dashboard URL, devices, report path).
+
+    Attributes:
+        dataset: the loaded dataset (after :meth:`run`).
+        model: the trained model (after :meth:`run`).
+        result: the :class:`~fgnn.monitor.stats.RunResult` (after :meth:`run`).
+        dashboard_url: the Ray dashboard URL, or ``None`` when the dashboard is off.
+    """
+
+    def __init__(self, config: Optional[JobConfig] = None, sampler: Optional[Sampler] = None,
+                 model: Optional[torch.nn.Module] = None, *, dataset: Optional[Dataset] = None,
+                 progress: bool = True, out: Optional[IO[str]] = None) -> None:
+        if config is not None and not isinstance(config, JobConfig):
+            raise TypeError(f"Job: config must be a fgnn.config.JobConfig. "
+                            f"Received {type(config).__name__}.")
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise TypeError(f"Job: sampler must subclass fgnn.Sampler. "
+                            f"Received {type(sampler).__name__}.")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"Job: model must be a torch.nn.Module. "
+                            f"Received {type(model).__name__}.")
+        if dataset is not None and not isinstance(dataset, Dataset):
+            raise TypeError(f"Job: dataset must be a fgnn.Dataset. "
+                            f"Received {type(dataset).__name__}.")
+        self.config = config if config is not None else JobConfig()
+        self.sampler = sampler
+        self.model = model
+        self.progress = progress
+        self.out = out
+        self.dataset: Optional[Dataset] = dataset
+        self.result: Optional[RunResult] = None
+        self.dashboard_url: Optional[str] = None
+        self.device_kind: Optional[str] = None
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Cheap checks that need neither the data nor Ray; :meth:`run` calls it first.
+
+        Raises:
+            JobConfigError: naming the field and value (dataset spec, data root, report path,
+                checkpoint directory, Ray address).
+        """
+        cfg = self.config
+        if self.dataset is None:
+            from fgnn.data import parse_spec
+            try:
+                parse_spec(cfg.dataset)
+            except ValueError as e:
+                raise JobConfigError("dataset", cfg.dataset, str(e).rstrip(".")) from e
+            _check_dir_readable("data_root", cfg.data_root)
+        _check_writable("report", cfg.report)
+        _check_writable("train.checkpoint_dir", cfg.train.checkpoint_dir)
+        if cfg.train.resume:
+            _check_dir_readable("train.checkpoint_dir", cfg.train.checkpoint_dir)
+        rc = cfg.runtime
+        if rc.address in (None, "local") and torch.cuda.is_available():
+            n_cuda = torch.cuda.device_count()
+            if n_cuda < _devices_needed(rc):
+                raise JobConfigError("runtime.devices", rc.devices,
+                                     f"only {n_cuda} CUDA devices are present")
+        check_address(rc.address)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> RunResult:
+        """Validate, load the dataset, start or join Ray, train, and write the report.
+
+        Returns:
+            The run's :class:`~fgnn.monitor.stats.RunResult` (also ``self.result``).
+
+        Raises:
+            JobConfigError: a setting that cannot work; nothing is written.
+        """
+        self.validate()
+        cfg = self.config
+        t0 = time.perf_counter()
+        if self.dataset is None:
+            self.dataset = self._load()
+        load_s = time.perf_counter() - t0
+        self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
+
+        import ray
+        started = self._init_ray()
+        progress = None
+        try:
+            from fgnn.executors.runtime import Runtime
+            from fgnn.monitor.progress import Progress
+            progress = Progress(cfg.train.epochs, cfg.train.batch_size,
+                                num_train=int(self.dataset.train_idx.numel()),
+                                enabled=self.progress)
+            runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
+                              on_batch=progress.on_batch, on_epoch=progress.on_epoch)
+            result = runtime.run()
+            self.model = runtime.model
+        finally:
+            if progress is not None:
+                progress.close()
+            if started:
+                ray.shutdown()
+
+        self._complete(result, load_s)
+        self.result = result
+        fin = result.final
+        self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
+                  f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
+                  f"test_acc {fin.get('test_acc', float('nan')):.4f}")
+        if cfg.report:
+            from fgnn.report import png_path_for, write_report
+            path = write_report(result, cfg.report)
+            self._say(f"fgnn: report {path}, plot {png_path_for(path)}")
+        return result
+
+    # ------------------------------------------------------------------ internals
+    def _say(self, line: str) -> None:
+        print(line, file=self.out or sys.stdout, flush=True)
+
+    def _load(self):
+        from fgnn.data import load_dataset
+        cfg = self.config
+        try:
+            return load_dataset(cfg.dataset, cfg.data_root)
+        except (ValueError, OSError) as e:
+            field, value = ("dataset", cfg.dataset)
+            if isinstance(e, OSError) and cfg.data_root is not None:
+                field, value = "data_root", cfg.data_root
+            raise JobConfigError(field, value, f"cannot load dataset: {e}".rstrip(".")) from e
+
+    def _init_ray(self) -> bool:
+        """Start or join Ray; print devices and the dashboard URL. True if this call started it."""
+        import ray
+        rc = self.config.runtime
+        started = False
+        if ray.is_initialized():
+            url = _current_dashboard_url()
+            cluster_gpus: Optional[float] = float(ray.cluster_resources().get("GPU", 0))
+        else:
+            # Executor output would tear the progress bars; their errors reach the driver as
+            # exceptions anyway.
+            kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+            if rc.address is None or rc.address == "local":
+                kind, _ = describe_devices(rc.devices)
+                if kind == "logical":
+                    kwargs["num_gpus"] = rc.devices
+                # Executors are light on CPU; declare enough logical CPUs for all of them.
+                kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
+                kwargs["include_dashboard"] = rc.dashboard_host is not None
+                if rc.dashboard_host is not None:
+                    kwargs["dashboard_host"] = rc.dashboard_host
+                cluster_gpus = None
+            else:
+                kwargs["address"] = rc.address
+            try:
+                ctx = ray.init(**kwargs)
+            except (ConnectionError, TimeoutError) as e:
+                raise JobConfigError("runtime.address", rc.address,
+                                     f"cannot join the Ray cluster ({e})") from e
+            started = True
+            url = getattr(ctx, "dashboard_url", None) or None
+            if rc.address not in (None, "local"):
+                cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
+        self.device_kind, line = describe_devices(rc.devices, cluster_gpus)
+        if cluster_gpus is not None and cluster_gpus < _devices_needed(rc):
+            if started:
+                ray.shutdown()
+            raise JobConfigError("runtime.devices", rc.devices,
+                                 f"the Ray cluster has only {cluster_gpus:g} GPU resources")
+        self._say(f"fgnn: {line}")
+        if url:
+            self.dashboard_url = url if "://" in url else f"http://{url}"
+            self._say(f"fgnn: Ray dashboard at {self.dashboard_url} "
+                      f"(custom metrics: fgnn_* under Metrics)")
+        else:
+            self.dashboard_url = None
+            self._say("fgnn: Ray dashboard off")
+        return started
+
+    def _complete(self, result: RunResult, load_s: float) -> None:
+        """Fill what only the job knows: the config, load time and device kind."""
+        if not result.config:
+            result.config = self.config.to_dict()
+        pre = dict(result.preprocess or {})
+        pre["load_s"] = float(load_s) if not pre.get("load_s") else float(pre["load_s"])
+        for key in ("presample_s", "cache_build_s"):
+            pre.setdefault(key, 0.0)
+        result.preprocess = pre
+        alloc = dict(result.allocation or {})
+        alloc.setdefault("device_kind", self.device_kind)
+        result.allocation = alloc
+
+
+def _devices_needed(rc: Any) -> int:
+    """Devices a layout occupies: ``single`` mode runs on one device whatever ``devices`` says."""
+    return 1 if rc.mode == "single" else rc.devices
+
+
+def _current_dashboard_url() -> Optional[str]:
+    """The dashboard URL of an already initialised Ray, if it has one."""
+    try:
+        from ray._private.worker import get_dashboard_url
+        return get_dashboard_url() or None
+    except Exception:  # private API moved, or no dashboard
+        return None

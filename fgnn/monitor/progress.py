@@ -1,0 +1,115 @@
+"""Console progress: one tqdm bar per epoch and one summary line per finished epoch.
+
+:class:`Progress` supplies the runtime's two callbacks::
+
+    progress = Progress(epochs=30, batch_size=8000, num_train=140)
+    Runtime(config, dataset, on_batch=progress.on_batch, on_epoch=progress.on_epoch).run()
+    progress.close()
+
+The bar shows batches done / total, samples/s and the last loss; the summary line shows the epoch's
+Sample (S+M+C) / Extract / Train seconds, cache hit rate, samplers/trainers and switches.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import IO, Optional
+
+from tqdm.auto import tqdm
+
+from fgnn.monitor.stats import EpochStats
+
+__all__ = ["Progress", "format_epoch"]
+
+
+def format_epoch(stats: EpochStats, epochs: Optional[int] = None) -> str:
+    """One summary line for a finished epoch (numbered from 1; ``EpochStats.epoch`` is 0-based).
+
+    Example:
+        ``epoch  3/30  1.21s | sample 0.40s (S 0.31 M 0.05 C 0.04) extract 0.10s train 0.70s |
+        hit 87.5% | 1 samplers 3 trainers 2 switches | loss 0.5120 val 0.7100``
+    """
+    of = f"/{epochs}" if epochs else ""
+    width = len(str(epochs)) if epochs else 1
+    s = stats.sample
+    loss = "-" if stats.loss is None or math.isnan(stats.loss) else f"{stats.loss:.4f}"
+    line = (f"epoch {stats.epoch + 1:>{width}}{of}  {stats.time_s:.2f}s | "
+            f"sample {s.total:.2f}s (S {s.S:.2f} M {s.M:.2f} C {s.C:.2f}) "
+            f"extract {stats.extract_s:.2f}s train {stats.train_s:.2f}s | "
+            f"hit {100 * stats.hit_rate:.1f}% | "
+            f"{stats.samplers} samplers {stats.trainers} trainers {stats.switches} switches | "
+            f"loss {loss}")
+    if stats.val_acc is not None:
+        line += f" val {stats.val_acc:.4f}"
+    return line
+
+
+class Progress:
+    """The runtime's ``on_batch`` / ``on_epoch`` callbacks, drawing to the console.
+
+    Args:
+        epochs: total epochs (for the bar description and summary lines).
+        batch_size: mini-batch size, to turn batches into samples/s.
+        num_train: training vertices per epoch (the last batch may be short); ``None`` if unknown.
+        enabled: draw bars and lines; when False the callbacks only record.
+        file: stream for bars and lines (default stderr for bars, stdout for summaries).
+        mininterval: least seconds between bar redraws (tqdm's ``mininterval``).
+    """
+
+    def __init__(self, epochs: int, batch_size: int, num_train: Optional[int] = None, *,
+                 enabled: bool = True, file: Optional[IO[str]] = None,
+                 mininterval: float = 0.1) -> None:
+        self.mininterval = mininterval
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.num_train = num_train
+        self.enabled = enabled
+        self.file = file
+        self.lines: list[str] = []
+        """Summary lines printed so far."""
+        self._bar: Optional[tqdm] = None
+        self._bar_epoch: Optional[int] = None
+        self._t0 = 0.0
+
+    def on_batch(self, epoch: int, batches_done: int, batches_total: int, loss: float) -> None:
+        """Runtime callback after each trained mini-batch."""
+        if not self.enabled:
+            return
+        if self._bar is None or self._bar_epoch != epoch:
+            self._close_bar()
+            self._bar = tqdm(total=batches_total, desc=f"epoch {epoch + 1}/{self.epochs}",
+                             unit="batch", leave=False, dynamic_ncols=True,
+                             mininterval=self.mininterval,
+                             file=self.file or sys.stderr)
+            self._bar_epoch = epoch
+            self._t0 = time.perf_counter()
+        bar = self._bar
+        if batches_total and bar.total != batches_total:
+            bar.total = batches_total
+        elapsed = max(time.perf_counter() - self._t0, 1e-9)
+        samples = batches_done * self.batch_size
+        if self.num_train is not None:
+            samples = min(samples, self.num_train)
+        loss_s = "nan" if loss is None or math.isnan(loss) else f"{loss:.4f}"
+        bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s, loss {loss_s}", refresh=False)
+        bar.update(max(0, batches_done - bar.n))  # redraws (throttled) with the new postfix
+
+    def on_epoch(self, stats: EpochStats) -> None:
+        """Runtime callback after each epoch: closes the bar and prints the summary line."""
+        self._close_bar()
+        line = format_epoch(stats, self.epochs)
+        self.lines.append(line)
+        if self.enabled:
+            tqdm.write(line, file=self.file or sys.stdout)
+
+    def close(self) -> None:
+        """Close any open bar (after the run, or when it failed)."""
+        self._close_bar()
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+            self._bar_epoch = None

@@ -1,0 +1,278 @@
+"""The JSON run report: schema validation, atomic writing, and a table view.
+
+A report is :meth:`fgnn.monitor.stats.RunResult.to_dict` written as JSON (``NaN`` becomes
+``null``), with a PNG of the per-epoch stage breakdown beside it (``r.json`` → ``r.png``).
+
+Print one as a table::
+
+    python -m fgnn.report runs/demo/report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from fgnn.config import MODES
+from fgnn.monitor.stats import RunResult
+
+__all__ = [
+    "ReportError",
+    "validate_report",
+    "load_report",
+    "write_report",
+    "write_json_atomic",
+    "png_path_for",
+    "format_report",
+    "main",
+]
+
+_NUM = (int, float)
+
+
+class ReportError(ValueError):
+    """A report that does not follow the schema; the message names the offending field."""
+
+
+def _fail(path: str, why: str, value: Any) -> None:
+    raise ReportError(f"report field {path}: {why}. Received {value!r}.")
+
+
+def _get(d: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in d:
+        raise ReportError(f"report field {path}.{key}: missing." if path else
+                          f"report field {key}: missing.")
+    return d[key]
+
+
+def _number(d: Mapping[str, Any], key: str, path: str, *, lo: Optional[float] = 0.0,
+            hi: Optional[float] = None, nullable: bool = False, integer: bool = False) -> None:
+    v = _get(d, key, path)
+    full = f"{path}.{key}"
+    if v is None:
+        if not nullable:
+            _fail(full, "must be a number", v)
+        return
+    if isinstance(v, bool) or not isinstance(v, int if integer else _NUM):
+        _fail(full, "must be an integer" if integer else "must be a number", v)
+    if not math.isfinite(v):
+        _fail(full, "must be finite", v)
+    if lo is not None and v < lo:
+        _fail(full, f"must be >= {lo:g}", v)
+    if hi is not None and v > hi:
+        _fail(full, f"must be <= {hi:g}", v)
+
+
+def _mapping(d: Mapping[str, Any], key: str, path: str = "") -> Mapping[str, Any]:
+    v = _get(d, key, path)
+    if not isinstance(v, Mapping):
+        _fail(f"{path}.{key}" if path else key, "must be an object", v)
+    return v
+
+
+def validate_report(report: Mapping[str, Any]) -> None:
+    """Check a report dict against the schema.
+
+    Required: ``config`` (object); ``mode`` (a runtime mode); ``allocation`` (``devices``,
+    ``samplers``, ``trainers``, ``K``); ``preprocess`` (``load_s``, ``presample_s``,
+    ``cache_build_s``); ``epochs`` (non-empty list; each with ``epoch``, ``time_s``, ``sample_s``
+    holding ``total``, ``S``, ``M``, ``C``, ``extract_s``, ``train_s``, ``hit_rate`` in [0, 1],
+    ``bytes_host_to_device``, ``switches``, ``batches``, ``loss`` (number or null)); ``final``
+    (``train_acc``, ``val_acc``, ``test_acc`` in [0, 1]).
+
+    Args:
+        report: the decoded JSON (or :meth:`RunResult.to_dict` output).
+
+    Raises:
+        ReportError: naming the first field that is missing or malformed.
+    """
+    if not isinstance(report, Mapping):
+        raise ReportError(f"report must be a JSON object. Received {type(report).__name__}.")
+    _mapping(report, "config")
+    mode = _get(report, "mode", "")
+    if mode not in MODES:
+        _fail("mode", f"must be one of {', '.join(MODES)}", mode)
+
+    alloc = _mapping(report, "allocation")
+    _number(alloc, "devices", "allocation", lo=1, integer=True)
+    _number(alloc, "samplers", "allocation", lo=0, integer=True)
+    _number(alloc, "trainers", "allocation", lo=0, integer=True)
+    _number(alloc, "K", "allocation", lo=0, nullable=True)
+
+    pre = _mapping(report, "preprocess")
+    for key in ("load_s", "presample_s", "cache_build_s"):
+        _number(pre, key, "preprocess")
+
+    epochs = _get(report, "epochs", "")
+    if not isinstance(epochs, list) or not epochs:
+        _fail("epochs", "must be a non-empty list", epochs)
+    for i, ep in enumerate(epochs):
+        p = f"epochs[{i}]"
+        if not isinstance(ep, Mapping):
+            _fail(p, "must be an object", ep)
+        _number(ep, "epoch", p, integer=True)
+        for key in ("time_s", "extract_s", "train_s"):
+            _number(ep, key, p)
+        sample = _mapping(ep, "sample_s", p)
+        for key in ("total", "S", "M", "C"):
+            _number(sample, key, f"{p}.sample_s")
+        _number(ep, "hit_rate", p, hi=1.0)
+        for key in ("bytes_host_to_device", "switches", "batches"):
+            _number(ep, key, p, integer=True)
+        _number(ep, "loss", p, lo=None, nullable=True)
+
+    final = _mapping(report, "final")
+    for key in ("train_acc", "val_acc", "test_acc"):
+        _number(final, key, "final", hi=1.0)
+
+
+def _finite_or_none(obj: Any) -> Any:
+    """Replace NaN / ±inf floats with ``None`` (strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
+
+
+def write_json_atomic(obj: Any, path: Union[str, os.PathLike]) -> Path:
+    """Write ``obj`` as JSON to ``path`` via a temp file in the same directory + ``os.replace``.
+
+    Readers never see a partial file; on failure no file is left behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_finite_or_none(obj), f, indent=2, allow_nan=False, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def png_path_for(report_path: Union[str, os.PathLike]) -> Path:
+    """The plot beside a report: ``r.json`` → ``r.png``."""
+    return Path(report_path).with_suffix(".png")
+
+
+def write_report(result: Union[RunResult, Mapping[str, Any]], path: Union[str, os.PathLike], *,
+                 plot: bool = True) -> Path:
+    """Validate and atomically write a run report, plus its PNG unless ``plot`` is False.
+
+    Args:
+        result: a :class:`RunResult` or its ``to_dict()``.
+        path: the JSON path; the PNG goes to :func:`png_path_for` ``(path)``.
+        plot: also draw the stage-breakdown PNG.
+
+    Returns:
+        The JSON path.
+
+    Raises:
+        ReportError: the result does not follow the schema (nothing is written).
+    """
+    report = result.to_dict() if isinstance(result, RunResult) else dict(result)
+    report = _finite_or_none(report)
+    validate_report(report)
+    if plot:  # the PNG first: once the JSON exists, the whole output is complete
+        from fgnn.monitor.plot import plot_report
+        plot_report(report, png_path_for(path))
+    return write_json_atomic(report, path)
+
+
+def load_report(path: Union[str, os.PathLike]) -> dict[str, Any]:
+    """Read and validate a report.
+
+    Raises:
+        ReportError: unreadable, not JSON, or not following the schema.
+    """
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except OSError as e:
+        raise ReportError(f"cannot read report {str(path)!r}: {e.strerror or e}.") from e
+    except json.JSONDecodeError as e:
+        raise ReportError(f"report {str(path)!r} is not JSON: {e}.") from e
+    validate_report(report)
+    return report
+
+
+def _fmt(v: Any, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _bytes(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"  # pragma: no cover
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The report as a plain-text table (what ``python -m fgnn.report`` prints).
+
+    Epochs are shown numbered from 1, as in the progress lines (the JSON ``epoch`` is 0-based).
+    """
+    cfg = report["config"]
+    a, pre, fin = report["allocation"], report["preprocess"], report["final"]
+    model = cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?"
+    cache = cfg.get("cache", {}) if isinstance(cfg.get("cache"), Mapping) else {}
+    lines = [
+        f"dataset  {cfg.get('dataset', '?')}   model {model}   mode {report['mode']}   "
+        f"cache {cache.get('policy', '?')}",
+        f"alloc    devices {a['devices']} ({a.get('device_kind', '?')})   samplers {a['samplers']}"
+        f"   trainers {a['trainers']}   K {_fmt(a['K'], '.2f')}",
+        f"prep     load {pre['load_s']:.2f}s   presample {pre['presample_s']:.2f}s   "
+        f"cache build {pre['cache_build_s']:.2f}s",
+        "",
+    ]
+    head = (f"{'epoch':>5} {'time':>7} {'sample':>7} {'S':>7} {'M':>7} {'C':>7} {'extract':>8} "
+            f"{'train':>7} {'hit':>6} {'h2d':>10} {'sw':>4} {'batch':>5} {'loss':>8}")
+    lines += [head, "-" * len(head)]
+    for e in report["epochs"]:
+        s = e["sample_s"]
+        lines.append(
+            f"{e['epoch'] + 1:>5} {e['time_s']:>7.3f} {s['total']:>7.3f} {s['S']:>7.3f} {s['M']:>7.3f} "
+            f"{s['C']:>7.3f} {e['extract_s']:>8.3f} {e['train_s']:>7.3f} "
+            f"{100 * e['hit_rate']:>5.1f}% {_bytes(e['bytes_host_to_device']):>10} "
+            f"{e['switches']:>4} {e['batches']:>5} {_fmt(e['loss'], '>8.4f'):>8}")
+    total = sum(e["time_s"] for e in report["epochs"])
+    lines += ["", f"total    {len(report['epochs'])} epochs in {total:.2f}s",
+              f"final    train {_fmt(fin['train_acc'], '.4f')}   val {_fmt(fin['val_acc'], '.4f')}"
+              f"   test {_fmt(fin['test_acc'], '.4f')}"]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m fgnn.report REPORT.json``: validate and print a report; 1 on a bad file."""
+    parser = argparse.ArgumentParser(prog="python -m fgnn.report",
+                                     description="Print an fgnn run report as a table.")
+    parser.add_argument("report", help="path of the JSON report written by launch.py --report")
+    parser.add_argument("--check", action="store_true",
+                        help="only validate the schema (prints 'ok'), default: off")
+    args = parser.parse_args(argv)
+    try:
+        report = load_report(args.report)
+    except ReportError as e:
+        print(f"fgnn.report: error: {e}", file=sys.stderr)
+        return 1
+    print("ok" if args.check else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

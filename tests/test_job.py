@@ -1,0 +1,132 @@
+"""fgnn.Job end to end (one shared Ray instance), with the sampler and model from docs/api.md."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import fgnn
+from fgnn.config import JobConfig, RuntimeConfig, SamplerConfig, TrainConfig
+from fgnn.data import load_dataset
+from fgnn.job import Job, JobConfigError, check_address, describe_devices
+from fgnn.report import png_path_for, validate_report
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = "rmat:scale=8,edge_factor=4,feat_dim=16,num_classes=4,train_frac=0.3,seed=1"
+
+
+def _doc_namespace() -> dict:
+    """Exec the example classes of docs/api.md (their ``__main__`` parts do not run)."""
+    text = (REPO / "docs" / "api.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class " in b]
+    assert len(blocks) == 2, "docs/api.md should hold the sampler and the model example"
+    ns: dict = {"__name__": "fgnn_api_doc"}  # not importable: Ray pickles the classes by value
+    for b in blocks:
+        exec(compile(b, "docs/api.md", "exec"), ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return _doc_namespace()
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_doc_sampler_builds_valid_samples(doc):
+    #   3 ──> 0 <── 1 <── 2 <── 3      edge u -> v: v aggregates from (samples) u
+    g = fgnn.CSRGraph.from_edge_index(torch.tensor([[1, 2, 3, 3], [0, 1, 0, 2]]), num_nodes=4)
+    s = doc["FigureSevenKHop"](sizes=(2, 2)).sample(g, torch.tensor([0]),
+                                                    torch.Generator().manual_seed(0))
+    assert s.num_layers == 2
+    assert s.input_nodes[0].item() == 0                     # seeds first
+    assert len(set(s.input_nodes.tolist())) == s.input_nodes.numel()
+    out, inp = s.blocks[-1], s.blocks[0]
+    assert out.num_dst == 1 and inp.num_src == s.input_nodes.numel()
+    assert out.num_src == inp.num_dst                       # layers chain
+    for b in s.blocks:
+        assert b.num_dst <= b.num_src
+        assert int(b.src.max()) < b.num_src and int(b.dst.max()) < b.num_dst
+        for u, v in zip(b.src.tolist(), b.dst.tolist()):   # every edge is a real edge
+            gu, gv = s.input_nodes[u].item(), s.input_nodes[v].item()
+            assert gu in g.indices[g.indptr[gv]:g.indptr[gv + 1]].tolist()
+
+
+def test_doc_model_shapes(doc):
+    g = fgnn.CSRGraph.from_edge_index(torch.tensor([[1, 2, 3, 3], [0, 1, 0, 2]]), num_nodes=4)
+    s = doc["FigureSevenKHop"](sizes=(2, 2)).sample(g, torch.tensor([0, 2]))
+    model = doc["MeanSAGE"](in_dim=5, num_classes=3, hidden=8, num_layers=2)
+    out = model(s.blocks, torch.randn(s.input_nodes.numel(), 5))
+    assert out.shape == (2, 3)
+
+
+def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
+    data = load_dataset(TINY)
+    cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
+                    runtime=RuntimeConfig(devices=2, samplers=1),
+                    train=TrainConfig(epochs=2, batch_size=32, lr=0.01),
+                    report=str(tmp_path / "out" / "r.json"))
+    out = io.StringIO()
+    model = doc["MeanSAGE"](data.feat_dim, data.num_classes, hidden=16, num_layers=2)
+    job = fgnn.Job(cfg, sampler=doc["FigureSevenKHop"](sizes=(4, 4)), model=model,
+                   dataset=data, progress=False, out=out)
+    result = job.run()
+
+    assert ray_session.is_initialized()  # a Ray the caller started stays up
+    assert isinstance(result, fgnn.RunResult) and isinstance(job.model, torch.nn.Module)
+    log = out.getvalue()
+    assert "2 devices" in log and "report" in log
+    assert job.dashboard_url is None and "dashboard off" in log
+    report = json.loads(Path(cfg.report).read_text())
+    validate_report(report)
+    assert report["mode"] == "factored"
+    assert report["allocation"]["devices"] == 2 and report["allocation"]["samplers"] == 1
+    assert report["allocation"]["device_kind"] in ("gpu", "logical")
+    assert report["preprocess"]["load_s"] >= 0
+    assert len(report["epochs"]) == 2 and all(e["batches"] > 0 for e in report["epochs"])
+    assert report["config"]["runtime"]["devices"] == 2
+    assert png_path_for(cfg.report).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_job_rejects_bad_arguments(tmp_path):
+    with pytest.raises(TypeError, match="JobConfig"):
+        Job({"dataset": "cora"})
+    with pytest.raises(TypeError, match="Sampler"):
+        Job(JobConfig(), sampler=lambda g, s: None)
+    with pytest.raises(TypeError, match="Module"):
+        Job(JobConfig(), model=object())
+    with pytest.raises(JobConfigError, match="data_root"):
+        Job(JobConfig(dataset="cora", data_root=str(tmp_path / "missing"))).validate()
+    with pytest.raises(JobConfigError, match=r"report.*directory"):
+        Job(JobConfig(report=str(tmp_path))).validate()
+
+
+def test_check_address():
+    check_address(None)
+    check_address("auto")
+    with pytest.raises(JobConfigError, match="HOST:PORT"):
+        check_address("nonsense")
+    with pytest.raises(JobConfigError, match="cannot reach"):
+        check_address("ray://127.0.0.1:1", timeout=1.0)
+
+
+def test_describe_devices():
+    kind, line = describe_devices(8)
+    if torch.cuda.device_count() >= 8:
+        assert kind == "gpu" and "CUDA" in line
+    else:
+        assert kind == "logical" and "8 devices: Ray logical GPUs on CPU" in line
+    kind, line = describe_devices(4, cluster_gpus=6)
+    assert "Ray cluster" in line and "6 GPU" in line
