@@ -1,0 +1,378 @@
+"""The trainer's feature store: device cache, peer devices and host memory behind one ``gather``.
+
+FGNN §6.1: ``load_cache(hotness_map, α)`` "identifies and loads the features of the top-ranked
+``α|V|`` vertices w.r.t. ``h_v`` into the GPU memory. It also builds a hash table to indicate the
+location in feature cache of a given vertex" — here a dense ``(N,)`` slot array, ``-1`` when not
+cached. Since the cache is static, the Sample stage can mark which input vertices are cached (the
+"M" step of FGNN Table 5, :meth:`FeatureStore.mark`) and the trainer's Extract stage reads hits
+from the cache and misses from host memory (:meth:`FeatureStore.gather`).
+
+With several devices the store follows a :class:`~fgnn.cache.placement.Placement`: each device
+reads a vertex from its own buffer, else from the peer named by ``dev_num`` (Song & Jiang §3.2),
+else from the host. On CPU the "devices" are just tensors; with CUDA, host misses are staged
+through pinned memory and copied asynchronously.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from fgnn.cache.placement import Placement, hot_order
+from fgnn.cache.source import FeatureSource
+from fgnn.sampling.base import Sample
+
+__all__ = ["FeatureCache", "FeatureStore", "TensorSource", "TierStats", "load_cache",
+           "num_cached_rows", "as_source"]
+
+HostLike = Union[FeatureSource, torch.Tensor, np.ndarray]
+
+
+class TensorSource:
+    """A :class:`~fgnn.cache.source.FeatureSource` over an in-memory ``(N, F)`` matrix.
+
+    Accepts a torch tensor (kept on CPU), a numpy array, or an ``np.memmap`` (only the requested
+    rows are read from the file).
+    """
+
+    def __init__(self, data: Union[torch.Tensor, np.ndarray]):
+        if isinstance(data, np.ndarray):
+            if data.ndim != 2:
+                raise ValueError(f"data must be 2-D (N, F), got shape {data.shape}")
+            self._np: Optional[np.ndarray] = data
+            self._t: Optional[torch.Tensor] = None
+            self._dtype = torch.from_numpy(np.empty(0, dtype=data.dtype)).dtype
+        elif isinstance(data, torch.Tensor):
+            if data.dim() != 2:
+                raise ValueError(f"data must be 2-D (N, F), got shape {tuple(data.shape)}")
+            self._np, self._t = None, data.cpu()
+            self._dtype = data.dtype
+        else:
+            raise ValueError(f"data must be a torch tensor or numpy array, got "
+                             f"{type(data).__name__}")
+        self._shape = tuple(data.shape)
+
+    @property
+    def num_rows(self) -> int:
+        """N."""
+        return int(self._shape[0])
+
+    @property
+    def dim(self) -> int:
+        """F."""
+        return int(self._shape[1])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Element type."""
+        return self._dtype
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row."""
+        return self.dim * torch.empty(0, dtype=self._dtype).element_size()
+
+    def read(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(len(ids), F)`` CPU rows for int64 global ``ids``.
+
+        Raises:
+            ValueError: if an id is outside ``[0, N)``.
+        """
+        idx = torch.as_tensor(ids).long().cpu()
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
+            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+            raise ValueError(f"ids holds {bad}, outside [0, {self.num_rows})")
+        if self._t is not None:
+            return self._t.index_select(0, idx)
+        return torch.from_numpy(np.ascontiguousarray(self._np[idx.numpy()]))
+
+
+def as_source(host: HostLike) -> FeatureSource:
+    """Wrap a tensor or numpy array as a :class:`TensorSource`; pass a FeatureSource through."""
+    if isinstance(host, (torch.Tensor, np.ndarray)):
+        return TensorSource(host)
+    if isinstance(host, FeatureSource):
+        return host
+    raise ValueError(f"host must be a FeatureSource, tensor or numpy array, got "
+                     f"{type(host).__name__}")
+
+
+def _row_bytes(src: FeatureSource) -> int:
+    return int(src.dim) * torch.empty(0, dtype=src.dtype).element_size()
+
+
+def num_cached_rows(alpha: float, num_nodes: int) -> int:
+    """``⌊α·N⌋``, the rows a cache ratio ``α`` holds (guarding against float round-off)."""
+    if not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0 or \
+            math.isnan(float(alpha)):
+        raise ValueError(f"alpha (cache ratio) must lie in [0, 1], got {alpha!r}")
+    return min(num_nodes, int(math.floor(float(alpha) * num_nodes + 1e-9)))
+
+
+def _check_hotness_len(hotness: torch.Tensor, n: int) -> torch.Tensor:
+    h = torch.as_tensor(hotness)
+    if h.dim() != 1 or h.numel() != n:
+        raise ValueError(f"hotness has shape {tuple(h.shape)}, expected ({n},) (one value per "
+                         f"vertex)")
+    return h
+
+
+@dataclass
+class FeatureCache:
+    """A static device cache: the rows of ``ids`` on ``device`` and the id → slot lookup.
+
+    Attributes:
+        ids: ``(C,)`` int64 cached vertex ids, hottest first; slot ``i`` holds ``ids[i]``.
+        rows: ``(C, F)`` feature rows on the device.
+        slot: ``(N,)`` int64, ``slot[v]`` = cache row of ``v`` or ``-1`` (on the device).
+    """
+
+    ids: torch.Tensor
+    rows: torch.Tensor
+    slot: torch.Tensor
+
+    @property
+    def num_cached(self) -> int:
+        """C."""
+        return int(self.ids.numel())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cached rows."""
+        return int(self.rows.numel() * self.rows.element_size())
+
+
+def load_cache(hotness: torch.Tensor, alpha: float, host: HostLike,
+               device: torch.device | str = "cpu") -> FeatureCache:
+    """FGNN §6.1 ``load_cache(hotness_map, α)``: cache the top ``⌊α|V|⌋`` rows on ``device``.
+
+    Args:
+        hotness: ``(N,)`` hotness map (ties: smaller id first).
+        alpha: cache ratio in ``[0, 1]``.
+        host: the full feature matrix (FeatureSource, tensor or numpy array).
+        device: the trainer's device.
+
+    Raises:
+        ValueError: if ``alpha`` is outside ``[0, 1]`` or ``hotness`` does not have N entries.
+    """
+    src = as_source(host)
+    n = src.num_rows
+    h = _check_hotness_len(hotness, n)
+    c = num_cached_rows(alpha, n)
+    ids = hot_order(h)[:c].cpu()
+    rows = src.read(ids).to(device)
+    slot = torch.full((n,), -1, dtype=torch.int64)
+    slot[ids] = torch.arange(c, dtype=torch.int64)
+    return FeatureCache(ids.to(device), rows, slot.to(device))
+
+
+TIERS = ("device", "peer", "host")
+
+
+@dataclass
+class TierStats:
+    """Counters of one store: rows and bytes served per tier since the last reset.
+
+    ``hits`` are device-cache rows, ``peer`` rows come from other devices, ``misses`` from host.
+    """
+
+    hits: int = 0
+    peer: int = 0
+    misses: int = 0
+    bytes: dict = field(default_factory=lambda: {t: 0 for t in TIERS})
+
+    @property
+    def lookups(self) -> int:
+        """All rows gathered."""
+        return self.hits + self.peer + self.misses
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of rows served by the local device cache (0 when nothing was gathered)."""
+        return self.hits / self.lookups if self.lookups else 0.0
+
+    def as_dict(self) -> dict:
+        """A JSON-serialisable view."""
+        return {"hits": self.hits, "peer": self.peer, "misses": self.misses,
+                "lookups": self.lookups, "hit_rate": self.hit_rate,
+                "bytes": dict(self.bytes)}
+
+
+class FeatureStore:
+    """Gathers a batch's input feature rows from device cache, peer devices and host memory.
+
+    Build it with :meth:`single` (one device, a :class:`FeatureCache`) or :meth:`from_placement`
+    (a device of a group sharing a :class:`Placement`).
+
+    Args:
+        host: the full ``(N, F)`` feature matrix off the device.
+        buffers: one ``(C_d, F)`` row tensor per device of the group (``[]`` for no cache).
+        dev_num: ``(N,)`` device to read each vertex from, ``-1`` = host.
+        buf_pos: ``(N,)`` row of each vertex in its ``dev_num`` buffer.
+        local: this store's device index within the group.
+        device: where gathered rows are returned.
+    """
+
+    def __init__(self, host: HostLike, buffers: Sequence[torch.Tensor], dev_num: torch.Tensor,
+                 buf_pos: torch.Tensor, local: int = 0, device: torch.device | str = "cpu"):
+        self.host = as_source(host)
+        n = self.host.num_rows
+        if dev_num.shape != (n,) or buf_pos.shape != (n,):
+            raise ValueError(f"dev_num/buf_pos must have shape ({n},), got "
+                             f"{tuple(dev_num.shape)} and {tuple(buf_pos.shape)}")
+        if buffers and not 0 <= local < len(buffers):
+            raise ValueError(f"local must be in [0, {len(buffers)}), got {local}")
+        for i, b in enumerate(buffers):
+            if b.dim() != 2 or b.shape[1] != self.host.dim:
+                raise ValueError(f"buffers[{i}] has shape {tuple(b.shape)}, expected "
+                                 f"(C, {self.host.dim})")
+        self.device = torch.device(device)
+        self.buffers = list(buffers)
+        self.local = local
+        if len(self.buffers) > 127:
+            raise ValueError(f"at most 127 devices per group, got {len(self.buffers)}")
+        self.dev_num = dev_num.to(self.device, torch.int8)  # 1 byte per vertex
+        self.buf_pos = buf_pos.to(self.device, torch.int64)
+        self.row_bytes = _row_bytes(self.host)
+        self.stats = TierStats()
+        self._pin = self.device.type == "cuda" and torch.cuda.is_available()
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def single(cls, host: HostLike, cache: Optional[FeatureCache] = None,
+               device: torch.device | str = "cpu") -> "FeatureStore":
+        """A one-device store over ``cache`` (``None``: every row comes from the host)."""
+        src = as_source(host)
+        n = src.num_rows
+        if cache is None:
+            return cls(src, [], torch.full((n,), -1, dtype=torch.int64), torch.arange(n),
+                       0, device)
+        if cache.slot.shape != (n,):
+            raise ValueError(f"cache.slot has shape {tuple(cache.slot.shape)}, expected ({n},)")
+        slot = cache.slot.cpu()
+        dev_num = torch.where(slot >= 0, 0, -1).to(torch.int64)
+        buf_pos = torch.where(slot >= 0, slot, torch.arange(n))
+        return cls(src, [cache.rows.to(device)], dev_num, buf_pos, 0, device)
+
+    @classmethod
+    def from_placement(cls, host: HostLike, placement: Placement, local: int,
+                       buffers: Optional[Sequence[torch.Tensor]] = None,
+                       device: torch.device | str = "cpu") -> "FeatureStore":
+        """The store of device ``local`` in a group sharing ``placement``.
+
+        Args:
+            host: full feature matrix.
+            placement: ids per device (:mod:`fgnn.cache.placement`).
+            local: this device's index.
+            buffers: the devices' row tensors (shared between the group's stores); ``None``
+                reads them from ``host`` (each on ``device``; on CPU peers are plain tensors).
+            device: this store's device.
+        """
+        src = as_source(host)
+        if placement.num_nodes != src.num_rows:
+            raise ValueError(f"placement covers {placement.num_nodes} vertices, host has "
+                             f"{src.num_rows} rows")
+        if buffers is None:
+            buffers = [src.read(b).to(device) for b in placement.buffers]
+        if len(buffers) != placement.num_devices:
+            raise ValueError(f"got {len(buffers)} buffers for {placement.num_devices} devices")
+        dev_num, buf_pos = placement.lookup(local)
+        return cls(src, buffers, dev_num, buf_pos, local, device)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_nodes(self) -> int:
+        """N."""
+        return self.host.num_rows
+
+    @property
+    def dim(self) -> int:
+        """F."""
+        return self.host.dim
+
+    def cached_mask(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(M,)`` bool: True where ``ids`` are in this device's own cache."""
+        idx = self._check_ids(ids)
+        return (self.dev_num[idx.to(self.device)] == self.local).to(idx.device)
+
+    def mark(self, sample: Sample) -> Sample:
+        """Fill ``sample.cached`` (FGNN Table 5 "M"): True for input vertices in the local cache.
+
+        Returns the same sample, for chaining.
+        """
+        sample.cached = self.cached_mask(sample.input_nodes)
+        return sample
+
+    def _check_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        idx = torch.as_tensor(ids)
+        if idx.dim() != 1 or idx.is_floating_point() or idx.dtype == torch.bool:
+            raise ValueError(f"input_nodes must be a 1-D integer tensor, got dtype {idx.dtype} "
+                             f"and shape {tuple(idx.shape)}")
+        idx = idx.long()
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.num_nodes):
+            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+            raise ValueError(f"input_nodes holds {bad}, outside [0, {self.num_nodes})")
+        return idx
+
+    # ------------------------------------------------------------------ gather
+    def gather(self, input_nodes: torch.Tensor) -> torch.Tensor:
+        """``(M, F)`` feature rows of ``input_nodes`` on this store's device, in order.
+
+        Rows in the local cache are copied on the device, rows on peers are read from the peer
+        buffer, and the rest are read from the host source (through pinned memory with CUDA).
+        Counters in :attr:`stats` advance per tier.
+        """
+        idx = self._check_ids(input_nodes).to(self.device)
+        m = idx.numel()
+        out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
+        dev = self.dev_num[idx]
+        pos = self.buf_pos[idx]
+        host_sel = torch.nonzero(dev < 0).flatten()
+        n_host = int(host_sel.numel())
+        if n_host:
+            rows = self.host.read(pos[host_sel].cpu())
+            if self._pin:
+                rows = rows.pin_memory()
+            out[host_sel] = rows.to(self.device, non_blocking=self._pin)
+        n_local = n_peer = 0
+        for d, buf in enumerate(self.buffers):  # a handful of devices, not nodes
+            sel = torch.nonzero(dev == d).flatten()
+            k = int(sel.numel())
+            if not k:
+                continue
+            p = pos[sel]
+            if d == self.local:
+                out[sel] = buf[p]
+                n_local += k
+            else:
+                out[sel] = buf[p.to(buf.device)].to(self.device)
+                n_peer += k
+        self._count(n_local, n_peer, n_host)
+        return out
+
+    def _count(self, n_local: int, n_peer: int, n_host: int) -> None:
+        s = self.stats
+        s.hits += n_local
+        s.peer += n_peer
+        s.misses += n_host
+        s.bytes["device"] += n_local * self.row_bytes
+        s.bytes["peer"] += n_peer * self.row_bytes
+        s.bytes["host"] += n_host * self.row_bytes
+
+    def count(self, input_nodes: torch.Tensor) -> None:
+        """Advance the counters exactly as :meth:`gather` would, without moving any row
+        (for hit-rate studies)."""
+        idx = self._check_ids(input_nodes).to(self.device)
+        dev = self.dev_num[idx]
+        n_host = int((dev < 0).sum())
+        n_local = int((dev == self.local).sum()) if self.buffers else 0
+        self._count(n_local, idx.numel() - n_host - n_local, n_host)
+
+    def reset_stats(self) -> TierStats:
+        """Start a new epoch's counters; returns the finished ones."""
+        done, self.stats = self.stats, TierStats()
+        return done

@@ -1,0 +1,227 @@
+"""Placing cached feature rows over several devices (Song & Jiang §3; DataTiering §4).
+
+A placement is one buffer of vertex ids per device. Each device then locates any vertex through
+two arrays (Song & Jiang §3.2): ``dev_num[v]``, the device to read ``v`` from (``-1`` = host), and
+``buf_pos[v]``, the row of ``v`` in that device's buffer (for the host: the row of the full host
+matrix, i.e. ``v`` itself). A device reads a vertex from its own buffer whenever it holds it.
+
+Three strategies:
+
+* :func:`replicate_placement` — Rule 1 (no fast link between devices): every device caches the
+  ``capacity`` vertices with the highest sampling probability, which maximises
+  ``E[|S_i ∩ B_i|]`` in the cost of Eq. 5.
+* :func:`clique_placement` — Rule 2 / Algorithm 1 (devices in a clique with a fast link): start
+  from Rule 1 and replace duplicated vertices by the next hottest ones while
+  ``p(new) > α·p(old)`` (Eq. 7 with ``α = C_gpu / C_cpu``), keeping the devices' ``p_sum``
+  balanced. This trades the last term of Eq. 6 (local hits) against the second last (hits
+  anywhere in the clique).
+* :func:`interleaved_placement` — DataTiering (Min et al., §4, Figs. 4–6): the ``replicated``
+  hottest vertices on every device, then the next hottest spread round-robin (interleaved) over
+  the devices so memory and link bandwidth stay balanced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "Placement",
+    "clique_placement",
+    "interleaved_placement",
+    "replicate_placement",
+    "hot_order",
+]
+
+
+def _check_hotness(hotness: torch.Tensor, name: str = "hotness") -> torch.Tensor:
+    h = torch.as_tensor(hotness)
+    if h.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D tensor of length N, got shape {tuple(h.shape)}")
+    if h.numel() > 0 and bool(torch.isnan(h.to(torch.float64)).any()):
+        raise ValueError(f"{name} contains NaN")
+    return h
+
+
+def hot_order(hotness: torch.Tensor) -> torch.Tensor:
+    """Vertex ids by descending hotness; ties keep the smaller id first (a stable sort)."""
+    h = _check_hotness(hotness)
+    return torch.argsort(h, descending=True, stable=True)
+
+
+def _check_devices(num_devices: int, capacity: int) -> None:
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f"num_devices must be a positive int, got {num_devices!r}")
+    if not isinstance(capacity, int) or capacity < 0:
+        raise ValueError(f"capacity must be a non-negative int (rows per device), got "
+                         f"{capacity!r}")
+
+
+@dataclass
+class Placement:
+    """Vertex ids cached on each device of a group.
+
+    Attributes:
+        buffers: one ``(C_i,)`` int64 tensor per device; position = row in that device's buffer.
+        num_nodes: N, the number of vertices.
+    """
+
+    buffers: list[torch.Tensor]
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        for i, b in enumerate(self.buffers):
+            if b.dim() != 1:
+                raise ValueError(f"buffers[{i}] must be 1-D, got shape {tuple(b.shape)}")
+            if b.numel() and (int(b.min()) < 0 or int(b.max()) >= self.num_nodes):
+                raise ValueError(f"buffers[{i}] holds an id outside [0, {self.num_nodes})")
+            if torch.unique(b).numel() != b.numel():
+                raise ValueError(f"buffers[{i}] holds a vertex twice")
+
+    @property
+    def num_devices(self) -> int:
+        """n, the number of devices."""
+        return len(self.buffers)
+
+    def holders(self) -> torch.Tensor:
+        """``(n, N)`` bool: ``holders()[d, v]`` is True when device ``d`` caches ``v``."""
+        out = torch.zeros(self.num_devices, self.num_nodes, dtype=torch.bool)
+        for d, b in enumerate(self.buffers):
+            out[d, b.cpu()] = True
+        return out
+
+    def lookup(self, device: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``dev_num`` and ``buf_pos`` arrays of device ``device`` (Song & Jiang §3.2).
+
+        ``dev_num[v]`` is ``device`` when it holds ``v`` itself, else the lowest-numbered peer
+        holding ``v``, else ``-1`` (host). ``buf_pos[v]`` is the row of ``v`` in that buffer, or
+        ``v`` for the host (the host keeps the full matrix).
+
+        Returns:
+            ``(dev_num, buf_pos)``: ``(N,)`` int64 each, on CPU.
+        """
+        if not isinstance(device, int) or not 0 <= device < self.num_devices:
+            raise ValueError(f"device must be in [0, {self.num_devices}), got {device!r}")
+        n = self.num_nodes
+        dev_num = torch.full((n,), -1, dtype=torch.int64)
+        buf_pos = torch.arange(n, dtype=torch.int64)
+        # Peers from the highest id down so the lowest-numbered holder wins; local last.
+        order = [d for d in range(self.num_devices - 1, -1, -1) if d != device] + [device]
+        for d in order:
+            b = self.buffers[d].cpu().long()
+            dev_num[b] = d
+            buf_pos[b] = torch.arange(b.numel(), dtype=torch.int64)
+        return dev_num, buf_pos
+
+    def covered(self) -> int:
+        """Number of distinct vertices cached somewhere in the group (``|B_gpu|``)."""
+        return int(self.holders().any(0).sum())
+
+
+def replicate_placement(hotness: torch.Tensor, num_devices: int, capacity: int) -> Placement:
+    """Rule 1 (Song & Jiang §3.2): without fast links, each device caches the hottest vertices.
+
+    Args:
+        hotness: ``(N,)`` sampling probabilities (or any hotness map; only the order matters).
+        num_devices: n.
+        capacity: ``BSIZE``, rows per device.
+    """
+    _check_devices(num_devices, capacity)
+    v = hot_order(hotness)
+    top = v[: min(capacity, v.numel())].clone()
+    return Placement([top.clone() for _ in range(num_devices)], int(v.numel()))
+
+
+def clique_placement(hotness: torch.Tensor, num_devices: int, capacity: int,
+                     alpha: float) -> Placement:
+    """Rule 2: Song & Jiang Algorithm 1 for devices connected by a fast link (NVLink).
+
+    Faithful to the listing and the worked example of §3.2: ``V`` = vertices by descending ``p``
+    (line 2); every ``B_i = V[0:BSIZE]`` (lines 4–5); iteration ``i`` belongs to round
+    ``r = ⌊i/n⌋`` that targets the duplicate ``old = V[BSIZE-1-r]`` (line 18); at the start of a
+    round the devices are sorted by ``p_sum`` ascending (lines 8–10, ties by device id); the last
+    device of each round is skipped so one copy of ``old`` survives (line 12); otherwise the next
+    unplaced vertex ``new`` (``V[BSIZE]``, ``V[BSIZE+1]``, ... in order; the listing's
+    ``V[i+BSIZE]`` does not count the skipped iterations, while the worked example does) replaces
+    ``old`` in the device's buffer if ``p(new) > α·p(old)`` (line 21), adding ``p(new)`` to the
+    device's ``p_sum``; the first failed test stops the algorithm (line 26). At most
+    ``min(N, n·BSIZE) − BSIZE`` replacements happen (line 7).
+
+    The loop runs once per replacement over ``n`` scalars (O(N), as the paper states); all
+    per-vertex work is vectorised.
+
+    Args:
+        hotness: ``(N,)`` sampling probabilities ``p``.
+        num_devices: n.
+        capacity: ``BSIZE``, rows per device.
+        alpha: ``α ∈ [0, 1]``, the stand-in for ``C_gpu / C_cpu``; larger keeps more duplicates.
+
+    Returns:
+        The placement; ``buffers[i]`` is ``B_{i+1}`` of the paper, slot order preserved.
+    """
+    _check_devices(num_devices, capacity)
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    p = _check_hotness(hotness).to(torch.float64).cpu()
+    v = hot_order(p).cpu()
+    n_nodes, n = int(v.numel()), num_devices
+    bsize = min(capacity, n_nodes)
+    buffers = [v[:bsize].clone() for _ in range(n)]
+    max_repl = min(n_nodes, n * bsize) - bsize
+    if n == 1 or max_repl <= 0:
+        return Placement(buffers, n_nodes)
+    # Replacement j happens in round r = j // (n-1) against old = V[bsize-1-r] with new =
+    # V[bsize+j]; the first j failing Eq. 7 ends the algorithm, so the count is vectorisable.
+    j = torch.arange(max_repl)
+    rounds = torch.div(j, n - 1, rounding_mode="floor")
+    p_sorted = p[v]
+    ok = p_sorted[bsize + j] > float(alpha) * p_sorted[bsize - 1 - rounds]
+    bad = torch.nonzero(~ok)
+    num_repl = int(bad[0]) if bad.numel() else max_repl
+    p_new = p_sorted[bsize: bsize + num_repl].tolist()
+    p_sum = [0.0] * n
+    target_dev = []
+    for r in range((num_repl + n - 2) // (n - 1)):
+        ordered = sorted(range(n), key=lambda d: (p_sum[d], d))  # lines 8-10
+        for slot in range(n - 1):  # the last device of the round keeps old (line 12)
+            jj = r * (n - 1) + slot
+            if jj >= num_repl:
+                break
+            dev = ordered[slot]
+            target_dev.append(dev)
+            p_sum[dev] += p_new[jj]  # line 25
+    target = torch.tensor(target_dev, dtype=torch.int64)
+    slots = bsize - 1 - torch.div(torch.arange(num_repl), n - 1, rounding_mode="floor")
+    news = v[bsize: bsize + num_repl]
+    for d in range(n):  # line 23, vectorised per device
+        m = target == d
+        buffers[d][slots[m]] = news[m]
+    return Placement(buffers, n_nodes)
+
+
+def interleaved_placement(hotness: torch.Tensor, num_devices: int, capacity: int,
+                          replicated: int = 0) -> Placement:
+    """DataTiering's multi-GPU tiering (Min et al., §4, Fig. 6).
+
+    The ``replicated`` hottest vertices go to every device (the optional "replicated local GPU
+    tensor"); the next ``num_devices · (capacity − replicated)`` vertices in descending hotness are
+    interleaved: the ``k``-th of them goes to device ``k mod n`` (not a blocked partition, which
+    would put all the hottest rows on one device). The rest stay on the host.
+
+    Args:
+        hotness: ``(N,)`` scores.
+        num_devices: n, devices connected by a fast link.
+        capacity: rows per device (replicated + interleaved share).
+        replicated: rows of each device spent on the replicated hottest part.
+    """
+    _check_devices(num_devices, capacity)
+    if not isinstance(replicated, int) or not 0 <= replicated <= capacity:
+        raise ValueError(f"replicated must be an int in [0, capacity={capacity}], got "
+                         f"{replicated!r}")
+    v = hot_order(hotness).cpu()
+    n_nodes, n = int(v.numel()), num_devices
+    rep = v[: min(replicated, n_nodes)]
+    spread = v[rep.numel(): rep.numel() + n * (capacity - replicated)]
+    buffers = [torch.cat([rep, spread[d::n]]) for d in range(n)]
+    return Placement(buffers, n_nodes)

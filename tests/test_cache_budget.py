@@ -1,0 +1,94 @@
+"""Cache ratio from a (simulated) device budget: FGNN §6.1, PaGraph's peak-of-one-step method."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fgnn.cache import (TensorAllocationMeter, choose_cache_ratio, measure_step_peak,
+                        num_cached_rows, resident_bytes)
+
+N, F = 10_000, 64
+ROW = F * 4
+
+
+def make_step(batch: int = 512, hidden: int = 128):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(F, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, 8))
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(batch, F)
+    y = torch.randint(0, 8, (batch,))
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return model, opt, x, step
+
+
+def test_meter_sees_transient_allocations():
+    def step():
+        a = torch.empty(1000, 1000)  # 4 MB, freed before b exists
+        del a
+        b = torch.empty(500, 1000)  # noqa: F841
+    assert measure_step_peak(step) == 4_000_000
+
+
+def test_meter_counts_activations_grads_and_optimizer_state():
+    model, opt, x, step = make_step()
+    params = resident_bytes(model)
+    meter = TensorAllocationMeter(resident=[model, opt, x])
+    peak = meter.measure(step)
+    assert meter.resident_peak == params + x.numel() * 4
+    # First step: hidden activations (512 x 128 floats, kept for backward) are live at the peak,
+    # and grads + Adam's two moments (3 x params) are allocated during the step.
+    assert meter.step_peak >= 512 * 128 * 4 + 3 * params
+    assert peak == meter.resident_peak + meter.step_peak
+    # Later steps: Adam's moments are resident and updated in place, zero_grad() frees the old
+    # grads before backward allocates new ones; the steady-state peak repeats exactly.
+    peaks = [TensorAllocationMeter(resident=[model, opt, x]).measure(step) for _ in range(3)]
+    assert peaks[0] == peaks[1] == peaks[2]
+    assert peaks[0] == pytest.approx(peak, rel=0.25)
+
+
+@pytest.mark.parametrize("extra_rows", [0, 1234, 10 * N])
+def test_alpha_leaves_peak_and_margin_free(extra_rows):
+    model, opt, x, step = make_step()
+    step()  # warm up: the optimizer state exists from now on
+    peak = TensorAllocationMeter(resident=[model, opt, x]).measure(step)
+    margin, graph = 100_000, 50_000
+    budget = peak + margin + graph + extra_rows * ROW + 17  # a simulated device budget
+    res = choose_cache_ratio(step, budget_bytes=budget, num_nodes=N, row_bytes=ROW,
+                             margin_bytes=margin, graph_bytes=graph,
+                             resident=[model, opt, x])
+    assert 0.0 <= res.alpha <= 1.0
+    assert res.num_cached == num_cached_rows(res.alpha, N) == min(N, extra_rows)
+    # The cache leaves the measured peak + margin (+ graph) free ...
+    assert res.peak_bytes + margin + graph + res.cache_bytes <= budget
+    assert res.free_bytes >= 0
+    # ... and is as large as that allows (one more row would not fit), unless it is all of V.
+    if res.alpha < 1.0:
+        assert res.peak_bytes + margin + graph + res.cache_bytes + ROW > budget
+
+
+def test_budget_smaller_than_one_step_raises():
+    model, opt, x, step = make_step()
+    with pytest.raises(ValueError, match="smaller than one training step"):
+        choose_cache_ratio(step, budget_bytes=1000, num_nodes=N, row_bytes=ROW,
+                           resident=[model, opt, x])
+
+
+def test_bad_arguments():
+    _, _, _, step = make_step()
+    with pytest.raises(ValueError, match="budget_bytes is required"):
+        choose_cache_ratio(step, num_nodes=N, row_bytes=ROW)
+    with pytest.raises(ValueError, match="row_bytes"):
+        choose_cache_ratio(step, budget_bytes=10**9, num_nodes=N, row_bytes=0)
+    with pytest.raises(ValueError, match="margin_bytes"):
+        choose_cache_ratio(step, budget_bytes=10**9, num_nodes=N, row_bytes=ROW,
+                           margin_bytes=-1)
+    with pytest.raises(ValueError, match="step must be callable"):
+        measure_step_peak(42)

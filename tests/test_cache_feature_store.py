@@ -1,0 +1,150 @@
+"""load_cache, TensorSource and the tiered FeatureStore (device cache, peers, host)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fgnn.cache import (FeatureSource, FeatureStore, TensorSource, clique_placement,
+                        load_cache)
+from fgnn.sampling.base import Sample
+
+N, F = 50, 4
+
+
+def feats() -> torch.Tensor:
+    return torch.arange(N * F, dtype=torch.float32).reshape(N, F)
+
+
+def test_tensor_source_over_tensor_numpy_and_memmap(tmp_path):
+    x = feats()
+    mm = np.lib.format.open_memmap(tmp_path / "f.npy", mode="w+", dtype=np.float32,
+                                   shape=(N, F))
+    mm[:] = x.numpy()
+    ids = torch.tensor([3, 0, 49, 3])
+    for data in (x, x.numpy(), mm):
+        src = TensorSource(data)
+        assert isinstance(src, FeatureSource)
+        assert (src.num_rows, src.dim, src.dtype, src.row_bytes) == (N, F, torch.float32, 16)
+        assert torch.equal(src.read(ids), x[ids])
+    with pytest.raises(ValueError, match="outside"):
+        TensorSource(x).read(torch.tensor([N]))
+    with pytest.raises(ValueError, match="2-D"):
+        TensorSource(torch.zeros(3))
+
+
+def test_load_cache_top_alpha_rows(device):
+    hot = torch.rand(N, generator=torch.Generator().manual_seed(0))
+    cache = load_cache(hot, 0.1, feats(), device)
+    top = torch.argsort(hot, descending=True)[:5]
+    assert cache.num_cached == 5 and cache.nbytes == 5 * F * 4
+    assert cache.ids.tolist() == top.tolist()
+    assert torch.equal(cache.rows.cpu(), feats()[top])
+    slot = cache.slot.cpu()
+    assert slot[top].tolist() == [0, 1, 2, 3, 4]
+    assert int((slot >= 0).sum()) == 5 and bool((slot[slot < 0] == -1).all())
+    assert load_cache(hot, 0.0, feats()).num_cached == 0
+    assert load_cache(hot, 1.0, feats()).num_cached == N
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.5, float("nan")])
+def test_load_cache_rejects_alpha(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        load_cache(torch.rand(N), alpha, feats())
+
+
+def test_load_cache_rejects_wrong_hotness_length():
+    with pytest.raises(ValueError, match=r"hotness has shape \(49,\), expected \(50,\)"):
+        load_cache(torch.rand(N - 1), 0.1, feats())
+
+
+def test_single_store_gather_mark_and_counters(device):
+    hot = torch.arange(N, 0, -1).float()  # vertices 0..9 hottest
+    store = FeatureStore.single(feats(), load_cache(hot, 0.2, feats(), device), device)
+    ids = torch.tensor([12, 3, 40, 0, 9, 11])
+    out = store.gather(ids)
+    assert out.device.type == torch.device(device).type
+    assert torch.equal(out.cpu(), feats()[ids])
+    s = store.stats
+    assert (s.hits, s.peer, s.misses) == (3, 0, 3)
+    assert s.bytes == {"device": 3 * 16, "peer": 0, "host": 3 * 16}
+    assert s.hit_rate == pytest.approx(0.5)
+    sample = Sample(ids[:2], [], ids)
+    assert store.mark(sample) is sample
+    assert sample.cached.tolist() == [False, True, False, True, True, False]
+    done = store.reset_stats()
+    assert done.lookups == 6 and store.stats.lookups == 0
+    assert torch.equal(store.gather(torch.zeros(0, dtype=torch.long)).cpu(), torch.zeros(0, F))
+
+
+def test_store_without_cache_reads_host_numpy():
+    store = FeatureStore.single(feats().numpy())
+    ids = torch.tensor([1, 2])
+    assert torch.equal(store.gather(ids), feats()[ids])
+    assert store.stats.misses == 2 and store.stats.hits == 0
+
+
+def test_placement_store_reads_local_peer_and_host():
+    # Song & Jiang worked example: B1 = [1, 3], B2 = [4, 2] on a 6-vertex graph.
+    x = torch.arange(6 * F, dtype=torch.float32).reshape(6, F)
+    p = torch.tensor([4, 6, 6, 6, 5, 5], dtype=torch.float64) / 6
+    pl = clique_placement(p, 2, 2, alpha=0.3)
+    buffers = [x[b] for b in pl.buffers]  # shared by both stores
+    s0 = FeatureStore.from_placement(x, pl, 0, buffers)
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 2])
+    assert torch.equal(s0.gather(ids), x[ids])
+    st = s0.stats
+    assert (st.hits, st.peer, st.misses) == (2, 3, 2)
+    assert st.bytes == {"device": 32, "peer": 48, "host": 32}
+    s1 = FeatureStore.from_placement(x, pl, 1)  # buffers read from host
+    assert torch.equal(s1.gather(ids), x[ids])
+    assert (s1.stats.hits, s1.stats.peer, s1.stats.misses) == (3, 2, 2)
+    assert s1.cached_mask(ids).tolist() == [False, False, True, False, True, False, True]
+
+
+def test_gather_rejects_bad_ids():
+    store = FeatureStore.single(feats())
+    with pytest.raises(ValueError, match="outside"):
+        store.gather(torch.tensor([N]))
+    with pytest.raises(ValueError, match="integer"):
+        store.gather(torch.tensor([0.5]))
+    with pytest.raises(ValueError, match="host"):
+        FeatureStore.single([[1.0]])
+
+
+class ListSource:
+    """A minimal custom FeatureSource (e.g. what a disk tier provides)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.reads = 0
+
+    num_rows = property(lambda self: self.x.shape[0])
+    dim = property(lambda self: self.x.shape[1])
+    dtype = property(lambda self: self.x.dtype)
+
+    def read(self, ids: torch.Tensor) -> torch.Tensor:
+        self.reads += 1
+        return self.x[ids]
+
+
+def test_store_over_custom_source_reads_only_misses():
+    src = ListSource(feats())
+    assert isinstance(src, FeatureSource)
+    store = FeatureStore.single(src, load_cache(torch.arange(N, 0, -1).float(), 0.5, src))
+    assert torch.equal(store.gather(torch.tensor([0, 1])), feats()[:2])
+    assert src.reads == 1  # only load_cache read the host; the all-hit batch did not
+    store.gather(torch.tensor([0, 49]))
+    assert src.reads == 2
+
+
+def test_count_advances_counters_like_gather():
+    x = torch.arange(6 * F, dtype=torch.float32).reshape(6, F)
+    p = torch.tensor([4, 6, 6, 6, 5, 5], dtype=torch.float64) / 6
+    pl = clique_placement(p, 2, 2, alpha=0.3)
+    a, b = (FeatureStore.from_placement(x, pl, 0) for _ in range(2))
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 2])
+    a.gather(ids)
+    b.count(ids)
+    assert a.stats.as_dict() == b.stats.as_dict()
