@@ -1,0 +1,260 @@
+"""Atomic training checkpoints that resume bitwise-identically on CPU.
+
+A checkpoint holds the model and optimizer state, the last finished epoch, every random state the
+loop draws from (torch's CPU RNG, CUDA RNGs when initialised, numpy's and Python's global RNGs,
+and the sampler's :class:`torch.Generator`), a *signature* of the model (class name, constructor
+dimensions and parameter shapes) and free-form ``extra`` data. It is written to a temporary file
+in the destination directory, fsynced and moved into place with :func:`os.replace`, so a crash
+never leaves a half-written checkpoint under the final name.
+
+Loading uses ``torch.load(weights_only=True)``: everything stored is tensors and plain Python
+values, so no pickled code runs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "model_signature",
+           "capture_rng_state", "restore_rng_state"]
+
+_FORMAT = "fgnn-checkpoint"
+_VERSION = 1
+#: Constructor dimensions recorded in the signature when the model has them.
+_DIM_ATTRS = ("in_dim", "num_classes", "num_layers", "hidden")
+
+Generators = Union[torch.Generator, Mapping[str, torch.Generator], None]
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` returns besides restoring state in place.
+
+    Attributes:
+        epoch: the last finished epoch stored in the checkpoint.
+        extra: the ``extra`` dict given to :func:`save_checkpoint`.
+        signature: the model signature stored in the checkpoint.
+        path: where it was read from.
+    """
+
+    epoch: int
+    extra: dict[str, Any] = field(default_factory=dict)
+    signature: dict[str, Any] = field(default_factory=dict)
+    path: Optional[Path] = None
+
+
+def model_signature(model: nn.Module) -> dict[str, Any]:
+    """The identity a checkpoint is checked against: class, dimensions and parameter shapes.
+
+    Returns:
+        ``{"class": "module.QualName", "dims": {...}, "shapes": {name: [d0, d1, ...]}}``.
+    """
+    cls = type(model)
+    dims = {a: getattr(model, a) for a in _DIM_ATTRS if isinstance(getattr(model, a, None), int)}
+    shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "dims": dims, "shapes": shapes}
+
+
+def _check_signature(saved: Mapping[str, Any], model: nn.Module, path: Path) -> None:
+    """Raise ``ValueError`` naming both sides when ``model`` is not the checkpoint's model."""
+    now = model_signature(model)
+    if saved.get("class") != now["class"]:
+        raise ValueError(f"checkpoint {path} was saved from model {saved.get('class')}, but the "
+                         f"model given is {now['class']}")
+    if saved.get("dims") != now["dims"]:
+        raise ValueError(f"checkpoint {path} was saved from {saved.get('class')} with dims "
+                         f"{saved.get('dims')}, but the model given has dims {now['dims']}")
+    old, new = saved.get("shapes", {}), now["shapes"]
+    if old != new:
+        missing = sorted(set(old) - set(new))
+        unexpected = sorted(set(new) - set(old))
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {path} does not match the model's parameters: in the "
+                             f"checkpoint only {missing}, in the model only {unexpected}")
+        name = next(k for k in old if old[k] != new[k])
+        raise ValueError(f"checkpoint {path} has {name} of shape {tuple(old[name])}, the model "
+                         f"given has shape {tuple(new[name])}")
+
+
+# ---------------------------------------------------------------------------- RNG state
+def _as_generator_dict(generators: Generators) -> dict[str, torch.Generator]:
+    if generators is None:
+        return {}
+    if isinstance(generators, torch.Generator):
+        return {"sampler": generators}
+    return dict(generators)
+
+
+def capture_rng_state(generators: Generators = None) -> dict[str, Any]:
+    """Snapshot every random source training draws from.
+
+    Args:
+        generators: the sampler's generator, or a name -> generator mapping.
+
+    Returns:
+        A dict of tensors and plain values (safe for ``weights_only`` loading).
+    """
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos),
+                  int(has_gauss), float(gauss)],
+        "python": _python_state_to_plain(random.getstate()),
+        "generators": {k: g.get_state() for k, g in _as_generator_dict(generators).items()},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any], generators: Generators = None, *,
+                      global_rngs: bool = True) -> None:
+    """Restore a :func:`capture_rng_state` snapshot (generators are restored in place).
+
+    Args:
+        state: the snapshot.
+        generators: generator(s) to restore, named as when captured.
+        global_rngs: also restore the torch/CUDA/numpy/Python global RNGs.
+
+    Raises:
+        ValueError: when a generator given has no stored state.
+    """
+    if global_rngs:
+        torch.set_rng_state(state["torch"].cpu())
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
+        random.setstate(_plain_to_python_state(state["python"]))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([t.cpu() for t in state["cuda"]])
+    stored = state.get("generators", {})
+    for name, gen in _as_generator_dict(generators).items():
+        if name not in stored:
+            raise ValueError(f"generators: the checkpoint holds no state for generator {name!r} "
+                             f"(it has {sorted(stored)})")
+        gen.set_state(stored[name].cpu())
+
+
+def _python_state_to_plain(state: tuple) -> list:
+    version, internal, gauss_next = state
+    return [version, torch.tensor(internal, dtype=torch.int64), gauss_next]
+
+
+def _plain_to_python_state(plain: list) -> tuple:
+    version, internal, gauss_next = plain
+    return (version, tuple(int(v) for v in internal.cpu().tolist()), gauss_next)
+
+
+# ---------------------------------------------------------------------------- save / load
+def save_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
+                    optimizer: Optional[torch.optim.Optimizer] = None, epoch: int = 0, *,
+                    generator: Generators = None,
+                    extra: Optional[Mapping[str, Any]] = None) -> Path:
+    """Write a checkpoint atomically (temp file in the same directory, fsync, ``os.replace``).
+
+    Args:
+        path: destination file; parent directories are created.
+        model: the model whose ``state_dict`` and signature are stored.
+        optimizer: its ``state_dict`` is stored when given.
+        epoch: the last finished epoch (resuming starts at ``epoch + 1``).
+        generator: the sampler's generator, or a name -> generator mapping.
+        extra: tensors and plain Python values to store alongside (history, best weights, ...).
+
+    Returns:
+        The checkpoint path.
+
+    Raises:
+        ValueError: for a negative ``epoch``.
+    """
+    if int(epoch) < 0:
+        raise ValueError(f"epoch must be >= 0, got epoch={epoch!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "signature": model_signature(model),
+        "model": model.state_dict(),
+        "optimizer": None if optimizer is None else optimizer.state_dict(),
+        "epoch": int(epoch),
+        "rng": capture_rng_state(generator),
+        "extra": dict(extra or {}),
+    }
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist the rename itself (best effort: not every platform can open a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
+                    optimizer: Optional[torch.optim.Optimizer] = None, *,
+                    generator: Generators = None, restore_rng: bool = True,
+                    map_location: Union[str, torch.device, None] = "cpu") -> Checkpoint:
+    """Check that a checkpoint belongs to ``model`` and restore it in place.
+
+    Args:
+        path: a file written by :func:`save_checkpoint`.
+        model: receives the stored weights; must have the stored class and shapes.
+        optimizer: receives the stored optimizer state when given.
+        generator: generator(s) to restore, named as when saved.
+        restore_rng: also restore the torch/CUDA/numpy/Python global RNG states (generators
+            given are restored either way).
+        map_location: where tensors are loaded (model/optimizer loading moves them on).
+
+    Returns:
+        The epoch, ``extra`` and signature stored.
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        ValueError: when the file is not an fgnn checkpoint, was saved from another model (the
+            message names both), or holds no optimizer state while one is requested.
+    """
+    path = Path(path)
+    payload = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+        raise ValueError(f"{path} is not an fgnn checkpoint (no {_FORMAT!r} header)")
+    if payload.get("version") != _VERSION:
+        raise ValueError(f"{path} has checkpoint version {payload.get('version')}, this fgnn "
+                         f"reads version {_VERSION}")
+    _check_signature(payload["signature"], model, path)
+    if optimizer is not None and payload["optimizer"] is None:
+        raise ValueError(f"checkpoint {path} holds no optimizer state but an optimizer was given")
+    model.load_state_dict(payload["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    restore_rng_state(payload["rng"], generator, global_rngs=restore_rng)
+    return Checkpoint(epoch=int(payload["epoch"]), extra=payload["extra"],
+                      signature=payload["signature"], path=path)
+
