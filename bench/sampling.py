@@ -1,0 +1,259 @@
+"""Sample-stage throughput: fgnn's k-hop sampler against PyG's NeighborLoader, side by side.
+
+Measures sampled edges per second over the whole Sample stage (neighbour selection + dedup +
+remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--batch-size``:
+
+* ``fgnn``: :class:`fgnn.sampling.KHop` at ``--threads`` torch threads (default 1, as PyG's
+  sampler runs one thread per loader), and at all of torch's threads as ``fgnn_max_threads``;
+* ``pyg``: ``torch_geometric.loader.NeighborLoader`` on the same graph, fanouts and batches
+  (``null`` when torch_geometric with a sampling backend - pyg-lib or torch-sparse - is absent);
+* the machine's limit: random reads of the CSR ``indices`` per second (a gather at random
+  positions), every sampled edge needing at least one; fgnn's rate is reported as a fraction.
+
+The machine may be shared, so fgnn and PyG alternate for ``--rounds`` rounds in one run and the
+best round of each is compared (all rounds are in the JSON).
+
+Usage::
+
+    PYTHONPATH=. python bench/sampling.py --dataset rmat:scale=20,edge_factor=16,feat_dim=1 \\
+        --fanouts 15,10,5 --batch-size 8000 --num-seeds 80000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from fgnn.data import load_dataset
+from fgnn.graph import CSRGraph
+from fgnn.sampling import KHop
+
+DEFAULT_SPEC = "rmat:scale=20,edge_factor=16,feat_dim=1,seed=0"
+
+
+def _timed(fn: Callable[[], int]) -> dict[str, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    edges = fn()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"edges": int(edges), "seconds": wall, "cpu_seconds": cpu,
+            "edges_per_s": edges / wall if wall > 0 else float("nan")}
+
+
+def fgnn_epoch(graph: CSRGraph, seeds: torch.Tensor, fanouts: list[int], batch_size: int,
+               seed: int) -> int:
+    """Sample one epoch with KHop; return the number of sampled edges."""
+    sampler = KHop(fanouts)
+    gen = torch.Generator().manual_seed(seed)
+    edges = 0
+    for lo in range(0, seeds.numel(), batch_size):
+        edges += sampler.sample(graph, seeds[lo:lo + batch_size], gen).num_edges
+    return edges
+
+
+def pyg_backend() -> Optional[str]:
+    """``"pyg-lib"`` / ``"torch-sparse"`` when NeighborLoader can sample, else ``None``.
+
+    When the ``torch_sparse`` package is installed but its Python module cannot be imported (it
+    needs ``torch_scatter``, which the peer install script does not build), its compiled
+    ``neighbor_sample`` op is loaded directly and PyG is told torch-sparse is present:
+    NeighborLoader then runs the very same C++ kernel (``"torch-sparse (ops only)"``).
+    """
+    try:
+        import torch_geometric.typing as tgt
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return None
+    if getattr(tgt, "WITH_PYG_LIB", False):
+        return "pyg-lib"
+    if getattr(tgt, "WITH_TORCH_SPARSE", False):
+        return "torch-sparse"
+    import glob
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("torch_sparse")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    libs = glob.glob(os.path.join(list(spec.submodule_search_locations)[0],
+                                  "_neighbor_sample_cpu*.so"))
+    if not libs:
+        return None
+    try:
+        torch.ops.load_library(libs[0])
+        torch.ops.torch_sparse.neighbor_sample  # noqa: B018 - raises if not registered
+    except Exception:  # noqa: BLE001
+        return None
+    tgt.WITH_TORCH_SPARSE = True
+    return "torch-sparse (ops only)"
+
+
+def make_pyg_loader(graph: CSRGraph, seeds: torch.Tensor, fanouts: list[int],
+                    batch_size: int) -> Any:
+    """A NeighborLoader over a ``Data`` holding the same graph (row = destination)."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+
+    data = Data(edge_index=graph.edge_index(), num_nodes=graph.num_nodes)
+    return NeighborLoader(data, num_neighbors=list(fanouts), batch_size=batch_size,
+                          input_nodes=seeds, shuffle=False, num_workers=0)
+
+
+def pyg_epoch(loader: Any) -> int:
+    """Iterate the loader once; return the number of sampled edges."""
+    return sum(int(batch.edge_index.size(1)) for batch in loader)
+
+
+def gather_rate(graph: CSRGraph, n: int = 10_000_000, seed: int = 0, rounds: int = 3) -> float:
+    """Random reads of ``graph.indices`` per second (best of ``rounds``)."""
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.randint(0, max(graph.num_edges, 1), (n,), generator=gen)
+    best = 0.0
+    for _ in range(rounds):
+        t = time.perf_counter()
+        graph.indices.index_select(0, pos)
+        best = max(best, n / (time.perf_counter() - t))
+    return best
+
+
+def _best(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    top = max(rounds, key=lambda r: r["edges_per_s"])
+    return {**top, "rounds": rounds}
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", default=DEFAULT_SPEC, help="dataset spec (fgnn.data.load_dataset)")
+    p.add_argument("--root", default=None, help="data root for file-based specs")
+    p.add_argument("--fanouts", default="15,10,5", help="comma-separated, seeds' hop first")
+    p.add_argument("--batch-size", type=int, default=8000)
+    p.add_argument("--num-seeds", type=int, default=80000)
+    p.add_argument("--rounds", type=int, default=3, help="alternating fgnn/PyG epochs")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads of the headline fgnn figure (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-pyg", action="store_true", help="skip PyG even when installed")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+
+    fanouts = [int(f) for f in args.fanouts.split(",") if f.strip()]
+    if not fanouts or any(f <= 0 for f in fanouts):
+        p.error(f"--fanouts must be positive ints, got {args.fanouts!r}")
+    for name in ("batch_size", "num_seeds", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    max_threads = torch.get_num_threads()
+    threads = args.threads
+
+    t = time.perf_counter()
+    ds = load_dataset(args.dataset, root=args.root) if args.root else load_dataset(args.dataset)
+    graph = ds.graph
+    load_s = time.perf_counter() - t
+    if args.num_seeds > graph.num_nodes:
+        p.error(f"--num-seeds {args.num_seeds} exceeds the graph's {graph.num_nodes} nodes")
+    seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
+    seeds = seeds[: args.num_seeds]
+    print(f"{ds.name}: {graph}  (loaded in {load_s:.1f}s); threads={threads}/{max_threads}",
+          flush=True)
+
+    backend = None if args.no_pyg else pyg_backend()
+    loader = None
+    if backend is not None:
+        t = time.perf_counter()
+        loader = make_pyg_loader(graph, seeds, fanouts, args.batch_size)
+        print(f"PyG NeighborLoader ({backend}) built in {time.perf_counter() - t:.1f}s",
+              flush=True)
+
+    def run_fgnn(nthreads: int) -> dict[str, float]:
+        prev = torch.get_num_threads()
+        torch.set_num_threads(nthreads)
+        try:
+            return _timed(lambda: fgnn_epoch(graph, seeds, fanouts, args.batch_size, args.seed))
+        finally:
+            torch.set_num_threads(prev)
+
+    # warm-up (allocates the remap scratch array, faults pages of the topology in)
+    fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed)
+    if loader is not None:
+        next(iter(loader))
+    ours, ours1, theirs = [], [], []
+    for r in range(args.rounds):
+        ours.append(run_fgnn(threads))
+        if max_threads != threads:
+            ours1.append(run_fgnn(max_threads))
+        if loader is not None:
+            prev = torch.get_num_threads()
+            torch.set_num_threads(threads)  # same threads as the headline fgnn figure
+            try:
+                theirs.append(_timed(lambda: pyg_epoch(loader)))
+            finally:
+                torch.set_num_threads(prev)
+        print(f"round {r}: fgnn {ours[-1]['edges_per_s'] / 1e6:.2f} M edges/s"
+              + (f", fgnn@{max_threads} threads {ours1[-1]['edges_per_s'] / 1e6:.2f}"
+                 if ours1 else "")
+              + (f", PyG {theirs[-1]['edges_per_s'] / 1e6:.3f}" if theirs else ""), flush=True)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    reads = gather_rate(graph)
+    torch.set_num_threads(prev)
+
+    res_fgnn = _best(ours)
+    res_fgnn1 = _best(ours1) if ours1 else None
+    res_pyg = _best(theirs) if theirs else None
+    ratio = (res_fgnn["edges_per_s"] / res_pyg["edges_per_s"]) if res_pyg else None
+    result: dict[str, Any] = {
+        "bench": "sampling",
+        "dataset": args.dataset,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "fanouts": fanouts,
+        "batch_size": args.batch_size,
+        "num_seeds": args.num_seeds,
+        "threads": threads,
+        "max_threads": max_threads,
+        "fgnn": res_fgnn,
+        "fgnn_max_threads": res_fgnn1,
+        "pyg": res_pyg,
+        "pyg_backend": backend,
+        "ratio_fgnn_over_pyg": ratio,
+        "batch_time_ratio_pyg_over_fgnn": (res_pyg["seconds"] / res_fgnn["seconds"]
+                                           if res_pyg else None),
+        "random_reads_per_s": reads,
+        "fgnn_fraction_of_random_reads": res_fgnn["edges_per_s"] / reads,
+        "machine": {"python": platform.python_version(), "torch": torch.__version__,
+                    "platform": platform.platform(), "cpus": torch.get_num_threads()},
+    }
+
+    rows = [(f"fgnn KHop ({threads} thr)", res_fgnn), (f"fgnn KHop ({max_threads} thr)", res_fgnn1),
+            (f"PyG NeighborLoader ({backend or 'n/a'})", res_pyg)]
+    nb = -(-args.num_seeds // args.batch_size)
+    print(f"\n{'sampler':34s} {'edges':>12s} {'wall s':>8s} {'cpu s':>8s} {'M edges/s':>10s} "
+          f"{'batches/s':>10s}")
+    for name, r in rows:
+        if r is None:
+            if name.startswith("PyG"):
+                print(f"{name:34s} {'null':>12s}")
+            continue
+        print(f"{name:34s} {r['edges']:12d} {r['seconds']:8.2f} {r['cpu_seconds']:8.2f} "
+              f"{r['edges_per_s'] / 1e6:10.2f} {nb / r['seconds']:10.2f}")
+    print(f"ratio fgnn / PyG (edges/s): {'null' if ratio is None else f'{ratio:.1f}x'}"
+          + ("" if res_pyg is None else f"; batches/s: "
+             f"{res_pyg['seconds'] / res_fgnn['seconds']:.1f}x"))
+    print("(fgnn re-samples every vertex of the sample at each hop, DGL/GNNLab blocks; PyG "
+          "samples each vertex once, so its batches hold fewer edges)")
+    print(f"random reads of indices: {reads / 1e6:.1f} M/s; fgnn at "
+          f"{result['fgnn_fraction_of_random_reads']:.1%} of it")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,142 @@
+"""Dedup + remap of sampled vertices to consecutive local ids (FGNN §2 Fig. 1, §5.1 Fig. 9).
+
+The hot path of the Sample stage after neighbour selection. GNNLab/FGNN dedups with a global
+scratch array of size N on the sampling device instead of a hash map; this module does the same in
+vectorised torch:
+
+* ``scratch[v]`` holds the local id of every vertex already in the sample and ``_EMPTY``
+  otherwise. It is allocated once per (device, N) and only the entries a sample touched are reset
+  when the sample ends, so the per-sample cost is O(sampled edges), not O(N).
+* To number the vertices a hop discovers in order of first occurrence, every candidate position
+  ``p`` is scattered with ``amin`` as ``base + p``: known vertices keep their (smaller) local id,
+  new ones end up holding ``base + first position``. One gather finds the first occurrences
+  (value == ``base + p``); their new ids are written back and a second gather reads every
+  candidate's local id.
+
+Numbering (the convention of :mod:`fgnn.sampling.base`): seeds take ids ``0..B-1``; each hop's
+newly discovered vertices follow in order of first appearance among that hop's candidates.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+__all__ = ["Remapper"]
+
+_I32_MAX = torch.iinfo(torch.int32).max
+_I64_MAX = torch.iinfo(torch.int64).max
+_EMPTY = _I64_MAX  # empty entry of an int64 scratch array (int32 arrays use _I32_MAX)
+
+
+class Remapper:
+    """Scratch-array dedup/remap shared by all samplers; one sample at a time (not thread-safe).
+
+    Usage::
+
+        rm = Remapper()
+        rm.begin(seeds, num_nodes)          # seeds -> local ids 0..B-1
+        src_local = rm.add(neighbours)      # per hop: global ids -> local ids, new ids appended
+        frontier = rm.nodes()               # all vertices so far, local id = position
+        input_nodes = rm.end()              # resets the touched scratch entries
+
+    The scratch array (``N`` entries, int32 when ``N <= 2**30`` - half the cache footprint -
+    else int64) is kept between samples on the device it was first used on; a sample on another
+    device or graph size allocates a new one.
+    """
+
+    def __init__(self) -> None:
+        self._scratch: Optional[torch.Tensor] = None
+        self._base = 0
+        self._empty = 0
+        self._parts: list[torch.Tensor] = []
+        self._size = 0
+        self._active = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self, seeds: torch.Tensor, num_nodes: int) -> None:
+        """Start a sample whose first local ids are ``seeds`` (int64, distinct, in range).
+
+        Raises:
+            ValueError: if ``seeds`` holds a repeated vertex.
+            RuntimeError: if the previous sample was not ended.
+        """
+        if self._active:
+            raise RuntimeError("Remapper.begin called before the previous sample's end()")
+        s = self._scratch
+        if s is None or s.device != seeds.device or s.numel() != num_nodes:
+            small = num_nodes <= (1 << 30)
+            dtype = torch.int32 if small else torch.int64
+            # local ids < base <= base + position < empty
+            self._base = (1 << 30) if small else (1 << 40)
+            self._empty = _I32_MAX if small else _I64_MAX
+            s = torch.full((num_nodes,), self._empty, dtype=dtype, device=seeds.device)
+            self._scratch = s
+        pos = torch.arange(seeds.numel(), device=seeds.device, dtype=s.dtype)
+        s.scatter_reduce_(0, seeds, pos, "amin")
+        if bool((s.index_select(0, seeds) != pos).any()):
+            s.index_fill_(0, seeds, self._empty)
+            raise ValueError(f"seeds must be distinct, got vertex {_first_repeat(seeds)} more "
+                             f"than once")
+        self._parts = [seeds]
+        self._size = int(seeds.numel())
+        self._active = True
+
+    def add(self, cand: torch.Tensor) -> torch.Tensor:
+        """Map global ids ``cand`` ``(E,)`` int64 to local ids, appending unseen vertices.
+
+        New vertices are numbered ``size, size + 1, ...`` in order of their first position in
+        ``cand``.
+
+        Returns:
+            ``(E,)`` int64 local ids.
+        """
+        limit = self._empty - self._base - 1  # positions per pass that fit above base
+        if cand.numel() > limit:
+            return torch.cat([self.add(cand[lo:lo + limit])
+                              for lo in range(0, cand.numel(), limit)])
+        s = self._scratch
+        e = cand.numel()
+        if e == 0:
+            return torch.empty(0, dtype=torch.int64, device=cand.device)
+        pos = torch.arange(self._base, self._base + e, device=cand.device, dtype=s.dtype)
+        s.scatter_reduce_(0, cand, pos, "amin")
+        first = s.index_select(0, cand) == pos  # new vertex, first occurrence
+        new_pos = torch.nonzero(first).squeeze(1)
+        if new_pos.numel() > 0:
+            new_vertices = cand.index_select(0, new_pos)
+            new_ids = torch.arange(self._size, self._size + new_pos.numel(), device=cand.device,
+                                   dtype=s.dtype)
+            s.index_copy_(0, new_vertices, new_ids)
+            self._parts.append(new_vertices)
+            self._size += int(new_pos.numel())
+        return s.index_select(0, cand).long()
+
+    def nodes(self) -> torch.Tensor:
+        """All vertices of the sample so far, ``(size,)`` int64 global ids (position = local id)."""
+        if len(self._parts) > 1:
+            self._parts = [torch.cat(self._parts)]
+        return self._parts[0]
+
+    @property
+    def size(self) -> int:
+        """Number of distinct vertices so far."""
+        return self._size
+
+    def end(self) -> torch.Tensor:
+        """Finish the sample: reset the scratch entries it touched; return the input nodes."""
+        nodes = self.nodes()
+        self._scratch.index_fill_(0, nodes, self._empty)
+        self._parts, self._size, self._active = [], 0, False
+        return nodes
+
+    def abort(self) -> None:
+        """Reset after an exception mid-sample (idempotent)."""
+        if self._active:
+            self.end()
+
+
+def _first_repeat(x: torch.Tensor) -> int:
+    vals, counts = torch.unique(x, return_counts=True)
+    return int(vals[counts > 1][0])

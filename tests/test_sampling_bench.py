@@ -1,0 +1,24 @@
+"""Smoke test of bench/sampling.py on a tiny R-MAT graph (no PyG)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bench_sampling_smoke(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_sampling", REPO / "bench" / "sampling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "s.json"
+    res = mod.main(["--dataset", "rmat:scale=9,edge_factor=4,feat_dim=1", "--fanouts", "3,2",
+                    "--batch-size", "64", "--num-seeds", "256", "--rounds", "1", "--no-pyg",
+                    "--threads", "1", "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["fgnn"]["edges"] == res["fgnn"]["edges"] > 0
+    assert saved["pyg"] is None and saved["ratio_fgnn_over_pyg"] is None
+    assert saved["random_reads_per_s"] > 0 and saved["fanouts"] == [3, 2]
+    assert saved["threads"] == 1

@@ -1,0 +1,229 @@
+"""KHop: uniform / weighted k-hop sampling (fgnn.sampling.khop)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from scipy import stats
+
+from conftest import random_graph
+from fgnn.graph import CSRGraph
+from fgnn.sampling import KHop, Sample
+from fgnn.sampling.khop import sample_uniform, sample_weighted
+
+P_MIN = 1e-3  # fixed seeds: the tests are deterministic, the threshold guards a real bias
+
+
+def fan_graph(copies: int, weights: list[float] | None = None, deg: int = 20) -> CSRGraph:
+    """``copies`` rows that all list the same ``deg`` neighbours ``copies .. copies+deg-1``.
+
+    row 0 ─┐
+    row 1 ─┼─► {c, c+1, ..., c+deg-1}   (c = copies; one independent draw per row)
+    ...   ─┘
+    """
+    rows = torch.arange(copies).repeat_interleave(deg)
+    cols = (copies + torch.arange(deg)).repeat(copies)
+    w = None if weights is None else torch.tensor(weights, dtype=torch.float32).repeat(copies)
+    return CSRGraph.from_edge_index(torch.stack([cols, rows]), num_nodes=copies + deg, weights=w)
+
+
+def simple_graph(num_nodes: int, num_edges: int, seed: int) -> CSRGraph:
+    """``random_graph`` without repeated (row, neighbour) pairs."""
+    g = random_graph(num_nodes, num_edges, seed=seed)
+    return CSRGraph.from_edge_index(g.edge_index(), num_nodes=num_nodes, dedup=True)
+
+
+def global_edges(sample: Sample, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    b = sample.blocks[layer]
+    return sample.input_nodes[b.src], sample.input_nodes[b.dst]
+
+
+def check_structure(graph: CSRGraph, sample: Sample, seeds: torch.Tensor) -> None:
+    """Block layout invariants + every sampled edge exists + no repeated neighbour."""
+    nodes = sample.input_nodes
+    assert torch.equal(nodes[: seeds.numel()], seeds)
+    assert torch.unique(nodes).numel() == nodes.numel()
+    assert sample.blocks[0].num_src == nodes.numel()
+    assert sample.blocks[-1].num_dst == seeds.numel()
+    for lo, hi in zip(sample.blocks[:-1], sample.blocks[1:]):
+        assert lo.num_dst == hi.num_src
+    edges = set(zip(graph.edge_index()[0].tolist(), graph.edge_index()[1].tolist()))
+    for layer, b in enumerate(sample.blocks):
+        assert b.num_dst <= b.num_src
+        assert b.src.dtype == torch.int64 and b.dst.dtype == torch.int64
+        if b.num_edges:
+            assert int(b.src.max()) < b.num_src and int(b.dst.max()) < b.num_dst
+        src, dst = global_edges(sample, layer)
+        pairs = list(zip(src.tolist(), dst.tolist()))
+        assert set(pairs) <= edges, "a sampled edge is not in the graph"
+        assert len(set(zip(b.src.tolist(), b.dst.tolist()))) == b.num_edges, "repeated edge"
+
+
+@pytest.mark.parametrize("fanouts", [(3,), (15, 10, 5), (2, 2)])
+def test_khop_structure_and_counts(device, fanouts):
+    g = simple_graph(300, 3000, seed=1).to(device)
+    seeds = torch.randperm(300, generator=torch.Generator().manual_seed(0))[:40].to(device)
+    sample = KHop(fanouts).sample(g, seeds, torch.Generator(device).manual_seed(0))
+    assert sample.num_layers == len(fanouts)
+    check_structure(g.to("cpu"), sample.to("cpu"), seeds.cpu())
+    deg = g.degrees().cpu()
+    nodes = sample.input_nodes.cpu()
+    for layer, k in enumerate(reversed(fanouts)):  # blocks[0] = last hop
+        b = sample.blocks[layer].to("cpu")
+        per_dst = torch.bincount(b.dst, minlength=b.num_dst)
+        assert torch.equal(per_dst, deg[nodes[: b.num_dst]].clamp(max=k))
+
+
+def test_uniform_marginals_chi_square():
+    copies, deg, k = 4000, 20, 5
+    g = fan_graph(copies, deg=deg)
+    sample = KHop([k]).sample(g, torch.arange(copies), torch.Generator().manual_seed(3))
+    src, dst = global_edges(sample, 0)
+    assert torch.equal(torch.bincount(dst, minlength=copies), torch.full((copies,), k))
+    counts = torch.bincount(src - copies, minlength=deg)
+    assert int(counts.sum()) == copies * k
+    assert stats.chisquare(counts.numpy()).pvalue > P_MIN
+
+
+def test_uniform_subsets_chi_square():
+    """All C(5, 2) = 10 subsets equally likely (Floyd's algorithm is exact)."""
+    copies, deg, k = 6000, 5, 2
+    g = fan_graph(copies, deg=deg)
+    sample = KHop([k]).sample(g, torch.arange(copies), torch.Generator().manual_seed(4))
+    src, dst = global_edges(sample, 0)
+    order = torch.argsort(dst * 100 + src)
+    pairs = (src[order] - copies).view(copies, k)
+    assert bool((pairs[:, 0] != pairs[:, 1]).all()), "a neighbour was drawn twice"
+    index = {s: i for i, s in enumerate(itertools.combinations(range(deg), k))}
+    counts = torch.zeros(len(index))
+    for a, b in pairs.tolist():
+        counts[index[(a, b)]] += 1
+    assert stats.chisquare(counts.numpy()).pvalue > P_MIN
+
+
+def test_sample_uniform_large_degree_no_repeats():
+    g = fan_graph(1, deg=100_000)
+    rows = torch.zeros(500, dtype=torch.int64)
+    nbr, row = sample_uniform(g, rows, 15, torch.Generator().manual_seed(0))
+    assert nbr.numel() == 500 * 15
+    per_row = nbr.view(500, 15).sort(1).values
+    assert bool((per_row[:, 1:] != per_row[:, :-1]).all())
+    assert int(nbr.min()) >= 1 and int(nbr.max()) <= 100_000
+    # both halves of the range are reached evenly (no truncation bias at the top end)
+    assert abs(float((nbr > 50_000).float().mean()) - 0.5) < 0.03
+
+
+def test_weighted_follows_weights():
+    w = [1.0, 2.0, 3.0, 4.0, 0.0]
+    copies = 6000
+    g = fan_graph(copies, weights=w, deg=5)
+    sample = KHop([1], weighted=True).sample(g, torch.arange(copies),
+                                             torch.Generator().manual_seed(5))
+    src, _ = global_edges(sample, 0)
+    counts = torch.bincount(src - copies, minlength=5)
+    assert int(counts[4]) == 0, "a zero-weight edge was sampled"
+    expected = torch.tensor(w[:4], dtype=torch.float64) / 10 * copies
+    assert stats.chisquare(counts[:4].numpy(), expected.numpy()).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("w,max_rounds", [
+    ([1.0, 2.0, 3.0, 4.0], 4),       # rejection path
+    ([1.0, 2.0, 3.0, 4.0], 0),       # exact exponential-key fallback only
+    ([30.0, 1.0, 1.0, 2.0], 1),      # skewed: rejection then fallback for the short rows
+])
+def test_weighted_pairs_without_replacement(w, max_rounds):
+    copies = 6000
+    g = fan_graph(copies, weights=w, deg=4)
+    nbr, row = sample_weighted(g, torch.arange(copies), 2, torch.Generator().manual_seed(6),
+                               max_rounds=max_rounds)
+    assert torch.equal(torch.bincount(row, minlength=copies), torch.full((copies,), 2))
+    order = torch.argsort(row * 100 + nbr)
+    pairs = (nbr[order] - copies).view(copies, 2).tolist()
+    subsets = list(itertools.combinations(range(4), 2))
+    tot = sum(w)
+    expected = [w[i] / tot * w[j] / (tot - w[i]) + w[j] / tot * w[i] / (tot - w[j])
+                for i, j in subsets]
+    counts = [0] * len(subsets)
+    for a, b in pairs:
+        assert a != b
+        counts[subsets.index((a, b))] += 1
+    exp = [e * copies for e in expected]
+    assert stats.chisquare(counts, exp).pvalue > P_MIN
+
+
+def test_weighted_fewer_positive_than_fanout():
+    g = fan_graph(50, weights=[1.0, 0.0, 0.0, 0.0, 0.0, 2.0], deg=6)
+    nbr, row = sample_weighted(g, torch.arange(50), 3, torch.Generator().manual_seed(1))
+    assert torch.equal(torch.bincount(row, minlength=50), torch.full((50,), 2))
+    assert set((nbr - 50).tolist()) == {0, 5}
+
+
+def test_weighted_small_rows_keep_all_positive():
+    g = fan_graph(10, weights=[1.0, 0.0, 2.0], deg=3)
+    sample = KHop([5], weighted=True).sample(g, torch.arange(10), torch.Generator().manual_seed(0))
+    src, _ = global_edges(sample, 0)
+    assert sorted(set((src - 10).tolist())) == [0, 2] and src.numel() == 20
+
+
+def test_replace_draws_fanout_each():
+    g = fan_graph(100, deg=3)
+    sample = KHop([6], replace=True).sample(g, torch.arange(100), torch.Generator().manual_seed(0))
+    assert sample.blocks[0].num_edges == 600
+
+
+def test_reproducible_with_generator():
+    g = random_graph(500, 5000, seed=2)
+    seeds = torch.arange(0, 500, 7)
+    s = KHop([10, 5])
+    a = s.sample(g, seeds, torch.Generator().manual_seed(9))
+    b = s.sample(g, seeds, torch.Generator().manual_seed(9))
+    c = s.sample(g, seeds, torch.Generator().manual_seed(10))
+    assert torch.equal(a.input_nodes, b.input_nodes)
+    for x, y in zip(a.blocks, b.blocks):
+        assert torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst)
+    assert not torch.equal(a.input_nodes, c.input_nodes)
+
+
+def test_int32_indices_and_isolated_vertices():
+    g = simple_graph(100, 150, seed=3)
+    g32 = CSRGraph(g.indptr, g.indices.int())
+    seeds = torch.arange(100)
+    sample = KHop([4, 4]).sample(g32, seeds, torch.Generator().manual_seed(0))
+    check_structure(g, sample, seeds)
+
+
+@pytest.mark.parametrize("fanouts", [[], [0], [3, -1], 5, [2.5], None])
+def test_bad_fanouts(fanouts):
+    with pytest.raises(ValueError, match="fanouts"):
+        KHop(fanouts)
+
+
+def test_bad_seeds_and_graph():
+    g = random_graph(50, 200)
+    s = KHop([3])
+    with pytest.raises(ValueError, match="outside"):
+        s.sample(g, torch.tensor([0, 50]))
+    with pytest.raises(ValueError, match="outside"):
+        s.sample(g, torch.tensor([-1]))
+    with pytest.raises(ValueError, match="dtype"):
+        s.sample(g, torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="1-D"):
+        s.sample(g, torch.zeros(2, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="device"):
+        s.sample(g, torch.tensor([0, 1], device="meta"))
+    with pytest.raises(ValueError, match="distinct"):
+        s.sample(g, torch.tensor([3, 4, 3]))
+    # the sampler is still usable after an error
+    assert s.sample(g, torch.tensor([3, 4])).seeds.tolist() == [3, 4]
+    with pytest.raises(ValueError, match="weights"):
+        KHop([3], weighted=True).sample(g, torch.tensor([0]))
+    with pytest.raises(ValueError, match="replace"):
+        KHop([3], weighted=True, replace=True)
+
+
+def test_empty_seeds():
+    g = random_graph(20, 50)
+    sample = KHop([3, 2]).sample(g, torch.empty(0, dtype=torch.int64))
+    assert sample.input_nodes.numel() == 0 and sample.num_edges == 0

@@ -1,0 +1,90 @@
+"""Remapper: scratch-array dedup + remap (fgnn.sampling.remap)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fgnn.sampling.remap import Remapper
+
+
+def reference(seeds: list[int], hops: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Dictionary reference: seeds first, then new vertices in order of first occurrence."""
+    local = {v: i for i, v in enumerate(seeds)}
+    nodes = list(seeds)
+    out = []
+    for cand in hops:
+        ids = []
+        for v in cand:
+            if v not in local:
+                local[v] = len(nodes)
+                nodes.append(v)
+            ids.append(local[v])
+        out.append(ids)
+    return nodes, out
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_matches_reference(device, trial):
+    g = torch.Generator().manual_seed(trial)
+    n = 1000
+    seeds = torch.randperm(n, generator=g)[:50]
+    hops = [torch.randint(0, n, (size,), generator=g) for size in (0, 300, 2000, 5)]
+    rm = Remapper()
+    rm.begin(seeds.to(device), n)
+    got = [rm.add(h.to(device)).cpu() for h in hops]
+    nodes = rm.end().cpu()
+    ref_nodes, ref_hops = reference(seeds.tolist(), [h.tolist() for h in hops])
+    assert nodes.tolist() == ref_nodes
+    for a, b, h in zip(got, ref_hops, hops):
+        assert a.tolist() == b
+        assert torch.equal(nodes[a], h)  # local ids map back to the global ids
+
+
+def test_scratch_is_reset_and_reused():
+    rm = Remapper()
+    rm.begin(torch.tensor([5, 2]), 10)
+    rm.add(torch.tensor([7, 7, 2, 9]))
+    assert rm.size == 4 and rm.nodes().tolist() == [5, 2, 7, 9]
+    rm.end()
+    scratch = rm._scratch
+    assert bool((scratch == rm._empty).all())
+    rm.begin(torch.tensor([9]), 10)
+    assert rm.add(torch.tensor([5, 9])).tolist() == [1, 0]
+    assert rm.end().tolist() == [9, 5]
+    assert rm._scratch is scratch  # allocated once per (device, N)
+    rm.begin(torch.tensor([0]), 20)
+    assert rm._scratch.numel() == 20
+    rm.end()
+
+
+def test_duplicate_seeds_raise_and_leave_clean_state():
+    rm = Remapper()
+    with pytest.raises(ValueError, match="seeds must be distinct.*vertex 3"):
+        rm.begin(torch.tensor([3, 1, 3]), 5)
+    assert bool((rm._scratch == rm._empty).all())
+    rm.begin(torch.tensor([3, 1]), 5)
+    rm.end()
+
+
+def test_begin_twice_is_a_lifecycle_error():
+    rm = Remapper()
+    rm.begin(torch.tensor([0]), 3)
+    with pytest.raises(RuntimeError):
+        rm.begin(torch.tensor([1]), 3)
+    rm.abort()
+    rm.begin(torch.tensor([1]), 3)
+    assert rm.end().tolist() == [1]
+
+
+def test_large_hops_are_processed_in_chunks():
+    """A hop longer than the scratch array's position range is split; numbering is unchanged."""
+    g = torch.Generator().manual_seed(5)
+    cand = torch.randint(0, 300, (100,), generator=g)
+    rm = Remapper()
+    rm.begin(torch.tensor([7, 3]), 300)
+    rm._base = rm._empty - 8  # only 7 positions per pass
+    got = rm.add(cand)
+    nodes = rm.end()
+    ref_nodes, (ref,) = reference([7, 3], [cand.tolist()])
+    assert got.tolist() == ref and nodes.tolist() == ref_nodes
