@@ -1,13 +1,24 @@
-"""fgnn: a factored multi-GPU runtime for sample-based GNN training."""
+"""fgnn: a factored multi-GPU runtime for sample-based GNN training.
 
-from fgnn.data import Dataset
-from fgnn.graph import CSRGraph
-from fgnn.sampling import Block, Sample, Sampler
+The public API in one place: the graph and dataset containers, the sampler interface with the
+built-in samplers, the models, configs, and :class:`Job`, which runs a whole training job.
+"""
+
 from fgnn.config import JobConfig
+from fgnn.data import Dataset, load_dataset
+from fgnn.graph import CSRGraph
 from fgnn.job import Job
+from fgnn.models import GCN, GraphSAGE, PinSAGE, build_model
 from fgnn.monitor.stats import RunResult
+from fgnn.sampling import (Block, KHop, LocalityAwareKHop, RandomWalk, Sample, Sampler,
+                           build_sampler)
 
 __version__ = "0.1.0"
 
-__all__ = ["CSRGraph", "Dataset", "Block", "Sample", "Sampler", "Job", "JobConfig", "RunResult",
-           "__version__"]
+__all__ = [
+    "CSRGraph", "Dataset", "load_dataset",
+    "Block", "Sample", "Sampler", "KHop", "RandomWalk", "LocalityAwareKHop", "build_sampler",
+    "GCN", "GraphSAGE", "PinSAGE", "build_model",
+    "Job", "JobConfig", "RunResult",
+    "__version__",
+]
