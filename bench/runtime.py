@@ -1,0 +1,229 @@
+"""Side-by-side benchmark of the runtime's modes: factored vs time-sharing vs single (FGNN §7).
+
+Runs each mode on the same dataset and device-memory budget in one process and prints, per mode,
+the epoch time, the feature bytes moved host→device, the hit rate and the stage times
+(Sample = S + M + C, Extract, Train), then the ratios against ``factored``. It also reports the
+factored design's own overheads (FGNN Table 5 / §7.3): M + C on the Samplers and the part of the
+Trainers' queue calls and sample fetches that their prefetch did not hide (``overhead``: the mean
+of the two per-executor fractions of the epoch), apart from time a Trainer starved waiting for
+samples (``starve``, a pipeline imbalance rather than an overhead).
+
+Example::
+
+    .venv/bin/python bench/runtime.py --dataset rmat:scale=16,edge_factor=16,feat_dim=128 \\
+        --devices 4 --modes factored,time-sharing,single --device-memory 0.03 --epochs 3 \\
+        --json runs/bench_runtime.json
+
+On CPU the devices are Ray logical GPUs sharing the host's cores, so absolute times are those of
+the CPU; bytes host→device and the overhead fractions are the meaningful comparisons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import ray  # noqa: E402
+
+from fgnn.config import (MODES, CacheConfig, JobConfig, ModelConfig,  # noqa: E402
+                         RuntimeConfig, SamplerConfig, TrainConfig)
+from fgnn.data import load_dataset  # noqa: E402
+from fgnn.executors.runtime import Runtime  # noqa: E402
+
+__all__ = ["run_mode", "summarize", "main"]
+
+
+def _job(args: argparse.Namespace, mode: str) -> JobConfig:
+    return JobConfig(
+        dataset=args.dataset, data_root=args.root,
+        model=ModelConfig(args.model, hidden=args.hidden, dropout=0.0),
+        sampler=SamplerConfig(fanouts=tuple(args.fanouts)),
+        cache=CacheConfig(policy=args.cache_policy, device_memory_gib=args.device_memory),
+        train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.003, seed=0),
+        runtime=RuntimeConfig(mode=mode, devices=args.devices, samplers=args.samplers,
+                              queue_size=args.queue_size, switching=not args.no_switching))
+
+
+def summarize(result: Any, details: list[dict[str, Any]], skip_first: bool) -> dict[str, Any]:
+    """Mean per-epoch numbers of a run (the first epoch left out when ``skip_first`` and more
+    than one epoch ran: actor warm-up)."""
+    epochs = list(result.epochs)
+    dets = [d for d in details if not d["profiling"]]
+    if skip_first and len(epochs) > 1:
+        epochs, dets = epochs[1:], dets[1:]
+    n = len(epochs)
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    t = mean([e.time_s for e in epochs])
+    a = result.allocation
+    n_s = max(1, a["samplers"])
+    n_t = max(1, a["trainers"]) if result.mode != "single" else 1
+    mc = mean([e.sample.M + e.sample.C for e in epochs])
+    rpc = mean([d["exposed_queue_s"] for d in dets])
+    starve = mean([e.queue_wait_s for e in epochs])
+    if result.mode == "single":  # one device does both halves one after the other
+        overhead_frac = (mc + rpc) / t
+        starve_frac = starve / t
+    else:
+        overhead_frac = 0.5 * (mc / (n_s * t) + rpc / (n_t * t))
+        starve_frac = starve / (n_t * t)
+    # the cache ratio the Trainers of this mode ran with (a device holding the topology: less)
+    alpha = a.get("alpha_resident" if result.mode in ("time-sharing", "single") else "alpha",
+                  float("nan"))
+    return {
+        "mode": result.mode, "epochs_measured": n, "allocation": a, "alpha": alpha,
+        "epoch_time_s": t,
+        "bytes_host_to_device": mean([e.bytes_host_to_device for e in epochs]),
+        "hit_rate": mean([e.hit_rate for e in epochs]),
+        "sample_s": {"total": mean([e.sample.total for e in epochs]),
+                     "S": mean([e.sample.S for e in epochs]),
+                     "M": mean([e.sample.M for e in epochs]),
+                     "C": mean([e.sample.C for e in epochs])},
+        "extract_s": mean([e.extract_s for e in epochs]),
+        "train_s": mean([e.train_s for e in epochs]),
+        "grad_sync_s": mean([d["sync_s"] for d in dets]),
+        "queue_rpc_and_fetch_s": mean([d["rpc_s"] + d["fetch_s"] for d in dets]),
+        "exposed_queue_s": rpc,
+        "stall_s": mean([d["stall_s"] for d in dets]),
+        "starve_s": starve,
+        "overhead_frac": overhead_frac,
+        "starve_frac": starve_frac,
+        "switches": mean([e.switches for e in epochs]),
+        "standby_batches": mean([sum(d["standby_batches"].values()) for d in dets]),
+        "batches": mean([e.batches for e in epochs]),
+        "preprocess": result.preprocess,
+    }
+
+
+def run_mode(args: argparse.Namespace, dataset: Any, mode: str) -> dict[str, Any]:
+    """Run one mode and summarise it."""
+    cfg = _job(args, mode)
+    t0 = time.perf_counter()
+    rt = Runtime(cfg, dataset, evaluate=False)
+    result = rt.run()
+    out = summarize(result, rt.details, skip_first=not args.keep_first)
+    out["wall_s"] = time.perf_counter() - t0
+    out["epochs"] = [e.to_dict() for e in result.epochs]
+    return out
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(b) < 1024 or unit == "GiB":
+            return f"{b:.1f}{unit}"
+        b /= 1024
+    return f"{b:.1f}GiB"
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    head = (f"{'mode':<13}{'Ns/Nt':>7}{'epoch s':>9}{'h2d':>11}{'hit%':>7}{'alpha':>7}"
+            f"{'S':>8}{'M':>7}{'C':>7}{'extract':>9}{'train':>8}{'ovh%':>7}{'starve%':>8}"
+            f"{'standby':>8}")
+    print(head)
+    for r in rows:
+        a, s = r["allocation"], r["sample_s"]
+        print(f"{r['mode']:<13}{a['samplers']:>3}/{a['trainers']:<3}{r['epoch_time_s']:>9.3f}"
+              f"{_fmt_bytes(r['bytes_host_to_device']):>11}{100 * r['hit_rate']:>7.1f}"
+              f"{r['alpha']:>7.3f}{s['S']:>8.3f}{s['M']:>7.3f}{s['C']:>7.3f}"
+              f"{r['extract_s']:>9.3f}{r['train_s']:>8.3f}{100 * r['overhead_frac']:>7.2f}"
+              f"{100 * r['starve_frac']:>8.2f}{r['standby_batches']:>8.1f}")
+
+
+def ratios(rows: list[dict[str, Any]], base: str = "factored") -> dict[str, dict[str, float]]:
+    """``mode -> {bytes, epoch_time}`` ratios of each mode over ``base``."""
+    by = {r["mode"]: r for r in rows}
+    if base not in by:
+        return {}
+    b = by[base]
+    out = {}
+    for m, r in by.items():
+        if m == base:
+            continue
+        out[m] = {
+            "bytes_host_to_device": (r["bytes_host_to_device"] / b["bytes_host_to_device"]
+                                     if b["bytes_host_to_device"] else math.inf),
+            "epoch_time": r["epoch_time_s"] / b["epoch_time_s"],
+        }
+    return out
+
+
+def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="rmat:scale=16,edge_factor=16,feat_dim=128,"
+                                        "train_frac=0.05,seed=0")
+    p.add_argument("--root", default=None, help="data root (Planetoid files)")
+    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--modes", default="factored,time-sharing,single")
+    p.add_argument("--device-memory", type=float, default=None,
+                   help="device memory budget in GiB (sets the cache ratio)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])
+    p.add_argument("--model", default="sage")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--cache-policy", default="presc")
+    p.add_argument("--samplers", type=int, default=None)
+    p.add_argument("--queue-size", type=int, default=16)
+    p.add_argument("--no-switching", action="store_true")
+    p.add_argument("--keep-first", action="store_true",
+                   help="average over every epoch (default: drop the first, warm-up)")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            p.error(f"--modes: unknown mode {m!r}, expected some of {', '.join(MODES)}")
+    args.mode_list = modes
+    if args.devices < 1:
+        p.error(f"--devices must be >= 1, got {args.devices}")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    """Run the benchmark; returns what ``--json`` writes."""
+    args = _parse(argv)
+    t0 = time.perf_counter()
+    ds = load_dataset(args.dataset, args.root)
+    load_s = time.perf_counter() - t0
+    print(f"dataset {ds!r} loaded in {load_s:.1f}s; graph {_fmt_bytes(ds.graph.nbytes())}, "
+          f"features {_fmt_bytes(ds.num_nodes * ds.feature_row_bytes)}", flush=True)
+    ray.init(address="local", num_cpus=max(4, args.devices), num_gpus=args.devices,
+             include_dashboard=False, log_to_driver=False)
+    rows = []
+    try:
+        for m in args.mode_list:
+            print(f"--- {m}", flush=True)
+            rows.append(run_mode(args, ds, m))
+    finally:
+        ray.shutdown()
+    _print_table(rows)
+    rat = ratios(rows)
+    for m, r in rat.items():
+        print(f"{m} / factored: bytes host->device x{r['bytes_host_to_device']:.2f}, "
+              f"epoch time x{r['epoch_time']:.2f}")
+    out = {"dataset": args.dataset, "num_nodes": ds.num_nodes, "num_edges": ds.graph.num_edges,
+           "graph_bytes": ds.graph.nbytes(), "feature_bytes": ds.num_nodes * ds.feature_row_bytes,
+           "devices": args.devices, "device_memory_gib": args.device_memory,
+           "argv": sys.argv[1:] if argv is None else argv, "modes": rows, "ratios": rat}
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2, default=str))
+        print(f"wrote {path}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+"""The controller half of the runtime: one epoch on the driver (FGNN §5.2-§5.3).
+
+:class:`EpochLoop` is mixed into :class:`~fgnn.executors.runtime.Runtime`. Per epoch it starts
+the Trainers, hands mini-batch tasks to the Samplers dynamically (:class:`TaskScheduler`, a few
+calls in flight per Sampler, ``ray.wait`` for whichever finishes first), wakes each Sampler's
+standby Trainer once that Sampler has finished its share (dynamic switching, §5.3), polls the
+global queue for progress, depth and lost samples, handles executor failures (leases back to the
+queue, restart or continue with fewer, or stop with a checkpoint) and folds the records into an
+:class:`~fgnn.monitor.stats.EpochStats`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from fgnn.executors._common import metrics_for
+from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, epoch_batches
+from fgnn.monitor.stats import EpochStats, SampleTimes
+
+__all__ = ["EpochLoop", "RuntimeFailure", "PROFILE_BATCHES"]
+
+#: The profiling epoch (§5.3) is capped at this many mini-batches on large graphs.
+PROFILE_BATCHES = 64
+#: Seconds between the driver's polls of the queue (progress, depth samples).
+_POLL_S = 0.05
+#: Sampler calls kept in flight per Sampler (one running, one waiting in its mailbox).
+_SAMPLER_DEPTH = 2
+#: Times Ray restarts a dead executor before the job continues without it.
+_MAX_RESTARTS = 1
+#: Seconds a restarting executor may take before the job continues without it.
+_RESTART_TIMEOUT_S = 120.0
+
+
+class RuntimeFailure(RuntimeError):
+    """The job cannot continue (no Trainer or no Sampler left); a checkpoint was written.
+
+    Attributes:
+        checkpoint: path of the resumable checkpoint.
+    """
+
+    def __init__(self, message: str, checkpoint: Optional[Path] = None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+@dataclass
+class _Exec:
+    """An executor actor the driver tracks."""
+
+    name: str
+    role: str  # sampler | trainer | standby
+    device: int
+    handle: Any
+    failures: int = 0
+    """Crash incidents so far."""
+    alive: bool = True
+    gen: int = 0
+    """Incarnation: bumped per failure, so calls lost in one crash count as one failure."""
+    first_failure: Optional[float] = None
+    """When the current incident began (a restart must finish within _RESTART_TIMEOUT_S)."""
+
+
+@dataclass
+class _EpochAcc:
+    """Per-epoch accumulation on the driver."""
+
+    sample: SampleTimes = field(default_factory=SampleTimes)
+    sampler_wait_s: float = 0.0
+    records: list[dict[str, Any]] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    sampled: int = 0
+    lost: int = 0
+    """Samples whose owner (a Sampler) died before a Trainer read them."""
+    reissued: int = 0
+    """Tasks handed to Samplers again after a fault."""
+
+
+class EpochLoop:
+    """One epoch on the driver; mixed into :class:`~fgnn.executors.runtime.Runtime`, whose
+    attributes (``config``, ``dataset``, ``queue``, ``ps``, ``_execs``, ``on_batch``, ...) it
+    uses."""
+
+    def _run_epoch(self, epoch: int, profiling: bool = False) -> EpochStats:
+        """Run one epoch (or the profiling epoch, whose gradients are discarded) to completion:
+        every task acknowledged once; returns its statistics."""
+        import ray
+
+        cfg = self.config
+        rt = cfg.runtime
+        mode = rt.mode
+        total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size, cfg.train.seed,
+                                  epoch))
+        if profiling:
+            total = min(total, PROFILE_BATCHES)
+        no_trainer = not any(e.role == "trainer" and e.alive for e in self._execs)
+        # with no normal Trainer the standby starts only once the epoch is sampled (§7.9): the
+        # queue (host memory) must hold the whole epoch
+        whole = mode in ("single", "time-sharing") or no_trainer
+        maxsize = max(rt.queue_size, total) if whole else rt.queue_size
+        ray.get([self.queue.begin_epoch.remote(epoch, total, maxsize),
+                 self.ps.begin_epoch.remote(epoch, profiling)])
+        acc = _EpochAcc()
+        sched = TaskScheduler(total)
+        samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
+        trainers = [e for e in self._execs if e.role == "trainer" and e.alive]
+        standbys = {e.device: e for e in self._execs if e.role == "standby" and e.alive}
+        metrics = metrics_for("driver", "host")
+        t_start = time.perf_counter()
+        if mode == "time-sharing":
+            ray.get(self.queue.put_tasks.remote(epoch, list(range(total))))
+            for t in range(total):
+                sched.next_task(-1)
+                sched.task_sampled(t)
+        running: dict[Any, _Exec] = {}  # run_epoch ref -> trainer/standby
+        if mode != "single":
+            for e in trainers:
+                running[e.handle.run_epoch.remote(epoch, None)] = e
+        sampling: dict[Any, tuple[_Exec, int, int]] = {}  # ref -> (sampler, task, incarnation)
+        woke: set[int] = set()
+        dirty: set[int] = set()  # samplers with a put in flight (flushed when done)
+        flushing: dict[Any, _Exec] = {}  # flush ref -> sampler
+        switched: dict[str, int] = {}
+        seen, done, last_loss, last_poll = 0, 0, float("nan"), 0.0
+        while True:
+            # hand out tasks dynamically (§5.2)
+            for s in samplers:
+                if not s.alive:
+                    continue
+                busy = sum(1 for e, _, _ in sampling.values() if e is s)
+                while busy < _SAMPLER_DEPTH:
+                    t = sched.next_task(s.device)
+                    if t is None:
+                        break
+                    sampling[s.handle.sample_task.remote(epoch, t)] = (s, t, s.gen)
+                    busy += 1
+            # a Sampler with its share done flushes its last put; then (dynamic switching,
+            # §5.3) its standby takes tasks while P > 0
+            for s in samplers:
+                if s.alive and s.device in dirty and sched.sampler_finished(s.device):
+                    dirty.discard(s.device)
+                    flushing[s.handle.flush.remote()] = s
+            if not profiling:
+                for s in samplers:
+                    sb = standbys.get(s.device)
+                    done_share = (sched.sampler_finished(s.device) and s.device not in dirty
+                                  and all(f is not s for f in flushing.values()))
+                    if (sb is not None and sb.alive and s.device not in woke
+                            and (done_share or not s.alive
+                                 or (trainers and not any(t.alive for t in trainers)))
+                            and (rt.switching or mode == "single")):
+                        woke.add(s.device)
+                        policy = self._standby_policy(acc, trainers)
+                        running[sb.handle.run_epoch.remote(epoch, policy)] = sb
+            refs = list(sampling) + list(running) + list(flushing)
+            ready = []
+            if refs:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=_POLL_S)
+            for r in ready:
+                if r in flushing:
+                    s = flushing.pop(r)
+                    try:
+                        res = ray.get(r)
+                        acc.sample.C += res["C"]
+                        acc.sampler_wait_s += res["queue_wait"]
+                    except ray.exceptions.RayError as err:
+                        self._executor_failed(s, err)  # its lost samples come back as "lost"
+                elif r in sampling:
+                    s, t, g = sampling.pop(r)
+                    try:
+                        res = ray.get(r)
+                    except ray.exceptions.RayError as err:
+                        if g == s.gen:
+                            self._executor_failed(s, err)
+                        sched.task_failed(t)
+                        continue
+                    sched.task_sampled(t)
+                    dirty.add(s.device)
+                    acc.sample.S += res["S"]
+                    acc.sample.M += res["M"]
+                    acc.sample.C += res["C"]
+                    acc.sampler_wait_s += res["queue_wait"]
+                    acc.sampled += 1
+                else:
+                    e = running.pop(r)
+                    try:
+                        res = ray.get(r)
+                        if e.role == "standby" and res["batches"] > 0:
+                            switched[e.name] = switched.get(e.name, 0) + res["batches"]
+                    except ray.exceptions.RayError as err:
+                        ray.get(self.queue.retire.remote(e.name))
+                        if self._executor_failed(e, err):
+                            policy = (None if e.role == "trainer"
+                                      else self._standby_policy(acc, trainers))
+                            running[e.handle.run_epoch.remote(epoch, policy)] = e
+            now = time.perf_counter()
+            if now - last_poll >= _POLL_S or not ready:
+                last_poll = now
+                st = ray.get(self.queue.poll.remote(seen))
+                seen += len(st["records"])
+                acc.depth.append(int(st["depth"]))
+                metrics.queue_depth(int(st["depth"]))
+                if st["lost"]:
+                    acc.lost += len(st["lost"])
+                    sched.extend(st["lost"])
+                for rec in st["records"]:
+                    acc.records.append(rec)
+                    done += 1
+                    last_loss = rec.get("loss", last_loss)
+                    if self.on_batch is not None and not profiling:
+                        self.on_batch(epoch, done, total, float(last_loss))
+                if st["done"] >= total:
+                    break
+                self._check_alive(samplers, trainers, standbys, sched, mode, epoch)
+        # the epoch is complete: wait for the executors to notice and return
+        for r, e in list(running.items()):
+            try:
+                res = ray.get(r)
+                if e.role == "standby" and res["batches"] > 0:
+                    switched[e.name] = switched.get(e.name, 0) + res["batches"]
+            except ray.exceptions.RayError as err:
+                self._executor_failed(e, err)
+        for r, s in flushing.items():
+            try:
+                ray.get(r)
+            except ray.exceptions.RayError:
+                pass
+        for r, (s, _, g) in sampling.items():
+            try:
+                ray.get(r)
+            except ray.exceptions.RayError as err:
+                if g == s.gen:
+                    self._executor_failed(s, err)
+        elapsed = time.perf_counter() - t_start
+        ledger = ray.get(self.ps.ledger.remote())
+        acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
+        return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
+                                 profiling)
+
+    def _standby_policy(self, acc: _EpochAcc, trainers: list[_Exec]) -> StandbyPolicy:
+        """T_t from the normal Trainers' records so far (else the profiling epoch), N_t alive."""
+        recs = [r for r in acc.records if r.get("role") == "trainer"]
+        if recs:
+            t_t = sum(r["extract_s"] + r["train_s"] for r in recs) / len(recs)
+        elif hasattr(self, "profile_times"):
+            t_t = self.profile_times["T_t"]
+        else:
+            t_t = 0.0
+        n_t = sum(1 for e in trainers if e.alive)
+        return StandbyPolicy(t_train=t_t, num_trainers=n_t, t_standby=t_t)
+
+    def _executor_failed(self, e: _Exec, err: BaseException) -> bool:
+        """Handle a failed executor call; True when the actor should get the work again.
+
+        ``ActorUnavailableError``: Ray is restarting the actor (``max_restarts``), so the work is
+        resubmitted (calls queue until the restart completes; a call that still fails in the
+        window is retried for up to ``_RESTART_TIMEOUT_S``). ``ActorDiedError``: the actor is
+        gone for good and the job continues without it. Any other error is an exception inside
+        the executor, a bug rather than a fault, and is re-raised with the cause chained.
+        """
+        import ray
+
+        if not isinstance(err, ray.exceptions.RayActorError):
+            raise RuntimeError(f"executor {e.name} failed: {err}") from err
+        now = time.perf_counter()
+        if isinstance(err, ray.exceptions.ActorDiedError):
+            e.alive = False
+            return False
+        if e.first_failure is None or now - e.first_failure > 2 * _RESTART_TIMEOUT_S:
+            e.first_failure = now
+            e.failures += 1
+        e.gen += 1
+        if now - e.first_failure > _RESTART_TIMEOUT_S:
+            e.alive = False
+            return False
+        time.sleep(0.1)  # let Ray mark the actor as restarting before the resubmission
+        return True
+
+    def _check_alive(self, samplers: list[_Exec], trainers: list[_Exec],
+                     standbys: dict[int, _Exec], sched: TaskScheduler, mode: str,
+                     epoch: int) -> None:
+        """Stop with a checkpoint when the epoch cannot finish."""
+        can_train = any(e.alive for e in trainers) or any(e.alive for e in standbys.values())
+        can_sample = mode == "time-sharing" or any(e.alive for e in samplers)
+        if can_train and can_sample:
+            return
+        import ray
+
+        ray.get(self.queue.abort.remote("no executors left"))
+        what = "Trainer" if not can_train else "Sampler"
+        path = self._save_checkpoint(epoch - 1, force=True)
+        raise RuntimeFailure(
+            f"epoch {epoch}: every {what} executor died and could not be restarted; the job "
+            f"stopped. Resume from the checkpoint {path} with train.resume=True and "
+            f"train.checkpoint_dir={path.parent}", path)
+
+    def _epoch_stats(self, epoch: int, elapsed: float, acc: _EpochAcc, ledger: dict,
+                     switched: dict[str, int], samplers: list[_Exec], trainers: list[_Exec],
+                     profiling: bool) -> EpochStats:
+        recs = acc.records
+        sample = SampleTimes(acc.sample.S, acc.sample.M, acc.sample.C)
+        sample.S += sum(r.get("S", 0.0) for r in recs)
+        sample.M += sum(r.get("M", 0.0) for r in recs)
+        hits = sum(r["hits"] for r in recs)
+        misses = sum(r["misses"] for r in recs)
+        losses = [r["loss"] for r in recs if "loss" in r]
+        mode = self.config.runtime.mode
+        stats = EpochStats(
+            epoch=epoch, time_s=elapsed, sample=sample,
+            extract_s=sum(r["extract_s"] for r in recs),
+            train_s=sum(r["train_s"] for r in recs),
+            hit_rate=hits / (hits + misses) if hits + misses else 0.0,
+            bytes_host_to_device=int(sum(r["bytes"] for r in recs)),
+            switches=len(switched), batches=len(recs),
+            loss=float(np.mean(losses)) if losses else float("nan"),
+            samplers=(self.num_devices if mode == "time-sharing"
+                      else sum(1 for s in samplers if s.alive)),
+            trainers=(self.num_devices if mode == "time-sharing"
+                      else sum(1 for t in trainers if t.alive)),
+            queue_wait_s=sum(r["wait_s"] for r in recs),
+            queue_depth=acc.depth,
+        )
+        self.details.append({
+            "epoch": epoch, "profiling": profiling,
+            "standby_batches": dict(switched),
+            "batches_by": _count_by(recs, "consumer"),
+            "rpc_s": sum(r["rpc_s"] for r in recs),
+            "fetch_s": sum(r.get("fetch_s", 0.0) for r in recs),
+            "stall_s": sum(r.get("stall_s", 0.0) for r in recs),
+            # queue calls and sample fetches the Trainers' prefetch did not hide
+            "exposed_queue_s": sum(min(r.get("stall_s", 0.0), r["rpc_s"] + r.get("fetch_s", 0.0))
+                                   for r in recs),
+            "sync_s": sum(r["sync_s"] for r in recs),
+            "sampler_queue_wait_s": acc.sampler_wait_s,
+            "sample_bytes": int(sum(r.get("nbytes", 0) for r in recs)),
+            "task_ids": sorted(r["task_id"] for r in recs),
+            "lost_samples": acc.lost, "reissued": acc.reissued,
+            "applied": ledger["applied"], "rejected": ledger["rejected"],
+            "ps_busy_s": ledger["busy_s"],
+        })
+        return stats
+
+
+def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in recs:
+        out[r.get(key, "")] = out.get(r.get(key, ""), 0) + 1
+    return out

@@ -1,0 +1,175 @@
+"""The global queue, the parameter server and the Sampler executor, in-process (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
+from fgnn.executors.queue import GlobalQueue, QueueItem
+from fgnn.executors.sampler import (SamplerExecutor, mark_sample, pack_sample, sample_nbytes,
+                                    unpack_sample)
+from fgnn.sampling.khop import KHop
+
+from tests.conftest import random_graph
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------------- queue
+def test_queue_fifo_lease_ack_and_epoch_end():
+    async def body():
+        q = GlobalQueue(maxsize=4)
+        await q.begin_epoch(0, 3)
+        g = await q.register("t0")
+        for t in range(3):
+            assert (await q.put(QueueItem(0, t)))[0]
+        assert q.qsize() == 3
+        st, item, _ = await q.get("t0", g)
+        assert st == "item" and item.task_id == 0
+        assert q.poll()["leased"] == {"t0": [0]}
+        assert await q.ack("t0", 0, {"loss": 1.0})
+        assert not await q.ack("t0", 0)              # counted once
+        for t in (1, 2):
+            st, item, _ = await q.get("t0", g)
+            await q.ack("t0", item.task_id, {"loss": 0.5})
+        st, item, _ = await q.get("t0", g)           # every task acknowledged
+        assert (st, item) == ("done", None)
+        p = q.poll()
+        assert p["done"] == 3 and [r["task_id"] for r in p["records"]] == [0, 1, 2]
+        assert q.poll(since=2)["records"][0]["task_id"] == 2
+    run(body())
+
+
+def test_queue_back_pressure_blocks_put_until_get():
+    async def body():
+        q = GlobalQueue(maxsize=1)
+        await q.begin_epoch(0, 2)
+        g = await q.register("t")
+        await q.put(QueueItem(0, 0))
+        blocked = asyncio.ensure_future(q.put(QueueItem(0, 1)))
+        await asyncio.sleep(0.05)
+        assert not blocked.done() and q.qsize() == 1
+        await q.get("t", g)
+        ok, waited = await asyncio.wait_for(blocked, 1.0)
+        assert ok and waited > 0.0 and q.qsize() == 1
+    run(body())
+
+
+def test_queue_retire_returns_leases_and_stale_gets_take_nothing():
+    async def body():
+        q = GlobalQueue(maxsize=8)
+        await q.begin_epoch(0, 3)
+        g = await q.register("dead")
+        for t in range(3):
+            await q.put(QueueItem(0, t))
+        await q.get("dead", g)
+        await q.get("dead", g)
+        assert await q.retire("dead") == [0, 1]      # back at the front, in order
+        assert (await q.get("dead", g))[0] == "done"  # a stale incarnation takes nothing
+        g2 = await q.register("alive")
+        got = [(await q.get("alive", g2))[1].task_id for _ in range(3)]
+        assert got == [0, 1, 2]
+    run(body())
+
+
+def test_queue_duplicates_of_done_tasks_are_skipped_and_lost_reported():
+    async def body():
+        q = GlobalQueue(maxsize=8)
+        await q.begin_epoch(1, 2)
+        g = await q.register("t")
+        await q.put(QueueItem(1, 0))
+        await q.put(QueueItem(1, 0))                 # re-sampled after a fault
+        await q.put(QueueItem(1, 1))
+        assert not (await q.put(QueueItem(0, 5)))[0]  # another epoch: dropped
+        _, it, _ = await q.get("t", g)
+        await q.ack("t", it.task_id)
+        _, it, _ = await q.get("t", g)
+        assert it.task_id == 1                        # the duplicate of 0 is skipped
+        await q.fail("t", 1)
+        assert q.poll()["lost"] == [1] and q.poll()["lost"] == []
+        st, _, _ = await q.get("t", g, timeout=0.05)
+        assert st == "timeout"
+        await q.abort("test")
+        assert (await q.get("t", g))[0] == "done"
+    run(body())
+
+
+def test_queue_raw_tasks_and_bad_args():
+    async def body():
+        q = GlobalQueue(2)
+        await q.begin_epoch(0, 5, maxsize=5)
+        assert await q.put_tasks(0, [0, 1, 2, 3, 4]) == 5
+        assert q.qsize() == 5
+        with pytest.raises(ValueError, match="total"):
+            await q.begin_epoch(0, -1)
+    run(body())
+    with pytest.raises(ValueError, match="maxsize"):
+        GlobalQueue(0)
+
+
+# ---------------------------------------------------------------------------- ps
+def _lin() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2)
+
+
+def test_flatten_roundtrip():
+    m = _lin()
+    ps = list(m.parameters())
+    flat = flatten(ps)
+    assert flat.shape == (8,)
+    unflatten_into(flat * 0 + 1, ps)
+    assert all(bool((p == 1).all()) for p in ps)
+    with pytest.raises(ValueError, match="flat"):
+        unflatten_into(torch.zeros(3), ps)
+
+
+def test_parameter_server_applies_each_task_once():
+    ps = ParameterServer(_lin(), lr=0.1)
+    ps.begin_epoch(0)
+    v0, w0 = ps.weights()
+    g = torch.ones_like(w0)
+    applied, v1, w1 = ps.step(0, 7, g, "t0")
+    assert applied and v1 == v0 + 1 and not torch.equal(w0, w1)
+    applied, v2, w2 = ps.step(0, 7, g, "t1")        # re-delivered duplicate
+    assert not applied and v2 == v1 and torch.equal(w1, w2)
+    assert not ps.step(3, 8, g)[0]                   # stale epoch
+    led = ps.ledger()
+    assert led["applied"] == {7: 1} and led["rejected"] == {7: 1, 8: 1} and led["by"] == {7: "t0"}
+    ps.begin_epoch(1, discard=True)                  # profiling: counted, not applied
+    applied, v3, w3 = ps.step(1, 0, g)
+    assert applied and v3 == v2 and torch.equal(w3, w2)
+    st = ps.state()
+    assert set(st) == {"model", "optimizer", "version"}
+
+
+# ---------------------------------------------------------------------------- sampler
+def test_sampler_executor_in_process_is_deterministic_per_task():
+    graph = random_graph(60, 400, seed=1)
+    train = torch.arange(0, 40)
+    mask = torch.zeros(60, dtype=torch.bool)
+    mask[:10] = True
+    a = SamplerExecutor(graph, KHop([3, 2]), train, 8, seed=5, cache_mask=mask)
+    b = SamplerExecutor(graph, KHop([3, 2]), train.numpy(), 8, seed=5, cache_mask=mask.numpy())
+    sa, s_time, m_time = a.sample(2, 3)
+    sb, _, _ = b.sample(2, 3)
+    assert sa.task_id == 3 and s_time >= 0 and m_time >= 0
+    assert torch.equal(sa.input_nodes, sb.input_nodes)     # same task -> same sample anywhere
+    assert torch.equal(sa.seeds, a.seeds_of(2, 3))
+    assert torch.equal(sa.cached, sa.input_nodes < 10)      # M: the trainers' cache map
+    assert sample_nbytes(sa) > 0
+    back = unpack_sample(pack_sample(sa))                   # the object-store form
+    assert back.task_id == 3 and torch.equal(back.input_nodes, sa.input_nodes)
+    assert all(torch.equal(x.src, y.src) and x.num_dst == y.num_dst
+               for x, y in zip(back.blocks, sa.blocks))
+    assert unpack_sample(sa) is sa
+    assert mark_sample(sa, None).cached.sum() == 0
+    with pytest.raises(ValueError, match="task_id"):
+        a.sample(2, 99)
+    with pytest.raises(ValueError, match="batch_size"):
+        SamplerExecutor(graph, KHop([3]), train, 0, seed=0)

@@ -1,0 +1,211 @@
+"""The runtime on Ray with logical GPUs: exactly-once training in every mode, switching, faults.
+
+Ray starts once for the module (4 logical GPUs on CPU); executors take no CPU resource, so the
+8 or so actors of a job fit on the shared cores. No timing assertions.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
+                         SamplerConfig, TrainConfig)
+from fgnn.data.synthetic import rmat_dataset  # noqa: E402
+from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
+from fgnn.executors.scheduler import epoch_batches  # noqa: E402
+from fgnn.monitor.stats import RunResult  # noqa: E402
+
+DEVICES = 4
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < DEVICES:
+        ray.shutdown()
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=4, num_gpus=DEVICES, include_dashboard=False,
+                 log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    # 512 vertices, 160 training seeds -> 10 mini-batches of 16 per epoch
+    return rmat_dataset(scale=9, edge_factor=8, feat_dim=16, num_classes=4, train_frac=0.3125,
+                        val_frac=0.1, test_frac=0.1, seed=0)
+
+
+def job(mode: str = "factored", devices: int = 3, samplers=None, epochs: int = 2,
+        switching: bool = True, checkpoint_dir=None, batch_size: int = 16) -> JobConfig:
+    return JobConfig(
+        model=ModelConfig("sage", hidden=16, dropout=0.0),
+        sampler=SamplerConfig(fanouts=(4, 4)),
+        cache=CacheConfig(policy="degree", cache_ratio=0.25),
+        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=0.01, seed=1,
+                          checkpoint_dir=checkpoint_dir),
+        runtime=RuntimeConfig(mode=mode, devices=devices, samplers=samplers,
+                              switching=switching, queue_size=4))
+
+
+def assert_exactly_once(rt: Runtime, result: RunResult, dataset, cfg: JobConfig) -> None:
+    trained = [d for d in rt.details if not d["profiling"]]
+    assert len(trained) == len(result.epochs) == cfg.train.epochs
+    for d, stats in zip(trained, result.epochs):
+        total = len(epoch_batches(dataset.train_idx, cfg.train.batch_size, cfg.train.seed,
+                                  d["epoch"]))
+        assert d["task_ids"] == list(range(total)), d["task_ids"]  # each acknowledged once
+        assert d["applied"] == {t: 1 for t in range(total)}        # each gradient applied once
+        assert stats.batches == total
+
+
+@pytest.mark.parametrize("mode", ["factored", "time-sharing", "single"])
+def test_every_minibatch_trained_exactly_once(ray_cluster, dataset, mode):
+    cfg = job(mode, devices=2)
+    calls = []
+    epochs = []
+    rt = Runtime(cfg, dataset, on_batch=lambda *a: calls.append(a), on_epoch=epochs.append)
+    result = rt.run()
+    assert_exactly_once(rt, result, dataset, cfg)
+    assert [c[1] for c in calls if c[0] == 0] == list(range(1, 11))
+    assert all(c[2] == 10 for c in calls) and len(epochs) == 2
+    a = result.allocation
+    assert {"devices", "samplers", "trainers", "K", "device_kind"} <= set(a)
+    assert a["device_kind"] == "logical"
+    e = result.epochs[0]
+    assert e.sample.S > 0 and e.train_s > 0 and e.bytes_host_to_device > 0
+    assert 0.0 <= e.hit_rate <= 1.0 and e.queue_depth
+    assert set(result.final) == {"train_acc", "val_acc", "test_acc"}
+    assert isinstance(rt.model, torch.nn.Module)
+    assert set(result.preprocess) == {"load_s", "presample_s", "cache_build_s"}
+    if mode == "factored":
+        assert a["samplers"] + a["trainers"] == 2 and a["K"] > 0
+        assert e.sample.C > 0 and e.sample.M > 0
+        assert any(d["profiling"] for d in rt.details)
+    elif mode == "time-sharing":
+        assert (a["samplers"], a["trainers"]) == (2, 2) and e.sample.C == 0
+        assert a["alpha_resident"] <= a["alpha"]
+    else:
+        assert (a["devices"], a["samplers"], a["trainers"]) == (1, 1, 0)
+        assert e.switches == 1  # the one device alternates: its standby trains the epoch
+        assert max(e.queue_depth) >= 1
+
+
+def test_slow_trainer_makes_the_standby_take_batches(ray_cluster, dataset):
+    cfg = job(devices=2, samplers=1, epochs=1)
+    rt = Runtime(cfg, dataset, slow_trainers={0: 0.3})
+    result = rt.run()
+    assert_exactly_once(rt, result, dataset, cfg)
+    d = rt.details[-1]
+    assert result.epochs[0].switches == 1
+    assert d["standby_batches"].get("fgnn-standby-0", 0) > 0
+    assert d["batches_by"]["fgnn-standby-0"] == d["standby_batches"]["fgnn-standby-0"]
+    assert set(rt.actor_names) == {"fgnn-sampler-0", "fgnn-standby-0", "fgnn-trainer-1"}
+
+
+def test_killed_trainers_mid_epoch_still_train_each_batch_once(ray_cluster, dataset):
+    # epoch 0: trainer 2 is killed and restarted by Ray; epoch 1: trainer 3 is killed for good
+    cfg = job(devices=4, samplers=1, epochs=2, switching=False)
+    kills = {0: ("fgnn-trainer-2", False), 1: ("fgnn-trainer-3", True)}
+    killed = []
+
+    def on_batch(epoch, done, total, loss):
+        if done == 3 and epoch in kills and epoch not in killed:
+            name, for_good = kills[epoch]
+            ray.kill(ray.get_actor(name), no_restart=for_good)
+            killed.append(epoch)
+
+    rt = Runtime(cfg, dataset, on_batch=on_batch, slow_trainers={0: 0.1, 1: 0.1, 2: 0.1})
+    result = rt.run()
+    assert killed == [0, 1]
+    assert_exactly_once(rt, result, dataset, cfg)
+    assert "fgnn-standby-0" not in rt.actor_names         # switching off: no standby
+    assert result.epochs[0].switches == result.epochs[1].switches == 0
+    # restarted and back at work, then the job goes on with one Trainer fewer
+    assert [e.trainers for e in result.epochs] == [3, 2]
+
+
+def test_killed_sampler_mid_epoch_resamples_its_lost_batches(ray_cluster, dataset):
+    # the restarted Sampler re-samples the tasks in flight and those whose samples it owned;
+    # 20 tasks of 8 seeds, so that back-pressure holds tasks in flight when the kill comes
+    cfg = job(devices=2, samplers=1, epochs=2, switching=False, batch_size=8)
+    killed = []
+
+    def on_batch(epoch, done, total, loss):
+        if epoch == 0 and done == 2 and not killed:
+            ray.kill(ray.get_actor("fgnn-sampler-0"), no_restart=False)
+            killed.append(done)
+
+    rt = Runtime(cfg, dataset, on_batch=on_batch, slow_trainers={0: 0.1})
+    result = rt.run()
+    assert killed
+    assert_exactly_once(rt, result, dataset, cfg)
+    assert [e.samplers for e in result.epochs] == [1, 1]
+    first = [d for d in rt.details if d["epoch"] == 0][0]
+    assert first["reissued"] >= 1          # in-flight and lost tasks were sampled again
+    print("lost samples re-sampled:", first["lost_samples"], "re-issued:", first["reissued"])
+
+
+def test_no_trainer_left_stops_with_a_resumable_checkpoint(ray_cluster, dataset, tmp_path):
+    cfg = job(devices=2, samplers=1, epochs=2, switching=False, checkpoint_dir=str(tmp_path))
+
+    def on_batch(epoch, done, total, loss):
+        if epoch == 1 and done == 2:
+            ray.kill(ray.get_actor("fgnn-trainer-1"), no_restart=True)
+
+    rt = Runtime(cfg, dataset, on_batch=on_batch, slow_trainers={0: 0.1})
+    with pytest.raises(RuntimeFailure, match="Trainer") as info:
+        rt.run()
+    assert info.value.checkpoint is not None and info.value.checkpoint.exists()
+    from fgnn.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(info.value.checkpoint, rt.model, restore_rng=False)
+    assert ckpt.extra["runtime"]["finished_epoch"] == 0
+    # resume: the job continues with epoch 1 only
+    cfg2 = job(devices=2, samplers=1, epochs=2, switching=False, checkpoint_dir=str(tmp_path))
+    cfg2.train.resume = True
+    result = Runtime(cfg2, dataset).run()
+    assert [e.epoch for e in result.epochs] == [1]
+
+
+def test_bad_input(ray_cluster, dataset):
+    with pytest.raises(ValueError, match="config"):
+        Runtime("factored", dataset)
+    with pytest.raises(ValueError, match="devices"):
+        Runtime(job(devices=DEVICES + 4), dataset).run()
+    with pytest.raises(ValueError, match="switching"):
+        Runtime(job(devices=1, switching=False), dataset).run()
+
+
+def _bench_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "runtime.py"
+    spec = importlib.util.spec_from_file_location("fgnn_bench_runtime", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_bench_factored_moves_fewer_bytes_than_time_sharing(ray_cluster):
+    # a budget of ~6 MiB: the factored Trainers cache part of the 8 MiB of features, while a
+    # time-sharing device also holds the 2 MiB topology and ranks by degree
+    bench = _bench_module()
+    spec = "rmat:scale=14,edge_factor=16,feat_dim=128,train_frac=0.05,seed=0"
+    args = bench._parse(["--dataset", spec, "--devices", "2", "--device-memory", "0.006",
+                         "--epochs", "1", "--batch-size", "256", "--keep-first",
+                         "--modes", "factored,time-sharing"])
+    from fgnn.data import load_dataset
+
+    ds = load_dataset(spec)
+    rows = [bench.run_mode(args, ds, m) for m in args.mode_list]
+    ratio = bench.ratios(rows)["time-sharing"]["bytes_host_to_device"]
+    assert rows[0]["alpha"] > rows[1]["alpha"]
+    assert ratio > 1.0, rows
