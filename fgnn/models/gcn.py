@@ -16,13 +16,13 @@ locality-aware sampling, ``sum w_uv`` estimates the full degree, so the self loo
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import nn
 
-from fgnn.models.aggregate import (Activation, SparseAwareDropout, check_hparams, check_inputs,
-                                   edge_weight_sum, resolve_activation, weighted_sum)
+from fgnn.models.aggregate import Activation, edge_weight_sum, weighted_sum
+from fgnn.models.stack import BlockStack
 from fgnn.sampling.base import Block
 
 __all__ = ["GCNConv", "GCN"]
@@ -65,7 +65,7 @@ class GCNConv(nn.Module):
         return f"{self.in_dim}, {self.out_dim}, norm='right', self_loop=True"
 
 
-class GCN(nn.Module):
+class GCN(BlockStack):
     """A multi-layer GCN on the blocks of a :class:`~fgnn.sampling.Sample` (FGNN §7.1: 3 layers,
     fanouts 15, 10, 5, hidden 256).
 
@@ -87,26 +87,10 @@ class GCN(nn.Module):
         ignored) -> ``(num_seeds, C)`` logits.
     """
 
+    conv = GCNConv
+
     def __init__(self, in_dim: int, num_classes: int, num_layers: int = 3, hidden: int = 256,
                  dropout: float = 0.5, activation: Activation = "relu",
                  input_dropout: Optional[float] = None) -> None:
-        super().__init__()
-        check_hparams("GCN", in_dim, num_classes, num_layers, hidden, dropout, input_dropout)
-        self.in_dim, self.num_classes, self.num_layers = in_dim, num_classes, num_layers
-        self.hidden = hidden
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
-        self.layers = nn.ModuleList(GCNConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
-        self.dropout = nn.Dropout(dropout)
-        self.input_dropout = SparseAwareDropout(dropout if input_dropout is None
-                                                else input_dropout)
-        self.activation = resolve_activation(activation)
-
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
-        check_inputs("GCN", blocks, x, self.in_dim, self.num_layers)
-        h = x[:blocks[0].num_src]
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, (self.input_dropout if i == 0 else self.dropout)(h))
-            if i < self.num_layers - 1:
-                h = self.activation(h)
-        return h
-
+        super().__init__(in_dim, num_classes, num_layers, hidden, dropout, activation,
+                         input_dropout)

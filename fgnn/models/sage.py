@@ -12,13 +12,13 @@ weights of locality-aware sampling give a self-normalised importance estimate of
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import nn
 
-from fgnn.models.aggregate import (Activation, SparseAwareDropout, check_hparams, check_inputs,
-                                   resolve_activation, weighted_mean)
+from fgnn.models.aggregate import Activation, weighted_mean
+from fgnn.models.stack import BlockStack
 from fgnn.sampling.base import Block
 
 __all__ = ["SAGEConv", "GraphSAGE"]
@@ -56,7 +56,7 @@ class SAGEConv(nn.Module):
         return f"{self.in_dim}, {self.out_dim}, aggr='mean'"
 
 
-class GraphSAGE(nn.Module):
+class GraphSAGE(BlockStack):
     """A multi-layer GraphSAGE-mean network (FGNN §7.1: 2 layers, fanouts 25, 10, hidden 256).
 
     Dropout is applied to the input of every layer and the activation after every layer but the
@@ -77,25 +77,10 @@ class GraphSAGE(nn.Module):
         ignored) -> ``(num_seeds, C)`` logits.
     """
 
+    conv = SAGEConv
+
     def __init__(self, in_dim: int, num_classes: int, num_layers: int = 2, hidden: int = 256,
                  dropout: float = 0.5, activation: Activation = "relu",
                  input_dropout: Optional[float] = None) -> None:
-        super().__init__()
-        check_hparams("GraphSAGE", in_dim, num_classes, num_layers, hidden, dropout, input_dropout)
-        self.in_dim, self.num_classes, self.num_layers = in_dim, num_classes, num_layers
-        self.hidden = hidden
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
-        self.layers = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
-        self.dropout = nn.Dropout(dropout)
-        self.input_dropout = SparseAwareDropout(dropout if input_dropout is None
-                                                else input_dropout)
-        self.activation = resolve_activation(activation)
-
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
-        check_inputs("GraphSAGE", blocks, x, self.in_dim, self.num_layers)
-        h = x[:blocks[0].num_src]
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, (self.input_dropout if i == 0 else self.dropout)(h))
-            if i < self.num_layers - 1:
-                h = self.activation(h)
-        return h
+        super().__init__(in_dim, num_classes, num_layers, hidden, dropout, activation,
+                         input_dropout)
