@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -23,6 +22,8 @@ from typing import Any, Mapping, Optional, Union
 import numpy as np
 import torch
 from torch import nn
+
+from fgnn.atomic import atomic_open
 
 __all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "model_signature",
            "capture_rng_state", "restore_rng_state"]
@@ -188,34 +189,9 @@ def save_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
         "rng": capture_rng_state(generator),
         "extra": dict(extra or {}),
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    with atomic_open(path, "wb") as f:
+        torch.save(payload, f)
     return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Persist the rename itself (best effort: not every platform can open a directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(path: Union[str, os.PathLike], model: nn.Module,

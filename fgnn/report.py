@@ -15,10 +15,10 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from fgnn.atomic import atomic_open
 from fgnn.config import MODES
 from fgnn.monitor.stats import RunResult
 
@@ -149,17 +149,9 @@ def write_json_atomic(obj: Any, path: Union[str, os.PathLike]) -> Path:
     Readers never see a partial file; on failure no file is left behind.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_finite_or_none(obj), f, indent=2, allow_nan=False, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as f:
+        json.dump(_finite_or_none(obj), f, indent=2, allow_nan=False, default=str)
+        f.write("\n")
     return path
 
 

@@ -8,9 +8,10 @@ cache hit rate. Drawn with matplotlib's Agg backend (no display needed).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Union
+
+from fgnn.atomic import atomic_open
 
 __all__ = ["plot_report"]
 
@@ -69,14 +70,6 @@ def plot_report(report: Mapping[str, Any], path: Union[str, os.PathLike]) -> Pat
     fig.tight_layout()
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png")
     return path
