@@ -6,7 +6,10 @@ the epoch time, the feature bytes moved host→device, the hit rate and the stag
 factored design's own overheads (FGNN Table 5 / §7.3): M + C on the Samplers and the part of the
 Trainers' queue calls and sample fetches that their prefetch did not hide (``overhead``: the mean
 of the two per-executor fractions of the epoch), apart from time a Trainer starved waiting for
-samples (``starve``, a pipeline imbalance rather than an overhead).
+samples (``starve``, a pipeline imbalance rather than an overhead). A second table (and
+``overheads`` in the JSON) breaks this down per epoch: M, C, the Trainers' queue calls and queue
+waits, the part of the waits spent while the pipeline fills at the start of the epoch, and each
+as a share of executor-time (:func:`epoch_overheads`).
 
 Example::
 
@@ -106,6 +109,53 @@ def summarize(result: Any, details: list[dict[str, Any]], skip_first: bool) -> d
     }
 
 
+def epoch_overheads(result: Any, details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per trained epoch: the factored design's overheads in seconds and as shares of the epoch.
+
+    Seconds are summed over executors: ``M``, ``C`` over the Samplers; ``queue_call_s`` (the
+    Trainers' queue RPCs and sample fetches, hidden or not by their prefetch), ``queue_wait_s``
+    (Trainers waiting in the queue for samples) and its ``fill_wait_s`` part (before each
+    Trainer's first mini-batch of the epoch: the pipeline filling) over the Trainers. Shares
+    divide by executor-time of the role (``N_s · T`` for M and C, ``N_t · T`` for the Trainer
+    parts, ``T`` the epoch time; single mode: ``T``); ``total_share`` adds them, and
+    ``total_share_no_fill`` leaves the fill wait out. ``exposed_share`` counts, on the Trainer
+    side, only what the prefetch did not hide (``exposed_queue_call_s``, ``exposed_wait_s``).
+    """
+    dets = [d for d in details if not d["profiling"]]
+    single = result.mode == "single"
+    rows = []
+    for e, d in zip(result.epochs, dets):
+        t = e.time_s
+        n_s = 1 if single else max(1, e.samplers)
+        n_t = 1 if single else max(1, e.trainers)
+        calls = d["rpc_s"] + d["fetch_s"]
+        fill = d.get("fill_wait_s", 0.0)
+        row = {"epoch": e.epoch, "time_s": t, "batches": e.batches, "samplers": n_s,
+               "trainers": n_t, "M_s": e.sample.M, "C_s": e.sample.C, "queue_call_s": calls,
+               "exposed_queue_call_s": d["exposed_queue_s"], "queue_wait_s": e.queue_wait_s,
+               "fill_wait_s": fill, "sampler_backpressure_s": d.get("sampler_queue_wait_s", 0.0)}
+        row["M_share"] = e.sample.M / (n_s * t)
+        row["C_share"] = e.sample.C / (n_s * t)
+        row["queue_call_share"] = calls / (n_t * t)
+        row["queue_wait_share"] = e.queue_wait_s / (n_t * t)
+        row["fill_wait_share"] = fill / (n_t * t)
+        row["total_share"] = (row["M_share"] + row["C_share"] + row["queue_call_share"]
+                              + row["queue_wait_share"])
+        row["total_share_no_fill"] = row["total_share"] - row["fill_wait_share"]
+        # what the Trainers idled on: queue calls and waits their prefetch did not hide
+        row["exposed_wait_s"] = d.get("exposed_wait_s", e.queue_wait_s)
+        row["exposed_share"] = (row["M_share"] + row["C_share"]
+                                + (d["exposed_queue_s"] + row["exposed_wait_s"]) / (n_t * t))
+        row["exposed_share_no_fill"] = row["exposed_share"] - row["fill_wait_share"]
+        rows.append(row)
+    return rows
+
+
+def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
+    keys = [k for k in (rows[0] if rows else {}) if k not in ("epoch",)]
+    return {k: sum(r[k] for r in rows) / len(rows) for k in keys} if rows else {}
+
+
 def run_mode(args: argparse.Namespace, dataset: Any, mode: str) -> dict[str, Any]:
     """Run one mode and summarise it."""
     cfg = _job(args, mode)
@@ -115,6 +165,9 @@ def run_mode(args: argparse.Namespace, dataset: Any, mode: str) -> dict[str, Any
     out = summarize(result, rt.details, skip_first=not args.keep_first)
     out["wall_s"] = time.perf_counter() - t0
     out["epochs"] = [e.to_dict() for e in result.epochs]
+    per_epoch = epoch_overheads(result, rt.details)
+    out["overheads"] = {"per_epoch": per_epoch, "mean_all": _mean_rows(per_epoch),
+                        "mean_after_first": _mean_rows(per_epoch[1:])}
     return out
 
 
@@ -138,6 +191,27 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
               f"{r['alpha']:>7.3f}{s['S']:>8.3f}{s['M']:>7.3f}{s['C']:>7.3f}"
               f"{r['extract_s']:>9.3f}{r['train_s']:>8.3f}{100 * r['overhead_frac']:>7.2f}"
               f"{100 * r['starve_frac']:>8.2f}{r['standby_batches']:>8.1f}")
+
+
+def _print_overheads(rows: list[dict[str, Any]]) -> None:
+    print("overheads per epoch (seconds summed over executors; % of executor-time: "
+          "M, C / (N_s T), queue / (N_t T))")
+    print(f"{'mode':<13}{'epoch':>6}{'T s':>8}{'batch':>6}{'M s':>7}{'C s':>7}{'call s':>8}"
+          f"{'wait s':>8}{'fill s':>8}{'M%':>6}{'C%':>6}{'call%':>7}{'wait%':>7}{'fill%':>7}"
+          f"{'total%':>8}{'-fill%':>8}{'xwait s':>8}{'xtot%':>7}{'x-fill%':>8}")
+    for r in rows:
+        ov = r.get("overheads", {})
+        lines = [(str(x["epoch"]), x) for x in ov.get("per_epoch", [])]
+        lines += [(lbl, ov[k]) for lbl, k in (("mean", "mean_all"), ("mean>0", "mean_after_first"))
+                  if ov.get(k)]
+        for lbl, x in lines:
+            print(f"{r['mode']:<13}{lbl:>6}{x['time_s']:>8.3f}{x['batches']:>6.0f}{x['M_s']:>7.3f}"
+                  f"{x['C_s']:>7.3f}{x['queue_call_s']:>8.3f}{x['queue_wait_s']:>8.3f}"
+                  f"{x['fill_wait_s']:>8.3f}{100 * x['M_share']:>6.2f}{100 * x['C_share']:>6.2f}"
+                  f"{100 * x['queue_call_share']:>7.2f}{100 * x['queue_wait_share']:>7.2f}"
+                  f"{100 * x['fill_wait_share']:>7.2f}{100 * x['total_share']:>8.2f}"
+                  f"{100 * x['total_share_no_fill']:>8.2f}{x['exposed_wait_s']:>8.3f}"
+                  f"{100 * x['exposed_share']:>7.2f}{100 * x['exposed_share_no_fill']:>8.2f}")
 
 
 def ratios(rows: list[dict[str, Any]], base: str = "factored") -> dict[str, dict[str, float]]:
@@ -209,6 +283,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     finally:
         ray.shutdown()
     _print_table(rows)
+    _print_overheads(rows)
     rat = ratios(rows)
     for m, r in rat.items():
         print(f"{m} / factored: bytes host->device x{r['bytes_host_to_device']:.2f}, "

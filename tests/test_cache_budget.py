@@ -92,3 +92,32 @@ def test_bad_arguments():
                            margin_bytes=-1)
     with pytest.raises(ValueError, match="step must be callable"):
         measure_step_peak(42)
+
+
+def test_alpha_from_peak_matches_choose_cache_ratio_without_running_the_step():
+    model, opt, x, step = make_step()
+    calls = []
+
+    def counted():
+        calls.append(1)
+        step()
+
+    budget = 2_500_000
+    measured = choose_cache_ratio(counted, budget_bytes=budget, num_nodes=N, row_bytes=ROW)
+    assert len(calls) == 1
+    from fgnn.cache.budget import alpha_from_peak
+
+    again = choose_cache_ratio(counted, budget_bytes=budget, num_nodes=N, row_bytes=ROW,
+                               peak_bytes=measured.peak_bytes)
+    derived = alpha_from_peak(measured.peak_bytes, budget_bytes=budget, num_nodes=N,
+                              row_bytes=ROW)
+    assert len(calls) == 1                                   # the step ran once in all
+    assert again == derived == measured
+    with_graph = alpha_from_peak(measured.peak_bytes, budget_bytes=budget, num_nodes=N,
+                                 row_bytes=ROW, graph_bytes=500_000)
+    assert with_graph.num_cached == min(N, (budget - measured.peak_bytes - 500_000) // ROW)
+    assert with_graph.alpha < measured.alpha and with_graph.peak_bytes == measured.peak_bytes
+    with pytest.raises(ValueError, match="step"):
+        choose_cache_ratio(budget_bytes=budget, num_nodes=N, row_bytes=ROW)
+    with pytest.raises(ValueError, match="peak_bytes"):
+        alpha_from_peak(-1, budget_bytes=budget, num_nodes=N, row_bytes=ROW)

@@ -209,3 +209,57 @@ def test_bench_factored_moves_fewer_bytes_than_time_sharing(ray_cluster):
     ratio = bench.ratios(rows)["time-sharing"]["bytes_host_to_device"]
     assert rows[0]["alpha"] > rows[1]["alpha"]
     assert ratio > 1.0, rows
+
+
+def test_ondisk_features_reach_trainers_as_a_file_not_through_the_object_store(
+        ray_cluster, dataset, tmp_path, monkeypatch):
+    # an ondisk:DIR dataset: its features are a memmap; the runtime ships a descriptor and each
+    # Trainer maps features.npy itself; ray.put never sees the (N, F) matrix
+    import numpy as np
+
+    from fgnn.data import load_dataset, save_dataset
+    from fgnn.executors._common import MemmapFeatures
+
+    save_dataset(dataset, tmp_path / "ds")
+    ds = load_dataset(f"ondisk:{tmp_path / 'ds'}")
+    assert isinstance(ds.features, np.memmap)
+    put_shapes = []
+    real_put = ray.put
+
+    def spy_put(value, *a, **kw):
+        put_shapes.append(getattr(value, "shape", None))
+        return real_put(value, *a, **kw)
+
+    monkeypatch.setattr(ray, "put", spy_put)
+    cfg = job("factored", devices=2, epochs=1)
+    hosts = []
+
+    def on_epoch(stats):  # the executors are alive here; ask each Trainer where its host tier is
+        hosts.extend(ray.get([e.handle.host_info.remote() for e in rt._execs
+                              if e.role in ("trainer", "standby")]))
+
+    rt = Runtime(cfg, ds, on_epoch=on_epoch, evaluate=False)
+    result = rt.run()
+    assert_exactly_once(rt, result, ds, cfg)
+    assert isinstance(rt._refs["features"], MemmapFeatures)
+    assert rt._refs["features"].path == str((tmp_path / "ds" / "features.npy").resolve())
+    assert tuple(ds.features.shape) not in put_shapes, put_shapes
+    assert hosts and all(h["kind"] == "file" and h["path"] == rt._refs["features"].path
+                         for h in hosts), hosts
+
+
+def test_memmap_descriptor_maps_the_same_rows(tmp_path):
+    import numpy as np
+
+    from fgnn.executors._common import MemmapFeatures, features_payload
+
+    a = np.arange(3000 * 8, dtype=np.float32).reshape(3000, 8)
+    np.save(tmp_path / "f.npy", a)
+    m = np.load(tmp_path / "f.npy", mmap_mode="r")
+    for view, want in ((m, a), (m[1000:], a[1000:]), (m[7:2500], a[7:2500])):
+        d = MemmapFeatures.of(view)
+        assert d is not None and d.shape == want.shape
+        assert np.array_equal(d.open(), want)
+    assert MemmapFeatures.of(m[:, :4]) is None                 # strided: not one file range
+    assert MemmapFeatures.of(a) is None                        # in memory
+    assert isinstance(features_payload(torch.from_numpy(a)), np.ndarray)

@@ -33,6 +33,7 @@ __all__ = [
     "CudaPeakMeter",
     "PeakMeter",
     "TensorAllocationMeter",
+    "alpha_from_peak",
     "choose_cache_ratio",
     "measure_step_peak",
     "resident_bytes",
@@ -233,11 +234,51 @@ class CacheBudget:
                 - self.cache_bytes)
 
 
-def choose_cache_ratio(step: Callable[[], Any], *, budget_bytes: Optional[int] = None,
+def alpha_from_peak(peak_bytes: int, *, budget_bytes: int, num_nodes: int, row_bytes: int,
+                    margin_bytes: int = 0, graph_bytes: int = 0) -> CacheBudget:
+    """α from an already measured step peak (no step is run): the split of
+    :func:`choose_cache_ratio`, so one measurement can price several layouts (a Trainer with the
+    whole budget, a device that also holds the topology).
+
+    ``α = min(1, (budget − peak − margin − graph_bytes) / (N · row_bytes))``, whole rows.
+
+    Raises:
+        ValueError: when the budget cannot hold the peak plus margin and graph, or on a
+            non-positive ``num_nodes``/``row_bytes``/``budget_bytes`` or a negative
+            ``peak_bytes``/``margin_bytes``/``graph_bytes``.
+    """
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    if row_bytes < 1:
+        raise ValueError(f"row_bytes must be >= 1, got {row_bytes}")
+    if margin_bytes < 0:
+        raise ValueError(f"margin_bytes must be >= 0, got {margin_bytes}")
+    if graph_bytes < 0:
+        raise ValueError(f"graph_bytes must be >= 0, got {graph_bytes}")
+    if peak_bytes < 0:
+        raise ValueError(f"peak_bytes must be >= 0, got {peak_bytes}")
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
+    peak = int(peak_bytes)
+    free = budget_bytes - peak - margin_bytes - graph_bytes
+    if free < 0:
+        raise ValueError(
+            f"budget_bytes={budget_bytes} is smaller than one training step: peak {peak} + "
+            f"margin {margin_bytes} + graph {graph_bytes} = {peak + margin_bytes + graph_bytes} "
+            f"bytes")
+    num_cached = min(num_nodes, free // row_bytes)
+    alpha = num_cached / num_nodes
+    return CacheBudget(alpha, int(num_cached), int(num_cached * row_bytes), int(peak),
+                       int(margin_bytes), int(graph_bytes), int(budget_bytes))
+
+
+def choose_cache_ratio(step: Optional[Callable[[], Any]] = None, *,
+                       budget_bytes: Optional[int] = None,
                        num_nodes: int, row_bytes: int, margin_bytes: int = 0,
                        graph_bytes: int = 0, device: torch.device | str = "cpu",
                        meter: Optional[PeakMeter] = None,
-                       resident: Iterable[Any] = ()) -> CacheBudget:
+                       resident: Iterable[Any] = (),
+                       peak_bytes: Optional[int] = None) -> CacheBudget:
     """Choose α so that one training step's peak, a margin and the graph still fit (FGNN §6.1).
 
     ``α = min(1, (budget − peak − margin − graph_bytes) / (N · row_bytes))``, rounded down to
@@ -245,7 +286,8 @@ def choose_cache_ratio(step: Callable[[], Any], *, budget_bytes: Optional[int] =
 
     Args:
         step: callable running one real training step (e.g. a closure over the model, a sample
-            and its features); it is run once.
+            and its features); it is run once. Not needed (and not run) when ``peak_bytes`` is
+            given.
         budget_bytes: device memory for the whole job; ``None`` on CUDA uses the device's total
             memory (a simulated budget is required on CPU).
         num_nodes: N.
@@ -256,10 +298,13 @@ def choose_cache_ratio(step: Callable[[], Any], *, budget_bytes: Optional[int] =
         device: the trainer's device.
         meter: custom peak meter.
         resident: CPU meter only: modules/optimizers/tensors resident before the step.
+        peak_bytes: a peak already measured with :func:`measure_step_peak`: reuse it instead of
+            running ``step`` again (see :func:`alpha_from_peak`).
 
     Raises:
         ValueError: when the budget cannot hold one training step (plus margin and graph), or on
-            a non-positive ``num_nodes``/``row_bytes`` or negative margin.
+            a non-positive ``num_nodes``/``row_bytes``, a negative margin, or neither ``step``
+            nor ``peak_bytes``.
     """
     dev = torch.device(device)
     if num_nodes < 1:
@@ -276,14 +321,10 @@ def choose_cache_ratio(step: Callable[[], Any], *, budget_bytes: Optional[int] =
         budget_bytes = int(torch.cuda.get_device_properties(dev).total_memory)
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
-    peak = measure_step_peak(step, dev, meter, resident)
-    free = budget_bytes - peak - margin_bytes - graph_bytes
-    if free < 0:
-        raise ValueError(
-            f"budget_bytes={budget_bytes} is smaller than one training step: peak {peak} + "
-            f"margin {margin_bytes} + graph {graph_bytes} = {peak + margin_bytes + graph_bytes} "
-            f"bytes")
-    num_cached = min(num_nodes, free // row_bytes)
-    alpha = num_cached / num_nodes
-    return CacheBudget(alpha, int(num_cached), int(num_cached * row_bytes), int(peak),
-                       int(margin_bytes), int(graph_bytes), int(budget_bytes))
+    if peak_bytes is None:
+        if step is None:
+            raise ValueError("choose_cache_ratio needs step (to measure) or peak_bytes")
+        peak_bytes = measure_step_peak(step, dev, meter, resident)
+    return alpha_from_peak(peak_bytes, budget_bytes=budget_bytes, num_nodes=num_nodes,
+                           row_bytes=row_bytes, margin_bytes=margin_bytes,
+                           graph_bytes=graph_bytes)

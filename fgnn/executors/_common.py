@@ -3,7 +3,10 @@ generators, the metrics fallback."""
 
 from __future__ import annotations
 
+import mmap
+import os
 import warnings
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -12,7 +15,7 @@ import torch
 from fgnn.graph import CSRGraph
 
 __all__ = ["graph_payload", "graph_from_payload", "tensor_from", "task_generator", "metrics_for",
-           "NullMetrics"]
+           "NullMetrics", "MemmapFeatures", "features_payload", "open_features"]
 
 
 def graph_payload(graph: CSRGraph) -> dict[str, Optional[np.ndarray]]:
@@ -20,6 +23,84 @@ def graph_payload(graph: CSRGraph) -> dict[str, Optional[np.ndarray]]:
     executor on the node (host memory shared like FGNN's pinned host copy)."""
     return {"indptr": graph.indptr.cpu().numpy(), "indices": graph.indices.cpu().numpy(),
             "weights": None if graph.weights is None else graph.weights.cpu().numpy()}
+
+
+@dataclass(frozen=True)
+class MemmapFeatures:
+    """Where a file-backed feature matrix lies: enough for an executor to map it itself.
+
+    The runtime ships this (a few hundred bytes) instead of the matrix when the dataset's
+    features are an ``np.memmap`` (an ``ondisk:DIR`` dataset), so features larger than host
+    memory never pass through the object store; each Trainer opens its host tier locally and
+    reads only the rows it needs (cache fill, misses). The path must be readable on every node
+    that runs a Trainer (always so on one machine).
+
+    Attributes:
+        path: absolute path of the file (``features.npy``).
+        offset: byte offset of row 0 in the file (past the ``.npy`` header).
+        shape: ``(N, F)``.
+        dtype: numpy dtype string (``"<f4"``).
+    """
+
+    path: str
+    offset: int
+    shape: tuple[int, int]
+    dtype: str
+
+    @classmethod
+    def of(cls, array: Any) -> Optional["MemmapFeatures"]:
+        """The descriptor of a C-contiguous 2-D ``np.memmap`` backed by a file, or None (an
+        in-memory array, a strided view, an anonymous map)."""
+        if not isinstance(array, np.memmap) or array.ndim != 2 or not array.flags.c_contiguous:
+            return None
+        mm = getattr(array, "_mmap", None)
+        if array.filename is None or mm is None or not os.path.isfile(array.filename):
+            return None
+        try:  # file offset of the first element: mapping start + position inside the mapping
+            base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+        except (TypeError, ValueError, BufferError):
+            return None
+        start = int(array.offset) - int(array.offset) % mmap.ALLOCATIONGRANULARITY
+        offset = start + (array.ctypes.data - base)
+        size = int(np.prod(array.shape)) * array.dtype.itemsize
+        if offset < 0 or offset + size > os.path.getsize(array.filename):
+            return None
+        return cls(os.path.abspath(array.filename), int(offset),
+                   (int(array.shape[0]), int(array.shape[1])), array.dtype.str)
+
+    def open(self) -> np.ndarray:
+        """Map the matrix read-only (nothing is read until rows are indexed).
+
+        Raises:
+            ValueError: if the file is missing on this node or shorter than described.
+        """
+        if not os.path.isfile(self.path):
+            raise ValueError(f"feature file {self.path} is not readable on this node (an "
+                             f"on-disk dataset must lie on storage every Trainer node sees)")
+        need = self.offset + int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+        if os.path.getsize(self.path) < need:
+            raise ValueError(f"feature file {self.path} holds fewer than {need} bytes")
+        return np.memmap(self.path, dtype=np.dtype(self.dtype), mode="r", offset=self.offset,
+                         shape=self.shape)
+
+
+def features_payload(features: Any) -> Any:
+    """What the runtime ships for the feature matrix: a :class:`MemmapFeatures` for a
+    file-backed memmap, else a numpy array (for ``ray.put``)."""
+    desc = MemmapFeatures.of(features)
+    if desc is not None:
+        return desc
+    if isinstance(features, torch.Tensor):
+        return features.cpu().numpy()
+    return np.asarray(features)
+
+
+def open_features(payload: Any) -> Any:
+    """An executor's host feature matrix from :func:`features_payload`'s result (a
+    :class:`MemmapFeatures` is mapped here, locally)."""
+    if isinstance(payload, MemmapFeatures):
+        return payload.open()
+    return payload
 
 
 def tensor_from(array: Any) -> torch.Tensor:

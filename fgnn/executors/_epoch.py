@@ -335,6 +335,12 @@ class EpochLoop:
             "exposed_queue_s": sum(min(r.get("stall_s", 0.0), r["rpc_s"] + r.get("fetch_s", 0.0))
                                    for r in recs),
             "sync_s": sum(r["sync_s"] for r in recs),
+            # the part of queue_wait_s spent before each Trainer's first mini-batch of the
+            # epoch (the pipeline filling), apart from waits once samples were flowing
+            "fill_wait_s": _first_wait_by(recs),
+            # queue waits the Trainer actually idled on (a prefetch thread's wait overlaps the
+            # training of the previous mini-batch; only what its stall exposed counts)
+            "exposed_wait_s": sum(min(r.get("stall_s", 0.0), r["wait_s"]) for r in recs),
             "sampler_queue_wait_s": acc.sampler_wait_s,
             "sample_bytes": int(sum(r.get("nbytes", 0) for r in recs)),
             "task_ids": sorted(r["task_id"] for r in recs),
@@ -350,3 +356,16 @@ def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:
     for r in recs:
         out[r.get(key, "")] = out.get(r.get(key, ""), 0) + 1
     return out
+
+
+def _first_wait_by(recs: list[dict[str, Any]]) -> float:
+    """Sum over consumers of the queue wait of each one's first record (records arrive in each
+    consumer's training order)."""
+    seen: set[str] = set()
+    total = 0.0
+    for r in recs:
+        c = r.get("consumer", "")
+        if c not in seen:
+            seen.add(c)
+            total += float(r.get("wait_s", 0.0))
+    return total

@@ -20,6 +20,15 @@ through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous update
 bounded by the number of Trainers, which needs no group membership when standby Trainers join and
 leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
 
+Host features: in-memory matrices go through the object store once (mapped zero-copy by every
+executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
+than memory) is shipped as a :class:`~fgnn.executors._common.MemmapFeatures` descriptor and each
+Trainer maps the file itself, reading only its cache rows and misses.
+
+Cache ratios: one training step is measured once (PaGraph's peak, with model, optimizer and batch
+counted as resident) and both α (a Trainer's whole budget; a device that also holds the
+topology) are derived from that peak (:func:`fgnn.cache.budget.alpha_from_peak`).
+
 Faults: a dead Trainer's leased tasks go back to the queue and it is restarted by Ray
 (``max_restarts``) and resubmitted, or the epoch continues without it; a dead Sampler's in-flight
 tasks are handed out again, and samples it owned that were lost are re-sampled. When no Trainer
@@ -40,7 +49,7 @@ from torch import nn
 
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
-from fgnn.executors._common import graph_payload
+from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._epoch import (_MAX_RESTARTS, PROFILE_BATCHES, EpochLoop, RuntimeFailure,
                                    _Exec)
 from fgnn.executors.ps import ParameterServer, unflatten_into
@@ -181,12 +190,12 @@ class Runtime(EpochLoop):
         t1 = time.perf_counter()
         self.alpha_full, self.alpha_resident, self.budget_bytes = self._cache_ratios()
         self.cache_ratio_s = time.perf_counter() - t1
-        feats = ds.features
-        if isinstance(feats, torch.Tensor):
-            feats = feats.cpu().numpy()
+        # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
+        # itself, so features larger than memory never enter the object store
+        feats = features_payload(ds.features)
         self._refs = {
             "graph": ray.put(graph_payload(ds.graph)),
-            "features": ray.put(feats),
+            "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
             "train_idx": ray.put(ds.train_idx.cpu().numpy()),
             "hotness": None if self.hotness is None else ray.put(self.hotness.numpy()),
@@ -219,24 +228,30 @@ class Runtime(EpochLoop):
         if gib is None:
             gib = (torch.cuda.mem_get_info()[0] / 2 ** 30 if torch.cuda.is_available() else 1.0)
         budget = int(gib * 2 ** 30)
-        from fgnn.cache.budget import choose_cache_ratio
+        from fgnn.cache.budget import alpha_from_peak, measure_step_peak
 
-        step = self._one_step_closure()
+        # one measured step prices both layouts (PaGraph's peak, FGNN §6.1): the step is the
+        # costliest part of preprocessing on CPU, and the peak does not depend on the graph
+        step, resident_objs = self._one_step_closure()
+        peak = measure_step_peak(step, resident=resident_objs)
+        self.step_peak_bytes = int(peak)
+        kw = {"budget_bytes": budget, "num_nodes": n, "row_bytes": row}
         try:
-            full = choose_cache_ratio(step, budget_bytes=budget, num_nodes=n, row_bytes=row).alpha
+            full = alpha_from_peak(peak, **kw).alpha
         except ValueError:
             full = 0.0
         try:
-            resident = choose_cache_ratio(step, budget_bytes=budget, num_nodes=n, row_bytes=row,
-                                          graph_bytes=gbytes).alpha
+            resident = alpha_from_peak(peak, graph_bytes=gbytes, **kw).alpha
         except ValueError:
             resident = 0.0
         if cfg.cache.cache_ratio is not None:
             full, resident = min(full, cfg.cache.cache_ratio), min(resident, cfg.cache.cache_ratio)
         return full, resident, budget
 
-    def _one_step_closure(self) -> Callable[[], None]:
-        """One real training step on a copy of the model (PaGraph's peak measurement)."""
+    def _one_step_closure(self) -> tuple[Callable[[], None], list[Any]]:
+        """One real training step on a copy of the model (PaGraph's peak measurement), and the
+        objects resident on the device before it (model, optimizer, the batch's features and
+        labels) for the CPU meter. Only the batch's feature rows are read (memmaps included)."""
         from fgnn.training import extract_features, train_step
 
         ds = self.dataset
@@ -246,7 +261,7 @@ class Runtime(EpochLoop):
         sample = self.sampler.sample(ds.graph, seeds, torch.Generator().manual_seed(0))
         x = extract_features(ds.features, sample.input_nodes)
         labels = ds.labels[sample.seeds]
-        return lambda: train_step(model, opt, sample, x, labels)
+        return (lambda: train_step(model, opt, sample, x, labels)), [model, opt, x, labels]
 
     def _start_services(self) -> None:
         import ray
@@ -411,7 +426,8 @@ class Runtime(EpochLoop):
         allocation = {"devices": self.num_devices, "samplers": n_s, "trainers": n_t, "K": k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
-                      "budget_bytes": self.budget_bytes}
+                      "budget_bytes": self.budget_bytes, "cache_ratio_s": self.cache_ratio_s,
+                      "step_peak_bytes": getattr(self, "step_peak_bytes", None)}
         if hasattr(self, "profile_times"):
             allocation.update(self.profile_times)
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,

@@ -150,7 +150,8 @@ class SamplerExecutor:
 
         Returns:
             ``{"task_id", "S", "M", "C", "queue_wait", "nbytes"}``; ``queue_wait`` is the time
-            the previous put waited for room (back-pressure), not counted in C.
+            this call blocked on the previous put while it waited for room (back-pressure), not
+            counted in C.
         """
         import ray
 
@@ -178,11 +179,19 @@ class SamplerExecutor:
         return {"C": time.perf_counter() - t0 - waited, "queue_wait": waited}
 
     def _wait_put(self) -> float:
-        """Wait for the put in flight; returns the seconds it waited for room."""
+        """Wait for the put in flight; returns the seconds of this call that were back-pressure.
+
+        The queue reports how long the put waited for room, but the put is pipelined: most of
+        that wait can overlap the sampling of the next task, and only the part that falls inside
+        this blocking call stalls the Sampler. The room wait ends before the reply is sent, so
+        the back-pressure inside the call is at most the call's own duration; the rest of the
+        call is the put's round trip (counted in C).
+        """
         import ray
 
         pending, self._pending_put = self._pending_put, None
         if pending is None:
             return 0.0
+        t0 = time.perf_counter()
         _, waited = ray.get(pending)
-        return float(waited)
+        return min(float(waited), time.perf_counter() - t0)

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fgnn.executors._common import _device_tag, metrics_for, tensor_from
+from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, open_features,
+                                    tensor_from)
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
@@ -68,7 +69,9 @@ class TrainerExecutor:
     """Trains on samples from the global queue.
 
     Args:
-        features: ``(N, F)`` host feature matrix (tensor, numpy or memmap).
+        features: ``(N, F)`` host feature matrix (tensor, numpy or memmap), or a
+            :class:`~fgnn.executors._common.MemmapFeatures` naming a file that this Trainer maps
+            itself (its host tier then reads rows from the file, not from the object store).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
         hotness: ``(N,)`` hotness map of the cache policy, or None for no cache.
@@ -97,7 +100,8 @@ class TrainerExecutor:
         self.labels = tensor_from(labels)
         h = None if hotness is None else tensor_from(hotness)
         self.alpha = float(alpha)
-        self.store = build_store(features, h, self.alpha, str(self.device))
+        self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
+        self.store = build_store(open_features(features), h, self.alpha, str(self.device))
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
@@ -114,6 +118,12 @@ class TrainerExecutor:
         """Rows and bytes of this Trainer's device cache."""
         rows = sum(int(b.shape[0]) for b in self.store.buffers)
         return {"alpha": self.alpha, "rows": rows, "bytes": rows * self.store.row_bytes}
+
+    def host_info(self) -> dict[str, Any]:
+        """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
+        "source"}`` (``path`` is the mapped file, or None)."""
+        return {"kind": "memory" if self._features_file is None else "file",
+                "path": self._features_file, "source": type(self.store.host).__name__}
 
     def stop(self) -> None:
         """Ask a running :meth:`run_epoch` to finish after its current mini-batch."""
