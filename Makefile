@@ -25,8 +25,11 @@ $(VENV)/.fgnn-test: $(VENV)/.fgnn
 install: $(VENV)/.fgnn
 install-test: $(VENV)/.fgnn-test
 
+# A small synthetic R-MAT graph (the default dataset) on 2 logical devices: 1 sampler + 1 trainer.
+DEMO_FLAGS ?= --model sage --devices 2 --batch-size 256 --lr 0.01 --epochs 10
+
 demo: install
-	$(PY) launch.py --report runs/demo/report.json
+	$(PY) launch.py $(DEMO_FLAGS) --report runs/demo/report.json
 
 test: install-test
 	$(PY) -m pytest -q

@@ -173,7 +173,7 @@ class RuntimeConfig:
 class JobConfig:
     """A whole training job."""
 
-    dataset: str = "rmat:scale=12,edge_factor=8,feat_dim=64,train_frac=0.1,seed=0"
+    dataset: str = "rmat:scale=12,edge_factor=8,feat_dim=32,num_classes=4,train_frac=0.5,seed=0"
     """Dataset spec string (see :func:`fgnn.data.load_dataset`)."""
     data_root: Optional[str] = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
