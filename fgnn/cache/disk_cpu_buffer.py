@@ -9,18 +9,19 @@ supply any other hotness metric instead. The buffer is filled once and never cha
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
+from fgnn.cache.hit_stats import HitStats
 from fgnn.cache.source import FeatureSource
 
 __all__ = ["CPUBufferStats", "CPUBufferedSource"]
 
 
 @dataclass
-class CPUBufferStats:
+class CPUBufferStats(HitStats):
     """Counters of a :class:`CPUBufferedSource`.
 
     Attributes:
@@ -30,20 +31,8 @@ class CPUBufferStats:
         load_bytes: bytes read from the backing source to fill the buffer (once).
     """
 
-    hits: int = 0
-    misses: int = 0
     hit_bytes: int = 0
     load_bytes: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        """hits / (hits + misses), 0 when nothing was read."""
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-    def as_dict(self) -> dict:
-        """A JSON-serialisable copy (with ``hit_rate``)."""
-        return {**asdict(self), "hit_rate": self.hit_rate}
 
 
 class CPUBufferedSource:

@@ -16,10 +16,12 @@ future window batches holding ``v`` -- the Fig. 6 counter.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+
+from fgnn.cache.hit_stats import HitStats
 
 __all__ = ["CacheStats", "DeviceSoftwareCache", "EVICTION_POLICIES"]
 
@@ -29,7 +31,7 @@ EVICTION_POLICIES = ("window", "lru", "random")
 
 
 @dataclass
-class CacheStats:
+class CacheStats(HitStats):
     """Counters of a :class:`DeviceSoftwareCache`.
 
     Attributes:
@@ -41,22 +43,10 @@ class CacheStats:
         hit_bytes: bytes served from the cache.
     """
 
-    hits: int = 0
-    misses: int = 0
     insertions: int = 0
     evictions: int = 0
     bypassed: int = 0
     hit_bytes: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        """hits / (hits + misses), 0 when nothing was read."""
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-    def as_dict(self) -> dict:
-        """A JSON-serialisable copy (with ``hit_rate``)."""
-        return {**asdict(self), "hit_rate": self.hit_rate}
 
 
 class DeviceSoftwareCache:
