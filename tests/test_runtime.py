@@ -96,6 +96,20 @@ def test_every_minibatch_trained_exactly_once(ray_cluster, dataset, mode):
         assert max(e.queue_depth) >= 1
 
 
+def test_all_sampler_allocation_without_switching_keeps_one_trainer(ray_cluster, dataset,
+                                                                     monkeypatch):
+    # The formula can give every device to sampling (K small); FGNN then trains on standbys
+    # (P = +inf). With switching off there are none, so the runtime must keep one Trainer.
+    import fgnn.executors.runtime as runtime_mod
+
+    monkeypatch.setattr(runtime_mod, "allocate", lambda n_g, t_s, t_t: (n_g, 0, 0.05))
+    cfg = job(devices=2, epochs=1, switching=False)
+    rt = Runtime(cfg, dataset)
+    result = rt.run()
+    assert (result.allocation["samplers"], result.allocation["trainers"]) == (1, 1)
+    assert_exactly_once(rt, result, dataset, cfg)
+
+
 def test_slow_trainer_makes_the_standby_take_batches(ray_cluster, dataset):
     cfg = job(devices=2, samplers=1, epochs=1)
     rt = Runtime(cfg, dataset, slow_trainers={0: 0.3})

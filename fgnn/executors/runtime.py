@@ -391,6 +391,10 @@ class Runtime(EpochLoop):
             t0 = time.perf_counter()
             t_s, t_t = self._profile()
             n_s, n_t, k = allocate(self.num_devices, t_s, t_t)
+            if n_t == 0 and not rt.switching:
+                # The formula may give every device to sampling; FGNN then trains on the standby
+                # Trainers (P = +inf, §5.3). Without switching there are none: keep one Trainer.
+                n_s, n_t = self.num_devices - 1, 1
             self.profile_times = {"T_s": t_s, "T_t": t_t, "profile_s": time.perf_counter() - t0}
             if n_s != 1:
                 self._build_layout(n_s)
