@@ -45,6 +45,24 @@ def test_queue_fifo_lease_ack_and_epoch_end():
     run(body())
 
 
+def test_queue_drops_a_reissued_task_that_is_queued_leased_or_done():
+    # A Sampler that dies with its last put unconfirmed gets that task re-issued; if the first
+    # put did arrive, the second must not make the task train twice.
+    async def body():
+        q = GlobalQueue(maxsize=8)
+        await q.begin_epoch(0, 3)
+        g = await q.register("t0")
+        for t in range(3):
+            assert (await q.put(QueueItem(0, t)))[0]
+        assert not (await q.put(QueueItem(0, 2)))[0]  # still queued
+        _, item, _ = await q.get("t0", g)
+        assert not (await q.put(QueueItem(0, item.task_id)))[0]  # leased
+        await q.ack("t0", item.task_id)
+        assert not (await q.put(QueueItem(0, item.task_id)))[0]  # done
+        assert q.qsize() == 2
+    run(body())
+
+
 def test_queue_back_pressure_blocks_put_until_get():
     async def body():
         q = GlobalQueue(maxsize=1)

@@ -122,7 +122,7 @@ class EpochLoop:
                 running[e.handle.run_epoch.remote(epoch, None)] = e
         sampling: dict[Any, tuple[_Exec, int, int]] = {}  # ref -> (sampler, task, incarnation)
         woke: set[int] = set()
-        dirty: set[int] = set()  # samplers with a put in flight (flushed when done)
+        unconfirmed: dict[int, int] = {}  # sampler device -> task whose put is still in flight
         flushing: dict[Any, _Exec] = {}  # flush ref -> sampler
         switched: dict[str, int] = {}
         seen, done, last_loss, last_poll = 0, 0, float("nan"), 0.0
@@ -141,14 +141,14 @@ class EpochLoop:
             # a Sampler with its share done flushes its last put; then (dynamic switching,
             # §5.3) its standby takes tasks while P > 0
             for s in samplers:
-                if s.alive and s.device in dirty and sched.sampler_finished(s.device):
-                    dirty.discard(s.device)
+                if (s.alive and s.device in unconfirmed and sched.sampler_finished(s.device)
+                        and all(f is not s for f in flushing.values())):
                     flushing[s.handle.flush.remote()] = s
             if not profiling:
                 for s in samplers:
                     sb = standbys.get(s.device)
-                    done_share = (sched.sampler_finished(s.device) and s.device not in dirty
-                                  and all(f is not s for f in flushing.values()))
+                    done_share = (sched.sampler_finished(s.device)
+                                  and s.device not in unconfirmed)
                     if (sb is not None and sb.alive and s.device not in woke
                             and (done_share or not s.alive
                                  or (trainers and not any(t.alive for t in trainers)))
@@ -165,21 +165,30 @@ class EpochLoop:
                     s = flushing.pop(r)
                     try:
                         res = ray.get(r)
+                        unconfirmed.pop(s.device, None)
                         acc.sample.C += res["C"]
                         acc.sampler_wait_s += res["queue_wait"]
                     except ray.exceptions.RayError as err:
-                        self._executor_failed(s, err)  # its lost samples come back as "lost"
+                        # Samples that reached the queue come back as "lost"; the last put may
+                        # not have reached it, so that task is issued again (the queue drops it
+                        # if it did arrive).
+                        self._executor_failed(s, err)
+                        if s.device in unconfirmed:
+                            sched.task_failed(unconfirmed.pop(s.device))
                 elif r in sampling:
                     s, t, g = sampling.pop(r)
                     try:
                         res = ray.get(r)
                     except ray.exceptions.RayError as err:
-                        if g == s.gen:
+                        if g == s.gen:  # not a late failure of an earlier incarnation
                             self._executor_failed(s, err)
+                            if s.device in unconfirmed:
+                                sched.task_failed(unconfirmed.pop(s.device))
                         sched.task_failed(t)
                         continue
+                    # This call waited for the previous put, so only this task's put is open.
+                    unconfirmed[s.device] = t
                     sched.task_sampled(t)
-                    dirty.add(s.device)
                     acc.sample.S += res["S"]
                     acc.sample.M += res["M"]
                     acc.sample.C += res["C"]

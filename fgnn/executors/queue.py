@@ -82,6 +82,11 @@ class GlobalQueue:
         async with cond:
             cond.notify_all()
 
+    def _holds(self, task_id: int) -> bool:
+        """Whether ``task_id`` of this epoch is already queued, leased or acknowledged."""
+        return (task_id in self._done or any(i.task_id == task_id for i in self._items)
+                or any(task_id in lease for lease in self._leases.values()))
+
     def _complete(self) -> bool:
         return self._aborted is not None or len(self._done) >= self._total
 
@@ -138,15 +143,17 @@ class GlobalQueue:
         """Enqueue ``item``, waiting while the queue is full (back-pressure).
 
         Returns:
-            ``(enqueued, seconds waited for room)``; not enqueued when the epoch was aborted or
-            the item belongs to another epoch (it is dropped).
+            ``(enqueued, seconds waited for room)``; not enqueued when the epoch was aborted, the
+            item belongs to another epoch, or its task is already queued, leased or done (a task
+            re-issued because its Sampler died with the first put unconfirmed): it is dropped.
         """
         cond = self._condition()
         t0 = time.perf_counter()
         async with cond:
             await cond.wait_for(lambda: len(self._items) < self._maxsize or self._aborted)
             waited = time.perf_counter() - t0
-            if self._aborted is not None or item.epoch != self._epoch:
+            if (self._aborted is not None or item.epoch != self._epoch
+                    or self._holds(item.task_id)):
                 return False, waited
             item.enqueued_at = time.time()
             self._items.append(item)
