@@ -116,10 +116,6 @@ class SamplerExecutor:
         """Returns the name once the topology is loaded (the runtime waits on it)."""
         return self.name
 
-    def set_cache_mask(self, cache_mask: Any) -> None:
-        """Replace the trainers' cache map (after the cache is rebuilt)."""
-        self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
-
     def seeds_of(self, epoch: int, task_id: int) -> torch.Tensor:
         """The seeds of task ``task_id`` of ``epoch``."""
         if epoch != self._epoch:

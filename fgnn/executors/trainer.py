@@ -114,11 +114,6 @@ class TrainerExecutor:
         """Returns the name once the cache is loaded (the runtime waits on it)."""
         return self.name
 
-    def cache_info(self) -> dict[str, Any]:
-        """Rows and bytes of this Trainer's device cache."""
-        rows = sum(int(b.shape[0]) for b in self.store.buffers)
-        return {"alpha": self.alpha, "rows": rows, "bytes": rows * self.store.row_bytes}
-
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
         "source"}`` (``path`` is the mapped file, or None)."""
