@@ -30,6 +30,7 @@ from fgnn.config import TrainConfig
 from fgnn.data.dataset import Dataset, Features
 from fgnn.graph import CSRGraph
 from fgnn.sampling.base import Block, Sample, Sampler
+from fgnn.sampling.remap import Remapper
 
 __all__ = [
     "FullNeighborSampler",
@@ -68,6 +69,7 @@ class FullNeighborSampler(Sampler):
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got num_layers={num_layers!r}")
         self.num_layers = num_layers
+        self._remap = Remapper()  # O(N) scratch allocated once, only touched entries reset
 
     def sample(self, graph: CSRGraph, seeds: torch.Tensor,
                generator: Optional[torch.Generator] = None) -> Sample:
@@ -77,33 +79,29 @@ class FullNeighborSampler(Sampler):
             raise ValueError(f"seeds must lie in [0, {graph.num_nodes})")
         if torch.unique(seeds).numel() != seeds.numel():
             raise ValueError("seeds must not repeat")
-        local = torch.full((graph.num_nodes,), -1, dtype=torch.int64, device=dev)
-        local[seeds] = torch.arange(seeds.numel(), device=dev)
-        nodes = seeds
-        deg = graph.degrees()
-        blocks: list[Block] = []
-        for _ in range(self.num_layers):
-            num_dst = nodes.numel()
-            counts = deg[nodes]
-            dst = torch.repeat_interleave(torch.arange(num_dst, device=dev), counts)
-            # Position of each edge inside the CSR arrays: row start + offset within the row.
-            starts = torch.repeat_interleave(graph.indptr[nodes], counts)
-            first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-            pos = starts + torch.arange(dst.numel(), device=dev) - first
-            nbr = graph.indices[pos].long()
-            new = nbr[local[nbr] < 0]
-            if new.numel() > 0:
-                uniq, inverse = torch.unique(new, return_inverse=True)
-                first_seen = torch.full((uniq.numel(),), new.numel(), dtype=torch.int64,
-                                        device=dev)
-                first_seen.scatter_reduce_(0, inverse, torch.arange(new.numel(), device=dev),
-                                           reduce="amin")
-                fresh = uniq[torch.argsort(first_seen)]
-                local[fresh] = torch.arange(num_dst, num_dst + fresh.numel(), device=dev)
-                nodes = torch.cat([nodes, fresh])
-            src = local[nbr]
-            w = None if graph.weights is None else graph.weights[pos]
-            blocks.append(Block(src, dst, int(nodes.numel()), num_dst, w))
+        rm = self._remap
+        rm.begin(seeds, graph.num_nodes)
+        try:
+            deg = graph.degrees()
+            blocks: list[Block] = []
+            for _ in range(self.num_layers):
+                nodes = rm.nodes()
+                num_dst = nodes.numel()
+                counts = deg[nodes]
+                dst = torch.repeat_interleave(torch.arange(num_dst, device=dev), counts)
+                # Position of each edge inside the CSR arrays: row start + offset within the row.
+                starts = torch.repeat_interleave(graph.indptr[nodes], counts)
+                first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+                pos = starts + torch.arange(dst.numel(), device=dev) - first
+                nbr = graph.indices[pos].long()
+                # New vertices get the next local ids in order of first appearance.
+                src = rm.add(nbr)
+                w = None if graph.weights is None else graph.weights[pos]
+                blocks.append(Block(src, dst, rm.size, num_dst, w))
+            nodes = rm.end()
+        except BaseException:
+            rm.abort()
+            raise
         blocks.reverse()
         return Sample(seeds=seeds, blocks=blocks, input_nodes=nodes)
 

@@ -16,8 +16,9 @@ through pinned memory and copied asynchronously.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -83,12 +84,34 @@ class TensorSource:
             ValueError: if an id is outside ``[0, N)``.
         """
         idx = torch.as_tensor(ids).long().cpu()
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
-            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        bad = _out_of_range(idx, self.num_rows)
+        if bad is not None:
             raise ValueError(f"ids holds {bad}, outside [0, {self.num_rows})")
+        return self._read_unchecked(idx)
+
+    def _read_unchecked(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None
+                        ) -> torch.Tensor:
+        """:meth:`read` for int64 CPU ``idx`` already known to be in range (the store validated
+        them once at its entry point); writes into ``out`` (``(len(idx), F)``) when given."""
         if self._t is not None:
-            return self._t.index_select(0, idx)
-        return torch.from_numpy(np.ascontiguousarray(self._np[idx.numpy()]))
+            if out is None:
+                return self._t.index_select(0, idx)
+            return torch.index_select(self._t, 0, idx, out=out)
+        if out is None:
+            return torch.from_numpy(np.ascontiguousarray(self._np[idx.numpy()]))
+        np.take(self._np, idx.numpy(), axis=0, out=out.numpy(), mode="clip")  # ids in range
+        return out
+
+
+def _out_of_range(idx: torch.Tensor, n: int) -> Optional[int]:
+    """An id of ``idx`` outside ``[0, n)`` (the smallest if negative, else the largest), or None.
+    One pass over ``idx``."""
+    if not idx.numel():
+        return None
+    lo, hi = (int(v) for v in torch.aminmax(idx))
+    if lo < 0:
+        return lo
+    return hi if hi >= n else None
 
 
 def as_source(host: HostLike) -> FeatureSource:
@@ -239,7 +262,17 @@ class FeatureStore:
         self.buf_pos = buf_pos.to(self.device, torch.int64)
         self.row_bytes = _row_bytes(self.host)
         self.stats = TierStats()
+        # CPU copies of the lookup: gather splits host/cache on the host, so only gathered rows
+        # and slot ids cross to the device (no device->host sync per batch). Same tensors on CPU.
+        on_cpu = self.device.type == "cpu"
+        self._dev_num_h = self.dev_num if on_cpu else self.dev_num.cpu()
+        self._buf_pos_h = self.buf_pos if on_cpu else self.buf_pos.cpu()
         self._pin = self.device.type == "cuda" and torch.cuda.is_available()
+        # CUDA only: one pinned staging buffer for host rows, grown as needed, reused per batch
+        # once the previous batch's asynchronous copy out of it has finished.
+        self._staging: Optional[torch.Tensor] = None
+        self._staging_done: Any = None
+        self._staging_lock = threading.Lock()
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -313,8 +346,8 @@ class FeatureStore:
             raise ValueError(f"input_nodes must be a 1-D integer tensor, got dtype {idx.dtype} "
                              f"and shape {tuple(idx.shape)}")
         idx = idx.long()
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.num_nodes):
-            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        bad = _out_of_range(idx, self.num_nodes)
+        if bad is not None:
             raise ValueError(f"input_nodes holds {bad}, outside [0, {self.num_nodes})")
         return idx
 
@@ -326,33 +359,70 @@ class FeatureStore:
         buffer, and the rest are read from the host source (through pinned memory with CUDA).
         Counters in :attr:`stats` advance per tier.
         """
-        idx = self._check_ids(input_nodes).to(self.device)
+        # Validated once here; the host split is computed on CPU copies of the lookup (ids on a
+        # device are copied to the host once, a no-op for the usual CPU sample).
+        idx = self._check_ids(torch.as_tensor(input_nodes).cpu())
         m = idx.numel()
-        out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
-        dev = self.dev_num[idx]
-        pos = self.buf_pos[idx]
+        if not m:
+            return torch.empty(0, self.dim, dtype=self.host.dtype, device=self.device)
+        if not self.buffers:  # no cache: every row is a miss
+            self._count(0, 0, m)
+            return self._read_host(self._buf_pos_h.index_select(0, idx))
+        dev = self._dev_num_h.index_select(0, idx)
+        pos = self._buf_pos_h.index_select(0, idx)
         host_sel = torch.nonzero(dev < 0).flatten()
         n_host = int(host_sel.numel())
+        if n_host == m:  # every row is a miss: the gathered rows are the result
+            self._count(0, 0, m)
+            return self._read_host(pos)
+        out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
         if n_host:
-            rows = self.host.read(pos[host_sel].cpu())
-            if self._pin:
-                rows = rows.pin_memory()
-            out[host_sel] = rows.to(self.device, non_blocking=self._pin)
+            rows = self._read_host(pos.index_select(0, host_sel))
+            out.index_copy_(0, host_sel.to(self.device, non_blocking=self._pin), rows)
         n_local = n_peer = 0
         for d, buf in enumerate(self.buffers):  # a handful of devices, not nodes
             sel = torch.nonzero(dev == d).flatten()
             k = int(sel.numel())
             if not k:
                 continue
-            p = pos[sel]
+            p = pos.index_select(0, sel)
+            sel = sel.to(self.device, non_blocking=self._pin)
             if d == self.local:
-                out[sel] = buf[p]
+                rows = buf.index_select(0, p.to(buf.device, non_blocking=self._pin))
+                out.index_copy_(0, sel, rows.to(out.dtype))
                 n_local += k
             else:
-                out[sel] = buf[p.to(buf.device)].to(self.device)
+                rows = buf.index_select(0, p.to(buf.device)).to(self.device, out.dtype)
+                out.index_copy_(0, sel, rows)
                 n_peer += k
         self._count(n_local, n_peer, n_host)
         return out
+
+    def _read_host(self, ids: torch.Tensor) -> torch.Tensor:
+        """Host rows of in-range CPU ``ids`` on this store's device (through the pinned staging
+        buffer with CUDA)."""
+        if not self._pin:
+            if isinstance(self.host, TensorSource):
+                rows = self.host._read_unchecked(ids)
+            else:
+                rows = self.host.read(ids)
+            return rows.to(self.device, self.host.dtype)
+        k = int(ids.numel())
+        with self._staging_lock:
+            if self._staging_done is not None:
+                self._staging_done.synchronize()  # last batch's copy out of the buffer is done
+            if self._staging is None or self._staging.shape[0] < k:
+                self._staging = torch.empty(max(k, 1), self.dim, dtype=self.host.dtype,
+                                            pin_memory=True)
+            stage = self._staging[:k]
+            if isinstance(self.host, TensorSource):
+                self.host._read_unchecked(ids, out=stage)
+            else:
+                stage.copy_(self.host.read(ids))
+            rows = stage.to(self.device, non_blocking=True)
+            self._staging_done = torch.cuda.Event()
+            self._staging_done.record()
+        return rows
 
     def _count(self, n_local: int, n_peer: int, n_host: int) -> None:
         s = self.stats
@@ -366,8 +436,8 @@ class FeatureStore:
     def count(self, input_nodes: torch.Tensor) -> None:
         """Advance the counters exactly as :meth:`gather` would, without moving any row
         (for hit-rate studies)."""
-        idx = self._check_ids(input_nodes).to(self.device)
-        dev = self.dev_num[idx]
+        idx = self._check_ids(torch.as_tensor(input_nodes).cpu())
+        dev = self._dev_num_h.index_select(0, idx)
         n_host = int((dev < 0).sum())
         n_local = int((dev == self.local).sum()) if self.buffers else 0
         self._count(n_local, idx.numel() - n_host - n_local, n_host)
