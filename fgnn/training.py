@@ -29,8 +29,8 @@ from fgnn.checkpoint import load_checkpoint, save_checkpoint
 from fgnn.config import TrainConfig
 from fgnn.data.dataset import Dataset, Features
 from fgnn.graph import CSRGraph
-from fgnn.sampling.base import Block, Sample, Sampler
-from fgnn.sampling.remap import Remapper
+from fgnn.sampling.base import Sample, Sampler
+from fgnn.sampling.remap import Remapper, sample_layers
 
 __all__ = [
     "FullNeighborSampler",
@@ -79,31 +79,19 @@ class FullNeighborSampler(Sampler):
             raise ValueError(f"seeds must lie in [0, {graph.num_nodes})")
         if torch.unique(seeds).numel() != seeds.numel():
             raise ValueError("seeds must not repeat")
-        rm = self._remap
-        rm.begin(seeds, graph.num_nodes)
-        try:
-            deg = graph.degrees()
-            blocks: list[Block] = []
-            for _ in range(self.num_layers):
-                nodes = rm.nodes()
-                num_dst = nodes.numel()
-                counts = deg[nodes]
-                dst = torch.repeat_interleave(torch.arange(num_dst, device=dev), counts)
-                # Position of each edge inside the CSR arrays: row start + offset within the row.
-                starts = torch.repeat_interleave(graph.indptr[nodes], counts)
-                first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-                pos = starts + torch.arange(dst.numel(), device=dev) - first
-                nbr = graph.indices[pos].long()
-                # New vertices get the next local ids in order of first appearance.
-                src = rm.add(nbr)
-                w = None if graph.weights is None else graph.weights[pos]
-                blocks.append(Block(src, dst, rm.size, num_dst, w))
-            nodes = rm.end()
-        except BaseException:
-            rm.abort()
-            raise
-        blocks.reverse()
-        return Sample(seeds=seeds, blocks=blocks, input_nodes=nodes)
+        deg = graph.degrees()
+
+        def select(nodes: torch.Tensor, layer: int):
+            counts = deg[nodes]
+            dst = torch.repeat_interleave(torch.arange(nodes.numel(), device=dev), counts)
+            # Position of each edge inside the CSR arrays: row start + offset within the row.
+            starts = torch.repeat_interleave(graph.indptr[nodes], counts)
+            first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+            pos = starts + torch.arange(dst.numel(), device=dev) - first
+            w = None if graph.weights is None else graph.weights[pos]
+            return graph.indices[pos].long(), dst, w
+
+        return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers, select)
 
 
 # ---------------------------------------------------------------------------- stages

@@ -26,8 +26,8 @@ import torch
 
 from fgnn.graph import CSRGraph
 from fgnn.sampling._util import check_fanouts, check_seeds, rand, segment_arange
-from fgnn.sampling.base import Block, Sample, Sampler
-from fgnn.sampling.remap import Remapper
+from fgnn.sampling.base import Sample, Sampler
+from fgnn.sampling.remap import Remapper, sample_layers
 
 __all__ = ["KHop", "row_max_weights", "sample_uniform", "sample_weighted"]
 
@@ -269,22 +269,8 @@ class KHop(Sampler):
         """
         seeds = check_seeds(graph, seeds)
         self.check_graph(graph)
-        rm = self._remap
-        rm.begin(seeds, graph.num_nodes)
-        try:
-            blocks = []
-            for hop in range(self.num_layers):
-                frontier = rm.nodes()
-                nbr, dst, w = self._select(graph, frontier, hop, generator)
-                src = rm.add(nbr)
-                blocks.append(Block(src, dst, num_src=rm.size, num_dst=int(frontier.numel()),
-                                    weights=w))
-            input_nodes = rm.end()
-        except BaseException:
-            rm.abort()
-            raise
-        blocks.reverse()  # blocks[0] is the input layer (the last hop)
-        return Sample(seeds=seeds, blocks=blocks, input_nodes=input_nodes)
+        return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers,
+                             lambda frontier, hop: self._select(graph, frontier, hop, generator))
 
 
 def _sample_with_replacement(graph: CSRGraph, rows: torch.Tensor, fanout: int,

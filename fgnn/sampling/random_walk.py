@@ -19,8 +19,8 @@ import torch
 
 from fgnn.graph import CSRGraph
 from fgnn.sampling._util import check_seeds, rand
-from fgnn.sampling.base import Block, Sample, Sampler
-from fgnn.sampling.remap import Remapper
+from fgnn.sampling.base import Sample, Sampler
+from fgnn.sampling.remap import Remapper, sample_layers
 
 __all__ = ["RandomWalk", "random_walk_topk", "random_walks"]
 
@@ -126,21 +126,8 @@ class RandomWalk(Sampler):
             ValueError: on bad ``seeds`` (dtype, shape, device, range, repeats).
         """
         seeds = check_seeds(graph, seeds)
-        rm = self._remap
-        rm.begin(seeds, graph.num_nodes)
-        try:
-            blocks = []
-            for _ in range(self.num_layers):
-                frontier = rm.nodes()
-                visits = random_walks(graph, frontier, self.num_walks, self.walk_length,
-                                      generator)
-                nbr, dst, cnt = random_walk_topk(visits, frontier, self.top_k)
-                src = rm.add(nbr)
-                blocks.append(Block(src, dst, num_src=rm.size, num_dst=int(frontier.numel()),
-                                    weights=cnt))
-            input_nodes = rm.end()
-        except BaseException:
-            rm.abort()
-            raise
-        blocks.reverse()
-        return Sample(seeds=seeds, blocks=blocks, input_nodes=input_nodes)
+        def select(frontier: torch.Tensor, layer: int):
+            visits = random_walks(graph, frontier, self.num_walks, self.walk_length, generator)
+            return random_walk_topk(visits, frontier, self.top_k)
+
+        return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers, select)

@@ -19,11 +19,11 @@ newly discovered vertices follow in order of first appearance among that hop's c
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
-__all__ = ["Remapper"]
+__all__ = ["Remapper", "sample_layers"]
 
 _I32_MAX = torch.iinfo(torch.int32).max
 _I64_MAX = torch.iinfo(torch.int64).max
@@ -140,3 +140,40 @@ class Remapper:
 def _first_repeat(x: torch.Tensor) -> int:
     vals, counts = torch.unique(x, return_counts=True)
     return int(vals[counts > 1][0])
+
+
+#: ``select(frontier, layer) -> (neighbour global ids, dst local ids, edge weights or None)``.
+LayerSelect = Callable[[torch.Tensor, int],
+                       tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]]
+
+
+def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_layers: int,
+                  select: LayerSelect) -> "Sample":
+    """The layer loop every sampler shares (FGNN §2, Fig. 1): from the current frontier (all
+    local vertices so far), ``select`` picks neighbours, the remapper gives new ones the next local
+    ids, and one block is recorded per layer; blocks come back input layer first.
+
+    Args:
+        remapper: the sampler's scratch-array remapper (reset on success and on error).
+        seeds: validated int64 seed ids on the graph's device.
+        num_nodes: N of the graph.
+        num_layers: blocks to produce.
+        select: picks the sampled edges of ``frontier`` for layer ``layer`` (0 = seeds' hop).
+    """
+    from fgnn.sampling.base import Block, Sample
+
+    remapper.begin(seeds, num_nodes)
+    try:
+        blocks = []
+        for layer in range(num_layers):
+            frontier = remapper.nodes()
+            nbr, dst, w = select(frontier, layer)
+            src = remapper.add(nbr)
+            blocks.append(Block(src, dst, num_src=remapper.size,
+                                num_dst=int(frontier.numel()), weights=w))
+        input_nodes = remapper.end()
+    except BaseException:
+        remapper.abort()
+        raise
+    blocks.reverse()  # blocks[0] is the input layer (the last hop)
+    return Sample(seeds=seeds, blocks=blocks, input_nodes=input_nodes)
