@@ -1,0 +1,151 @@
+"""Deterministic scoring of a split: the one definition of a reported accuracy.
+
+Every accuracy fgnn reports -- validation after an epoch, the final train/val/test scores, and a
+saved model scored again after :func:`fgnn.load_model` -- is the result of the same recipe, so a
+number printed by ``launch.py`` is reproduced exactly by re-scoring the saved weights:
+
+* the split's vertices are cut **in order** into chunks of ``batch_size``
+  (:func:`eval_batches`), never shuffled;
+* chunk ``i`` of split ``s`` is sampled with its own generator, :func:`eval_generator`
+  ``(seed, s, i)``, whichever process samples it (a Sampler executor, or this module);
+* the model scores the chunk in eval mode (:func:`score_logits`): correct predictions, count and
+  summed cross-entropy.
+
+The runtime runs the chunks as tasks through its Samplers and Trainers in parallel
+(:mod:`fgnn.executors`); :func:`evaluate_split` runs them in one process. Both add the same
+integers, so they agree exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from fgnn.data.dataset import Dataset
+    from fgnn.sampling.base import Sampler
+
+__all__ = ["SPLITS", "SplitScore", "eval_batches", "eval_generator", "score_logits",
+           "evaluate_split"]
+
+#: Split name -> the id mixed into :func:`eval_generator` (stable across releases).
+SPLITS: dict[str, int] = {"train": 1, "val": 2, "test": 3}
+
+
+@dataclass
+class SplitScore:
+    """Summed scores of one split (or of some of its chunks; scores add up).
+
+    Attributes:
+        correct: vertices predicted correctly.
+        count: vertices scored.
+        loss_sum: summed cross-entropy over the scored vertices.
+    """
+
+    correct: int = 0
+    count: int = 0
+    loss_sum: float = 0.0
+
+    def add(self, other: "SplitScore") -> "SplitScore":
+        """Accumulate ``other`` into this score (returns self)."""
+        self.correct += int(other.correct)
+        self.count += int(other.count)
+        self.loss_sum += float(other.loss_sum)
+        return self
+
+    @property
+    def accuracy(self) -> float:
+        """``correct / count`` (NaN when nothing was scored)."""
+        return self.correct / self.count if self.count else float("nan")
+
+    @property
+    def loss(self) -> float:
+        """Mean cross-entropy (NaN when nothing was scored)."""
+        return self.loss_sum / self.count if self.count else float("nan")
+
+
+def eval_batches(idx: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+    """The split's vertices in order, cut into chunks of ``batch_size`` (the last may be short).
+
+    Raises:
+        ValueError: for a non-positive ``batch_size``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got batch_size={batch_size!r}")
+    return list(torch.split(idx.to(torch.int64), int(batch_size)))
+
+
+def eval_generator(seed: int, split: str, batch: int,
+                   device: Union[str, torch.device] = "cpu") -> torch.Generator:
+    """The random source of chunk ``batch`` of ``split``: the same in every process.
+
+    Kept apart from the training tasks' generators, so scoring never changes what training
+    draws.
+
+    Raises:
+        ValueError: for a split not in :data:`SPLITS`.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got split={split!r}")
+    g = torch.Generator(device=device)
+    g.manual_seed((int(seed) * 7_919 + SPLITS[split] * 1_000_003 + int(batch) * 104_729 + 17)
+                  % (2 ** 63))
+    return g
+
+
+@torch.no_grad()
+def score_logits(logits: torch.Tensor, labels: torch.Tensor) -> SplitScore:
+    """Correct predictions, count and summed cross-entropy of one chunk.
+
+    Shapes:
+        logits ``(B, C)``, labels ``(B,)``.
+    """
+    labels = labels.to(logits.device, torch.int64)
+    correct = int((logits.argmax(dim=-1) == labels).sum())
+    loss = float(F.cross_entropy(logits.float(), labels, reduction="sum"))
+    return SplitScore(correct, int(labels.numel()), loss)
+
+
+@torch.no_grad()
+def evaluate_split(model: nn.Module, dataset: "Dataset", split: str, sampler: "Sampler",
+                   batch_size: int, seed: int = 0,
+                   device: Union[str, torch.device] = "cpu",
+                   idx: Optional[torch.Tensor] = None) -> SplitScore:
+    """Score ``model`` on a split of ``dataset`` in this process (the reference recipe).
+
+    Args:
+        model: follows the :mod:`fgnn.models` contract.
+        dataset: graph, features, labels and splits.
+        split: ``train``, ``val`` or ``test``.
+        sampler: how chunks are sampled (the job's training sampler by default in the runtime;
+            a :class:`~fgnn.training.FullNeighborSampler` for exact scores).
+        batch_size: seeds per chunk.
+        seed: the job seed.
+        device: where the model runs.
+        idx: the vertices to score; defaults to the split's own ids.
+
+    Returns:
+        The split's :class:`SplitScore`.
+    """
+    from fgnn.training import extract_features, gather_labels
+
+    if idx is None:
+        idx = getattr(dataset, f"{split}_idx")
+    graph = dataset.graph
+    was_training = model.training
+    model.eval()
+    total = SplitScore()
+    try:
+        for i, chunk in enumerate(eval_batches(idx, batch_size)):
+            sample = sampler.sample(graph, chunk.to(graph.device),
+                                    eval_generator(seed, split, i, graph.device)).to(device)
+            x = extract_features(dataset.features, sample.input_nodes, device)
+            logits = model(sample.blocks, x)
+            total.add(score_logits(logits, gather_labels(dataset.labels, sample.seeds, device)))
+    finally:
+        model.train(was_training)
+    return total
