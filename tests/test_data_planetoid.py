@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -208,3 +209,105 @@ def test_nan_features(tmp_path):
     _dump(_fake(tmp_path) / "ind.citeseer.allx", sp.csr_matrix(m))
     with pytest.raises(ValueError, match=r"NaN \(row 7"):
         load_planetoid("citeseer", tmp_path)
+
+
+# ------------------------------------------------------------------------------ crafted pickles
+
+
+class _EvalPayload:
+    """Pickles as ``builtins.eval(code)``: writes ``marker``, then returns the real object read
+    from ``original`` -- a file that loads cleanly under plain ``pickle.load``."""
+
+    def __init__(self, marker: Path, original: Path) -> None:
+        self.code = (f"(open({str(marker)!r}, 'w').write('pwned'), "
+                     f"__import__('pickle').load(open({str(original)!r}, 'rb'), "
+                     f"encoding='latin1'))[1]")
+
+    def __reduce__(self):
+        return (eval, (self.code,))
+
+
+class _SystemPayload:
+    """Pickles as ``os.system('touch marker')``."""
+
+    def __init__(self, marker: Path, original: Path) -> None:
+        self.cmd = f"touch {marker}"
+
+    def __reduce__(self):
+        import os
+        return (os.system, (self.cmd,))
+
+
+def _plant(root: Path, name: str, payload_cls, tmp_path: Path) -> tuple[Path, Path]:
+    """Replace ``ind.<name>.x`` under ``root`` by a payload; return (payload file, marker)."""
+    target = root / f"ind.{name}.x"
+    original = tmp_path / "x.original"
+    original.write_bytes(target.read_bytes())
+    marker = tmp_path / "pwned.txt"
+    _dump(target, payload_cls(marker, original))
+    return target, marker
+
+
+@pytest.mark.parametrize("payload", [_EvalPayload, _SystemPayload])
+def test_code_running_pickle_refused_without_side_effect(tmp_path, payload):
+    root = tmp_path / "data"
+    root.mkdir()
+    write_fake_planetoid(root, "citeseer", [513, 510, 512, 511])
+    target, marker = _plant(root, "citeseer", payload, tmp_path)
+    with pytest.raises(ValueError) as e:
+        load_planetoid("citeseer", root)
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1
+    assert str(target) in msg and "refused" in msg
+    assert ("eval" if payload is _EvalPayload else "system") in msg
+    assert not marker.exists()
+
+
+def test_plain_pickle_load_would_run_the_payload(tmp_path, monkeypatch):
+    """The same eval payload under plain ``pickle.load`` (the loader before the fix): it loads
+    without error and writes the file -- what the test above guards against."""
+    import fgnn.data.planetoid as planetoid
+    root = tmp_path / "data"
+    root.mkdir()
+    write_fake_planetoid(root, "citeseer", [513, 510, 512, 511])
+    _, marker = _plant(root, "citeseer", _EvalPayload, tmp_path)
+    monkeypatch.setattr(planetoid, "_unpickle", lambda f: pickle.load(f, encoding="latin1"))
+    ds = load_planetoid("citeseer", root)
+    assert ds.num_nodes == 514
+    assert marker.read_text() == "pwned"
+
+
+def test_real_cora_with_payload_refused(planetoid_root, tmp_path):
+    root = tmp_path / "cora"
+    root.mkdir()
+    for p in Path(planetoid_root).glob("ind.cora.*"):
+        (root / p.name).write_bytes(p.read_bytes())
+    target, marker = _plant(root, "cora", _EvalPayload, tmp_path)
+    with pytest.raises(ValueError, match=r"ind\.cora\.x is refused: it names the global "):
+        load_planetoid("cora", root)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: defaultdict(list, {0: [1, 2], 3: []}),
+    lambda: {0: [1, 2]},
+    lambda: sp.csr_matrix(np.eye(3, dtype=np.float32)),
+    lambda: np.arange(6, dtype=np.int32).reshape(2, 3),
+    lambda: np.int64(7),
+], ids=["defaultdict", "dict", "csr", "ndarray", "scalar"])
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_restricted_unpickler_admits_planetoid_types(tmp_path, make, protocol):
+    """Objects of the Planetoid types, pickled by today's numpy/scipy, round-trip."""
+    from fgnn.data.planetoid import read_planetoid_pickle
+    obj = make()
+    path = tmp_path / "obj.pkl"
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=protocol)
+    back = read_planetoid_pickle(path)
+    assert type(back) is type(obj)
+    if sp.issparse(obj):
+        assert (back != obj).nnz == 0
+    elif isinstance(obj, dict):
+        assert back == obj
+    else:
+        assert np.array_equal(back, obj) and back.dtype == obj.dtype

@@ -6,6 +6,10 @@ Graph Embeddings* (ICML 2016): Python-2 pickles of scipy sparse feature matrices
 file of test node ids (``test.index``). The split is the standard one PyG's ``Planetoid`` uses:
 train = ``range(len(y))`` (20 per class), val = the next 500 nodes, test = ``test.index``.
 
+The pickles are read by a restricted unpickler (:func:`read_planetoid_pickle`) that admits only
+the numpy / scipy.sparse / builtin reconstructors these files need, so a crafted file cannot run
+code: any other global it names is refused with an error naming the file.
+
 Like PyG, CiteSeer's isolated test nodes (ids inside the test range but absent from
 ``test.index``) get zero feature rows and label 0 and belong to no split; self-loops are dropped
 and edges are symmetrised and deduplicated (Cora: 2708 nodes, 10556 directed edges).
@@ -25,7 +29,8 @@ import torch
 from fgnn.data.dataset import Dataset
 from fgnn.graph import CSRGraph
 
-__all__ = ["load_planetoid", "PLANETOID_NAMES", "PLANETOID_FILES"]
+__all__ = ["load_planetoid", "read_planetoid_pickle", "PLANETOID_NAMES", "PLANETOID_FILES",
+           "PICKLE_GLOBALS"]
 
 #: Dataset names this loader knows (any ``ind.<name>.*`` set in the same format also loads).
 PLANETOID_NAMES = ("cora", "citeseer", "pubmed")
@@ -40,20 +45,72 @@ def _path(root: Path, name: str, suffix: str) -> Path:
     return path
 
 
-def _read_pickle(path: Path):
+#: The only globals a Planetoid pickle may name, as ``(module, name)``: what the original
+#: Python-2 files reference (numpy arrays, scipy CSR matrices, ``defaultdict(list)``), plus the
+#: Python-3 spellings of the same reconstructors for files re-pickled by current numpy / scipy
+#: (``numpy._core``, ``scipy.sparse._csr``, ``builtins``, and ``_codecs.encode``, which protocol 2
+#: uses for byte strings). ``numpy.core.multiarray.scalar`` rebuilds a numpy scalar.
+PICKLE_GLOBALS = frozenset({
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
+    ("collections", "defaultdict"),
+    ("__builtin__", "list"), ("builtins", "list"),
+    ("_codecs", "encode"),
+})
+
+
+class _RefusedGlobal(pickle.UnpicklingError):
+    """A pickle names a global outside :data:`PICKLE_GLOBALS`."""
+
+
+class _PlanetoidUnpickler(pickle.Unpickler):
+    """Resolves only :data:`PICKLE_GLOBALS`; every other global (``os.system``, ``builtins.eval``,
+    ...) is refused before it is imported or called."""
+
+    def find_class(self, module: str, name: str):  # noqa: D102
+        if (module, name) not in PICKLE_GLOBALS:
+            raise _RefusedGlobal(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+def _unpickle(f) -> object:
+    """Load one pickle from the binary file ``f`` with the restricted unpickler."""
+    return _PlanetoidUnpickler(f, encoding="latin1").load()
+
+
+def read_planetoid_pickle(path: str | os.PathLike) -> object:
+    """Read one Planetoid pickle, admitting only the reconstructors of :data:`PICKLE_GLOBALS`.
+
+    Args:
+        path: an ``ind.<name>.<suffix>`` file (Python-2 pickle, read as latin-1).
+
+    Returns:
+        The unpickled object (a numpy array, a scipy CSR matrix or an adjacency dict).
+
+    Raises:
+        ValueError: naming the file when it names any other global (nothing of it is called)
+            or is not a readable pickle.
+    """
+    path = Path(path)
     try:
         with open(path, "rb") as f, warnings.catch_warnings():
-            # Old pickles name scipy.sparse.csr.csr_matrix, a deprecated module path.
+            # Old pickles name numpy.core / scipy.sparse.csr, deprecated module paths.
             warnings.simplefilter("ignore", DeprecationWarning)
-            return pickle.load(f, encoding="latin1")
-    except Exception as exc:  # any unpickling failure is a malformed file
+            return _unpickle(f)
+    except _RefusedGlobal as exc:
+        raise ValueError(f"Planetoid file {path} is refused: it names the global {exc}, which "
+                         f"is not a numpy / scipy.sparse / builtin reconstructor of Planetoid "
+                         f"data (a crafted or foreign pickle; nothing in it was run)") from None
+    except Exception as exc:  # any other unpickling failure is a malformed file
         raise ValueError(f"Planetoid file {path} is not a readable pickle: {exc}") from exc
 
 
 def _read_matrix(path: Path, *, sparse: bool) -> np.ndarray:
     import scipy.sparse as sp                                    # lazy: keeps `import fgnn` light
 
-    obj = _read_pickle(path)
+    obj = read_planetoid_pickle(path)
     if sp.issparse(obj):
         arr = obj.toarray()
     elif isinstance(obj, np.ndarray):
@@ -83,7 +140,7 @@ def _read_test_index(path: Path) -> np.ndarray:
 
 def _read_graph(path: Path, num_nodes: int) -> np.ndarray:
     """Adjacency dict -> ``(2, E)`` int64 pairs ``[key, neighbour]``."""
-    graph = _read_pickle(path)
+    graph = read_planetoid_pickle(path)
     if not isinstance(graph, dict):
         raise ValueError(f"Planetoid file {path} must hold a dict of adjacency lists, got "
                          f"{type(graph).__name__}")
