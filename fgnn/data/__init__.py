@@ -1,6 +1,8 @@
-"""Datasets: the container and its loaders (Planetoid, OGB raw, synthetic, on-disk)."""
+"""Datasets: the container, its loaders (Planetoid, OGB raw, synthetic, on-disk) and converters
+from PyG / DGL / OGB objects."""
 
-from fgnn.data.dataset import Dataset, Features
+from fgnn.data.convert import from_dgl, from_ogb, from_pyg
+from fgnn.data.dataset import Dataset, Features, split_ids
 from fgnn.data.ogb import load_ogb
 from fgnn.data.ondisk import load_ondisk, save_dataset, write_features_npy_chunked
 from fgnn.data.planetoid import load_planetoid
@@ -10,6 +12,10 @@ from fgnn.data.synthetic import rmat_dataset, uniform_dataset
 __all__ = [
     "Dataset",
     "Features",
+    "split_ids",
+    "from_pyg",
+    "from_dgl",
+    "from_ogb",
     "load_dataset",
     "parse_spec",
     "load_planetoid",

@@ -3,17 +3,58 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import torch
 
 from fgnn.graph import CSRGraph
 
-__all__ = ["Dataset", "Features"]
+__all__ = ["Dataset", "Features", "SplitLike", "split_ids"]
 
 #: Node features: an in-memory tensor, or a (memory-mapped) numpy array that is never fully loaded.
 Features = Union[torch.Tensor, np.ndarray]
+#: One split: integer node ids, or a boolean mask of length N (PyG's ``train_mask``).
+SplitLike = Union[torch.Tensor, np.ndarray, Sequence[int]]
+
+_SPLITS = ("train_idx", "val_idx", "test_idx")
+
+
+def split_ids(split: SplitLike, num_nodes: int, *, what: str = "split") -> torch.Tensor:
+    """Node ids of one split, given as ids or as a boolean mask.
+
+    Args:
+        split: ``(K,)`` integer node ids (any integer dtype), or a ``(N,)`` boolean mask whose
+            true entries are the split's nodes (PyG's ``train_mask``); a tensor, array or list.
+        num_nodes: N, the length a mask must have.
+        what: the split's name for error messages (``"dataset 'x': train_idx"``).
+
+    Returns:
+        ``(K,)`` int64 node ids (a mask gives its true positions in increasing order).
+
+    Raises:
+        ValueError: naming ``what`` on a mask whose length is not N, a floating-point or other
+            non-integer dtype, or more than one dimension.
+    """
+    try:
+        t = split if isinstance(split, torch.Tensor) else torch.as_tensor(np.asarray(split))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must hold integer node ids or be a boolean mask: {exc}") \
+            from None
+    if t.dim() != 1:
+        raise ValueError(f"{what} must be 1-D node ids or a boolean mask of length {num_nodes}, "
+                         f"got shape {tuple(t.shape)}")
+    if t.dtype == torch.bool:
+        if t.numel() != num_nodes:
+            raise ValueError(f"{what} is a boolean mask of length {t.numel()}, but the graph has "
+                             f"{num_nodes} nodes")
+        return t.nonzero().flatten()
+    if t.numel() == 0:                                          # [] arrives as float64
+        return torch.zeros(0, dtype=torch.int64)
+    if t.is_floating_point() or t.is_complex():
+        raise ValueError(f"{what} must hold integer node ids or be a boolean mask, got dtype "
+                         f"{t.dtype}")
+    return t.to(torch.int64)
 
 
 @dataclass
@@ -25,7 +66,9 @@ class Dataset:
         graph: topology; row ``v`` lists the neighbours ``v`` aggregates from.
         features: ``(N, F)`` node features, a tensor or a memory-mapped array.
         labels: ``(N,)`` int64 class ids in ``[0, num_classes)``.
-        train_idx, val_idx, test_idx: int64 node ids of each split.
+        train_idx, val_idx, test_idx: ``(K,)`` int64 node ids of each split. The constructor
+            also takes any integer ids or a ``(N,)`` boolean mask (PyG's ``train_mask``) and
+            stores the ids (see :func:`split_ids`).
         num_classes: number of classes C.
         meta: free-form provenance (generator parameters, source paths).
     """
@@ -41,6 +84,9 @@ class Dataset:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for split in _SPLITS:
+            setattr(self, split, split_ids(getattr(self, split), self.graph.num_nodes,
+                                           what=f"dataset {self.name!r}: {split}"))
         self.validate()
 
     @property
@@ -80,7 +126,7 @@ class Dataset:
             if lo < 0 or hi >= self.num_classes:
                 raise ValueError(f"dataset {self.name!r}: labels hold class {lo if lo < 0 else hi}"
                                  f", outside [0, {self.num_classes})")
-        for split in ("train_idx", "val_idx", "test_idx"):
+        for split in _SPLITS:
             idx = getattr(self, split)
             if idx.dtype != torch.int64 or idx.dim() != 1:
                 raise ValueError(f"dataset {self.name!r}: {split} must be a 1-D int64 tensor, got "

@@ -12,7 +12,7 @@ Layout (the disk tier relies on exactly these fields)::
     DIR/features.npy    standard C-order 2-D .npy, (num_nodes, feat_dim) of feat_dtype
     DIR/indptr.npy      (num_nodes + 1,) int64;  indices.npy (num_edges,) int32 | int64
     DIR/weights.npy     (num_edges,) float32, only when the graph is weighted
-    DIR/labels.npy, DIR/{train,val,test}_idx.npy    int64
+    DIR/labels.npy, DIR/{train,val,test}_idx.npy    int64 (a split may also be an (N,) bool mask)
 
 :func:`save_dataset` writes into a temporary sibling directory, fsyncs every file and then
 renames it into place, so a reader never sees a half-written dataset. Features are streamed in
@@ -303,7 +303,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     w_path = (None if files["weights"] is None
               else _check_npy(root, files["weights"], "weights", (e,), ("float32",)))
     l_path = _check_npy(root, files["labels"], "labels", (n,), ints)
-    s_paths = {k: _check_npy(root, files[k], k, (-1,), ints)
+    s_paths = {k: _check_npy(root, files[k], k, (-1,), ints + ("bool",))  # ids or a mask
                for k in ("train_idx", "val_idx", "test_idx")}
 
     indptr = torch.from_numpy(np.load(ip_path))
@@ -331,8 +331,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     if check_nan or (check_nan is None and fbytes <= NAN_CHECK_LIMIT_BYTES):
         _scan_nan(features, fpath)
     labels = torch.from_numpy(np.load(l_path).astype(np.int64, copy=False))
-    splits = {k: torch.from_numpy(np.load(p).astype(np.int64, copy=False))
-              for k, p in s_paths.items()}
+    splits = {k: torch.from_numpy(np.load(p)) for k, p in s_paths.items()}  # Dataset: -> ids
     try:
         return Dataset(name=name, graph=graph, features=features, labels=labels,
                        train_idx=splits["train_idx"], val_idx=splits["val_idx"],
