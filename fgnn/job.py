@@ -33,6 +33,9 @@ __all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
 
 #: Seconds the address pre-check waits for a TCP connection before calling it unreachable.
 ADDRESS_TIMEOUT_S = 3.0
+#: Host memory of one executor process: a Ray worker with torch and fgnn loaded (a Sampler or
+#: Trainer on a small graph measured about 290 MB RSS).
+EXECUTOR_PROCESS_BYTES = 300 << 20
 
 
 class JobConfigError(ValueError):
@@ -179,6 +182,7 @@ class Job:
             except ValueError as e:
                 raise JobConfigError("dataset", cfg.dataset, str(e).rstrip(".")) from e
             _check_dir_readable("data_root", cfg.data_root)
+            _check_data_spec(cfg.dataset, cfg.data_root)
         _check_writable("report", cfg.report)
         _check_writable("train.checkpoint_dir", cfg.train.checkpoint_dir)
         if cfg.train.resume:
@@ -189,6 +193,8 @@ class Job:
             if n_cuda < _devices_needed(rc):
                 raise JobConfigError("runtime.devices", rc.devices,
                                      f"only {n_cuda} CUDA devices are present")
+        if rc.address in (None, "local") and not torch.cuda.is_available():
+            _check_executor_memory(rc.devices, _devices_needed(rc))
         check_address(rc.address)
 
     # ------------------------------------------------------------------ run
@@ -206,6 +212,10 @@ class Job:
         t0 = time.perf_counter()
         if self.dataset is None:
             self.dataset = self._load()
+        try:
+            self.dataset.check_trainable()
+        except ValueError as e:
+            raise JobConfigError("dataset", cfg.dataset, str(e)) from e
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
 
@@ -316,6 +326,39 @@ class Job:
         alloc = dict(result.allocation or {})
         alloc.setdefault("device_kind", self.device_kind)
         result.allocation = alloc
+
+
+def _check_data_spec(spec: str, data_root: Optional[str]) -> None:
+    """Before loading: a Planetoid spec has a data directory; a synthetic one fits in memory."""
+    from fgnn.data.planetoid import PLANETOID_NAMES
+    from fgnn.data.spec import check_spec_memory, parse_spec, planetoid_root
+    if parse_spec(spec)[0] in PLANETOID_NAMES:
+        try:
+            planetoid_root(spec, data_root)
+        except ValueError as e:
+            raise JobConfigError("data_root", data_root, str(e)) from e
+    try:
+        check_spec_memory(spec)
+    except ValueError as e:
+        raise JobConfigError("dataset", spec, str(e)) from e
+
+
+def _check_executor_memory(devices: int, needed: int) -> None:
+    """Logical GPUs on this machine: every device runs at least one executor process (plus the
+    queue and the parameter server), so host memory caps the device count."""
+    from fgnn.data.memory import format_bytes, host_memory_limit
+    limit = host_memory_limit()
+    procs = needed + 2
+    need = procs * EXECUTOR_PROCESS_BYTES
+    if limit is None or need <= limit.bytes:
+        return
+    cap = max(0, limit.bytes // EXECUTOR_PROCESS_BYTES - 2)
+    raise JobConfigError(
+        "runtime.devices", devices,
+        f"{needed} Ray logical GPUs need at least {procs} executor processes of about "
+        f"{format_bytes(EXECUTOR_PROCESS_BYTES)} each ({format_bytes(need)}), more than the "
+        f"{format_bytes(limit.bytes)} this machine can give ({limit.source}); at most {cap} "
+        f"devices fit")
 
 
 def _devices_needed(rc: Any) -> int:

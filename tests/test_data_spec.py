@@ -107,5 +107,8 @@ def test_load_fake_citeseer_via_spec(tmp_path):
 
 def test_planetoid_without_root(monkeypatch):
     monkeypatch.delenv("FGNN_PLANETOID_ROOT", raising=False)
-    with pytest.raises(ValueError, match="'pubmed': no Planetoid root"):
+    with pytest.raises(ValueError) as e:
         load_dataset("pubmed")
+    msg = str(e.value)
+    assert "'pubmed': no Planetoid data directory" in msg and "ind.pubmed.*" in msg
+    assert "--data-root DIR" in msg and "data_root=DIR" in msg and "pass root=" not in msg

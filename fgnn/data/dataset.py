@@ -140,6 +140,13 @@ class Dataset:
                 row = int(torch.isnan(self.features).any(dim=1).nonzero()[0])
                 raise ValueError(f"dataset {self.name!r}: features contain NaN (row {row})")
 
+    def check_trainable(self) -> None:
+        """Raise ``ValueError`` when there is nothing to train on (an empty training split)."""
+        if self.train_idx.numel() == 0:
+            raise ValueError(f"dataset {self.name!r} has an empty training split (train_idx holds "
+                             f"no node); give it training nodes (e.g. train_frac > 0 or a "
+                             f"train mask with a true entry)")
+
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}, nodes={self.num_nodes}, edges={self.graph.num_edges}, "
                 f"feat_dim={self.feat_dim}, classes={self.num_classes}, train/val/test="

@@ -41,7 +41,9 @@ PLANETOID_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 def _path(root: Path, name: str, suffix: str) -> Path:
     path = root / f"ind.{name}.{suffix}"
     if not path.is_file():
-        raise ValueError(f"Planetoid file {path} is missing (field {suffix!r} of {name!r})")
+        raise ValueError(f"Planetoid file {path} is missing (field {suffix!r} of {name!r}); "
+                         f"point --data-root (launch.py) or data_root= (JobConfig) at the "
+                         f"directory holding ind.{name}.*")
     return path
 
 

@@ -13,6 +13,11 @@ Grammar::
 Example: ``rmat:scale=20,edge_factor=16,feat_dim=128,train_frac=0.01,seed=0``. Omitted keys take
 the defaults of :func:`~fgnn.data.synthetic.rmat_dataset`. A relative ``DIR`` is resolved
 against ``root`` when one is given.
+
+A synthetic spec is sized before anything is generated: :func:`check_spec_memory` refuses one
+whose estimated peak (:func:`~fgnn.data.synthetic.estimate_bytes`) exceeds the host memory this
+process can still allocate (:func:`~fgnn.data.memory.host_memory_limit`); :func:`load_dataset`
+checks it first.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from fgnn.data.dataset import Dataset
+from fgnn.data.memory import MemoryLimit, check_fits
 from fgnn.data.ogb import load_ogb
 from fgnn.data.ondisk import load_ondisk
 from fgnn.data.planetoid import PLANETOID_NAMES, load_planetoid
-from fgnn.data.synthetic import rmat_dataset, uniform_dataset
+from fgnn.data.synthetic import estimate_bytes, rmat_dataset, uniform_dataset
 
-__all__ = ["load_dataset", "parse_spec", "SPEC_KINDS"]
+__all__ = ["load_dataset", "parse_spec", "planetoid_root", "estimate_spec_bytes",
+           "check_spec_memory", "SPEC_KINDS"]
 
 SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform")
 PLANETOID_ENV = "FGNN_PLANETOID_ROOT"
@@ -107,6 +114,54 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return kind, params
 
 
+def planetoid_root(spec: str, root: Optional[str | os.PathLike] = None) -> str | os.PathLike:
+    """The directory a Planetoid spec loads from: ``root``, else ``$FGNN_PLANETOID_ROOT``.
+
+    Raises:
+        ValueError: neither is set; the message says how to give one from the CLI and the API.
+    """
+    base = root if root is not None else os.environ.get(PLANETOID_ENV)
+    if not base:
+        name = parse_spec(spec)[0]
+        raise ValueError(f"dataset spec {spec!r}: no Planetoid data directory given; pass "
+                         f"--data-root DIR to launch.py or data_root=DIR in JobConfig (root=DIR "
+                         f"of load_dataset), where DIR holds ind.{name}.*, or set "
+                         f"{PLANETOID_ENV}=DIR")
+    return base
+
+
+def estimate_spec_bytes(spec: str) -> Optional[int]:
+    """Peak host bytes that generating a synthetic spec allocates; ``None`` for the file-backed
+    kinds (Planetoid, ``ogb:``, ``ondisk:``), which are not estimated.
+
+    Raises:
+        ValueError: naming the spec on a malformed spec or out-of-range parameter.
+    """
+    kind, params = parse_spec(spec)
+    if kind not in ("rmat", "uniform"):
+        return None
+    try:
+        return estimate_bytes(**params)
+    except ValueError as exc:
+        raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
+
+
+def check_spec_memory(spec: str, limit: Optional[MemoryLimit] = None) -> None:
+    """Refuse a synthetic spec whose estimated peak exceeds the host memory limit.
+
+    Args:
+        spec: dataset spec.
+        limit: the limit; default :func:`~fgnn.data.memory.host_memory_limit`.
+
+    Raises:
+        ValueError: ``"dataset spec '...' needs about X GiB of host memory, more than the Y GiB
+            this machine can give (<source>)"``, or a malformed spec.
+    """
+    need = estimate_spec_bytes(spec)
+    if need is not None:
+        check_fits(need, f"dataset spec {spec!r}", limit)
+
+
 def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset:
     """Load the dataset a spec names (see the module docstring for the grammar).
 
@@ -120,20 +175,18 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
         The loaded :class:`~fgnn.data.Dataset`.
 
     Raises:
-        ValueError: on a bad spec (naming spec and key), a missing root, or any loader error.
+        ValueError: on a bad spec (naming spec and key), a missing root, a synthetic spec too
+            large for this machine (:func:`check_spec_memory`), or any loader error.
     """
     kind, params = parse_spec(spec)
     if kind in PLANETOID_NAMES:
-        base = root if root is not None else os.environ.get(PLANETOID_ENV)
-        if not base:
-            raise ValueError(f"dataset spec {spec!r}: no Planetoid root given (pass root= or "
-                             f"set {PLANETOID_ENV})")
-        return load_planetoid(kind, base, **params)
+        return load_planetoid(kind, planetoid_root(spec, root), **params)
     if kind in ("ogb", "ondisk"):
         path = Path(params["path"]).expanduser()
         if not path.is_absolute() and root is not None:
             path = Path(root) / path
         return load_ogb(path) if kind == "ogb" else load_ondisk(path)
+    check_spec_memory(spec)
     make = rmat_dataset if kind == "rmat" else uniform_dataset
     try:
         return make(**params)

@@ -41,7 +41,8 @@ import torch
 from fgnn.data.dataset import Dataset
 from fgnn.graph import CSRGraph
 
-__all__ = ["rmat_dataset", "uniform_dataset", "rmat_edges", "uniform_edges", "EDGE_CHUNK"]
+__all__ = ["rmat_dataset", "uniform_dataset", "rmat_edges", "uniform_edges", "estimate_bytes",
+           "EDGE_CHUNK"]
 
 #: Edges drawn per chunk; part of the output's definition (changing it changes the graphs).
 #: Small enough that one chunk's working set stays in cache (2.3x faster than 4M-edge chunks).
@@ -333,3 +334,39 @@ def uniform_dataset(scale: int = 20, edge_factor: int = 16, *, feat_dim: int = 1
     return _assemble(name or f"uniform-{scale}", "uniform", graph, feat_dim=feat_dim,
                      feat_dtype=feat_dtype, num_classes=num_classes, train_frac=train_frac,
                      val_frac=val_frac, test_frac=test_frac, seed=seed, meta=meta)
+
+
+def estimate_bytes(scale: int = 20, edge_factor: int = 16, *, feat_dim: int = 128,
+                   feat_dtype: str = "float32", num_classes: int = 16, train_frac: float = 0.01,
+                   val_frac: float = 0.05, test_frac: float = 0.05, seed: int = 0,
+                   dedup: bool = False, self_loops: bool = True, weighted: bool = True,
+                   a: float = 0.57, b: float = 0.19, c: float = 0.19) -> int:
+    """Peak host bytes :func:`rmat_dataset` / :func:`uniform_dataset` allocate, computed from the
+    parameters alone (nothing is generated); the arguments and defaults are theirs.
+
+    With ``N = 2**scale`` and ``E = edge_factor * N`` the peak is the largest of three phases:
+
+    * drawing: the ``(E,)`` int64 keys plus the permutation, ``8E + 12N``;
+    * CSR assembly: the keys, one filtered copy (plus mask) each for ``self_loops=False`` and
+      ``dedup=True``, the indices, edge weights and row pointers,
+      ``8E + 9E [+ 9E] + iE + 4E + 16N`` (``i`` = 4 for int32 indices, 8 past ``2**31`` nodes);
+    * features: the finished graph ``8N + iE + 4E``, features ``N F s`` (``s`` bytes per value),
+      the NaN scan's ``N F`` mask, labels, split permutation and chunk temporaries.
+
+    Raises:
+        ValueError: on an out-of-range parameter, as the generators do.
+    """
+    _check_common(scale, edge_factor, feat_dim, num_classes, train_frac, val_frac, test_frac,
+                  feat_dtype, seed)
+    n, e = 1 << scale, edge_factor << scale
+    idx = 4 if n < 2 ** 31 else 8
+    w = 4 * e if weighted else 0
+    drawing = 8 * e + 12 * n
+    filtered = (0 if self_loops else 9 * e) + (9 * e if dedup else 0)
+    assembly = 8 * e + filtered + idx * e + w + 16 * n
+    itemsize = 2 if feat_dtype == "float16" else 4
+    graph = 8 * (n + 1) + idx * e + w
+    features = (graph + n * feat_dim * (itemsize + 1) + 24 * n
+                + 12 * min(n * feat_dim, _FEAT_CHUNK_ELEMS))
+    return int(max(drawing, assembly, features))
+

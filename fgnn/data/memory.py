@@ -1,0 +1,131 @@
+"""How much host memory a job may still allocate, for size checks made before anything is built.
+
+The limit is the tightest of what the machine reports:
+
+* ``MemAvailable`` in ``/proc/meminfo`` (free memory plus reclaimable cache);
+* the cgroup's memory limit minus its usage (cgroup v2 ``memory.max`` / ``memory.current``, or v1
+  ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``; reclaimable ``inactive_file`` pages
+  count as free);
+* ``RLIMIT_AS`` (``ulimit -v``) minus the address space this process already maps.
+
+Where none can be read (not Linux), :func:`host_memory_limit` returns ``None`` and no size check
+refuses anything.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["MemoryLimit", "host_memory_limit", "format_bytes", "check_fits"]
+
+_UNLIMITED = 1 << 60                                              # cgroup v1 "no limit" is ~2**63
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """Bytes a process may still allocate, and where that number comes from.
+
+    Attributes:
+        bytes: allocatable bytes.
+        source: human-readable origin, e.g. ``"MemAvailable in /proc/meminfo"``.
+    """
+
+    bytes: int
+    source: str
+
+
+def format_bytes(n: float) -> str:
+    """``1536 -> '1.5 KiB'``: binary units, one decimal."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _read_int(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None                # "max" -> None (no limit)
+
+
+def _field(path: Path, key: str) -> Optional[int]:
+    """The number after ``key`` on its line of ``path`` (``memory.stat``, ``/proc/*/status``,
+    ``/proc/meminfo``), or ``None``."""
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == key and parts[1].isdigit():
+                return int(parts[1])
+    except OSError:
+        pass
+    return None
+
+
+def _meminfo(path: Path) -> Optional[MemoryLimit]:
+    kib = _field(path, "MemAvailable:")
+    return None if kib is None else MemoryLimit(kib * 1024, f"MemAvailable in {path}")
+
+
+def _cgroup(root: Path) -> Optional[MemoryLimit]:
+    for limit_f, usage_f, stat_key, sub in (
+            ("memory.max", "memory.current", "inactive_file", root),                    # v2
+            ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
+             root / "memory")):                                                         # v1
+        limit = _read_int(sub / limit_f)
+        if limit is None or limit >= _UNLIMITED:
+            continue
+        usage = _read_int(sub / usage_f) or 0
+        usage -= min(usage, _field(sub / "memory.stat", stat_key) or 0)
+        return MemoryLimit(max(0, limit - usage),
+                           f"cgroup memory limit {format_bytes(limit)} ({sub / limit_f}) minus "
+                           f"{format_bytes(usage)} in use")
+    return None
+
+
+def _rlimit_as(status: Path) -> Optional[MemoryLimit]:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    mapped = (_field(status, "VmSize:") or 0) * 1024
+    return MemoryLimit(max(0, soft - mapped),
+                       f"RLIMIT_AS {format_bytes(soft)} (ulimit -v) minus {format_bytes(mapped)} "
+                       f"already mapped")
+
+
+def host_memory_limit(*, meminfo: str = "/proc/meminfo", cgroup_root: str = "/sys/fs/cgroup",
+                      status: str = "/proc/self/status") -> Optional[MemoryLimit]:
+    """The tightest of MemAvailable, the cgroup limit and ``RLIMIT_AS`` (see the module doc).
+
+    Args:
+        meminfo, cgroup_root, status: where to read them (tests point these at fake files).
+
+    Returns:
+        The smallest limit found, or ``None`` when none can be read.
+    """
+    found = [m for m in (_meminfo(Path(meminfo)), _cgroup(Path(cgroup_root)),
+                         _rlimit_as(Path(status))) if m is not None]
+    return min(found, key=lambda m: m.bytes) if found else None
+
+
+def check_fits(need: int, what: str, limit: Optional[MemoryLimit] = None) -> None:
+    """Refuse ``need`` bytes when they exceed the host memory limit.
+
+    Args:
+        need: estimated bytes.
+        what: what needs them, the start of the error message (``"dataset spec 'rmat:...'"``).
+        limit: the limit to compare with; default :func:`host_memory_limit`.
+
+    Raises:
+        ValueError: ``"<what> needs about X GiB of host memory, more than the Y GiB this machine
+            can give (<source>)"``.
+    """
+    limit = limit if limit is not None else host_memory_limit()
+    if limit is not None and need > limit.bytes:
+        raise ValueError(f"{what} needs about {format_bytes(need)} of host memory, more than the "
+                         f"{format_bytes(limit.bytes)} this machine can give ({limit.source})")
