@@ -12,7 +12,8 @@ from fgnn.data import load_dataset, parse_spec, rmat_dataset, save_dataset
 def test_exports():
     for name in ("Dataset", "Features", "load_dataset", "parse_spec", "save_dataset",
                  "load_planetoid", "load_ogb", "load_ondisk", "rmat_dataset",
-                 "uniform_dataset", "write_features_npy_chunked"):
+                 "uniform_dataset", "write_features_npy_chunked", "from_pyg", "from_dgl",
+                 "from_ogb", "split_ids"):
         assert name in data.__all__ and hasattr(data, name)
 
 
