@@ -18,11 +18,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fgnn.evaluation import EvalPlan, SplitScore
 from fgnn.executors._common import metrics_for
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, epoch_batches
 from fgnn.monitor.stats import EpochStats, SampleTimes
 
-__all__ = ["EpochLoop", "RuntimeFailure", "PROFILE_BATCHES"]
+__all__ = ["EpochLoop", "EvalOutcome", "RuntimeFailure", "PROFILE_BATCHES"]
 
 #: The profiling epoch (§5.3) is capped at this many mini-batches on large graphs.
 PROFILE_BATCHES = 64
@@ -85,16 +86,26 @@ class EpochLoop:
     attributes (``config``, ``dataset``, ``queue``, ``ps``, ``_execs``, ``on_batch``, ...) it
     uses."""
 
-    def _run_epoch(self, epoch: int, profiling: bool = False) -> EpochStats:
+    def _run_epoch(self, epoch: int, profiling: bool = False, plan: Optional[EvalPlan] = None,
+                   weights: Any = None) -> Any:
         """Run one epoch (or the profiling epoch, whose gradients are discarded) to completion:
-        every task acknowledged once; returns its statistics."""
+        every task acknowledged once; returns its :class:`EpochStats`.
+
+        With ``plan`` it runs an evaluation pass instead (``epoch`` is then the pass's own id):
+        the Samplers sample the plan's chunks, the Trainers score them with ``weights`` (an
+        ``ObjectRef`` of flat weights, or None for the server's current ones) through the same
+        queue, switching and fault handling; returns an :class:`EvalOutcome`.
+        """
         import ray
 
         cfg = self.config
         rt = cfg.runtime
         mode = rt.mode
-        total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size, cfg.train.seed,
-                                  epoch))
+        if plan is not None:
+            total = plan.num_tasks
+        else:
+            total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size,
+                                      cfg.train.seed, epoch))
         if profiling:
             total = min(total, PROFILE_BATCHES)
         no_trainer = not any(e.role == "trainer" and e.alive for e in self._execs)
@@ -102,8 +113,10 @@ class EpochLoop:
         # queue (host memory) must hold the whole epoch
         whole = mode in ("single", "time-sharing") or no_trainer
         maxsize = max(rt.queue_size, total) if whole else rt.queue_size
-        ray.get([self.queue.begin_epoch.remote(epoch, total, maxsize),
-                 self.ps.begin_epoch.remote(epoch, profiling)])
+        starts = [self.queue.begin_epoch.remote(epoch, total, maxsize)]
+        if plan is None:
+            starts.append(self.ps.begin_epoch.remote(epoch, profiling))
+        ray.get(starts)
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
@@ -119,7 +132,7 @@ class EpochLoop:
         running: dict[Any, _Exec] = {}  # run_epoch ref -> trainer/standby
         if mode != "single":
             for e in trainers:
-                running[e.handle.run_epoch.remote(epoch, None)] = e
+                running[e.handle.run_epoch.remote(epoch, None, plan, weights)] = e
         sampling: dict[Any, tuple[_Exec, int, int]] = {}  # ref -> (sampler, task, incarnation)
         woke: set[int] = set()
         unconfirmed: dict[int, int] = {}  # sampler device -> task whose put is still in flight
@@ -136,7 +149,7 @@ class EpochLoop:
                     t = sched.next_task(s.device)
                     if t is None:
                         break
-                    sampling[s.handle.sample_task.remote(epoch, t)] = (s, t, s.gen)
+                    sampling[s.handle.sample_task.remote(epoch, t, plan)] = (s, t, s.gen)
                     busy += 1
             # a Sampler with its share done flushes its last put; then (dynamic switching,
             # §5.3) its standby takes tasks while P > 0
@@ -155,7 +168,7 @@ class EpochLoop:
                             and (rt.switching or mode == "single")):
                         woke.add(s.device)
                         policy = self._standby_policy(acc, trainers)
-                        running[sb.handle.run_epoch.remote(epoch, policy)] = sb
+                        running[sb.handle.run_epoch.remote(epoch, policy, plan, weights)] = sb
             refs = list(sampling) + list(running) + list(flushing)
             ready = []
             if refs:
@@ -205,7 +218,8 @@ class EpochLoop:
                         if self._executor_failed(e, err):
                             policy = (None if e.role == "trainer"
                                       else self._standby_policy(acc, trainers))
-                            running[e.handle.run_epoch.remote(epoch, policy)] = e
+                            running[e.handle.run_epoch.remote(epoch, policy, plan,
+                                                              weights)] = e
             now = time.perf_counter()
             if now - last_poll >= _POLL_S or not ready:
                 last_poll = now
@@ -220,7 +234,10 @@ class EpochLoop:
                     acc.records.append(rec)
                     done += 1
                     last_loss = rec.get("loss", last_loss)
-                    if self.on_batch is not None and not profiling:
+                    if plan is not None:
+                        if self.on_eval_batch is not None:
+                            self.on_eval_batch(plan.splits, done, total)
+                    elif self.on_batch is not None and not profiling:
                         self.on_batch(epoch, done, total, float(last_loss))
                 if st["done"] >= total:
                     break
@@ -245,6 +262,8 @@ class EpochLoop:
                 if g == s.gen:
                     self._executor_failed(s, err)
         elapsed = time.perf_counter() - t_start
+        if plan is not None:
+            return _eval_outcome(plan, acc.records, elapsed)
         ledger = ray.get(self.ps.ledger.remote())
         acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
         return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
@@ -254,7 +273,8 @@ class EpochLoop:
         """T_t from the normal Trainers' records so far (else the profiling epoch), N_t alive."""
         recs = [r for r in acc.records if r.get("role") == "trainer"]
         if recs:
-            t_t = sum(r["extract_s"] + r["train_s"] for r in recs) / len(recs)
+            t_t = sum(r["extract_s"] + r["train_s"] + r.get("eval_s", 0.0)
+                      for r in recs) / len(recs)
         elif hasattr(self, "profile_times"):
             t_t = self.profile_times["T_t"]
         else:
@@ -358,6 +378,39 @@ class EpochLoop:
             "ps_busy_s": ledger["busy_s"],
         })
         return stats
+
+
+@dataclass
+class EvalOutcome:
+    """What an evaluation pass through the executors produced.
+
+    Attributes:
+        scores: split name -> summed :class:`~fgnn.evaluation.SplitScore`.
+        time_s: wall time of the pass.
+        batches: chunks scored.
+        extract_s: summed Extract seconds of the chunks.
+        forward_s: summed forward seconds of the chunks.
+    """
+
+    scores: dict[str, SplitScore]
+    time_s: float
+    batches: int
+    extract_s: float
+    forward_s: float
+
+    def accuracy(self, split: str) -> float:
+        """Accuracy of ``split`` (NaN when it was not scored or is empty)."""
+        s = self.scores.get(split)
+        return s.accuracy if s is not None else float("nan")
+
+
+def _eval_outcome(plan: EvalPlan, recs: list[dict[str, Any]], elapsed: float) -> EvalOutcome:
+    """Sum the chunk records of an evaluation pass per split (each task acknowledged once)."""
+    scores = {s: SplitScore() for s in plan.splits}
+    for r in recs:
+        scores[r["split"]].add(SplitScore(r["correct"], r["count"], r["loss_sum"]))
+    return EvalOutcome(scores, elapsed, len(recs), sum(r["extract_s"] for r in recs),
+                       sum(r["eval_s"] for r in recs))
 
 
 def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:

@@ -50,9 +50,10 @@ from torch import nn
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
-from fgnn.executors._epoch import (_MAX_RESTARTS, PROFILE_BATCHES, EpochLoop, RuntimeFailure,
-                                   _Exec)
-from fgnn.executors.ps import ParameterServer, unflatten_into
+from fgnn.evaluation import EvalPlan
+from fgnn.executors._epoch import (_MAX_RESTARTS, PROFILE_BATCHES, EpochLoop, EvalOutcome,
+                                   RuntimeFailure, _Exec)
+from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.scheduler import allocate
@@ -67,6 +68,7 @@ CHECKPOINT_NAME = "runtime.pt"
 
 OnBatch = Callable[[int, int, int, float], None]
 OnEpoch = Callable[[EpochStats], None]
+OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
 def _make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
@@ -95,6 +97,8 @@ class Runtime(EpochLoop):
         slow_trainers: fault injection for tests and benchmarks: Trainer index -> extra seconds
             per mini-batch.
         evaluate: score validation/train/test accuracy (off in throughput benchmarks).
+        on_eval_batch: ``on_eval_batch(splits, chunks_done, chunks_total)`` on the driver as
+            evaluation chunks complete (progress bars).
 
     Attributes:
         model: the trained model (CPU) after :meth:`run` (best validation weights, like
@@ -107,7 +111,8 @@ class Runtime(EpochLoop):
                  model: Optional[nn.Module] = None, on_batch: Optional[OnBatch] = None,
                  on_epoch: Optional[OnEpoch] = None,
                  slow_trainers: Optional[dict[int, float]] = None,
-                 evaluate: bool = True) -> None:
+                 evaluate: bool = True,
+                 on_eval_batch: Optional[OnEvalBatch] = None) -> None:
         if not isinstance(config, JobConfig):
             raise ValueError(f"config must be a JobConfig, got {type(config).__name__}")
         if not isinstance(dataset, Dataset):
@@ -117,6 +122,8 @@ class Runtime(EpochLoop):
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         self.on_batch, self.on_epoch = on_batch, on_epoch
+        self.on_eval_batch = on_eval_batch
+        self._eval_passes = 0
         self.slow_trainers = dict(slow_trainers or {})
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
@@ -198,6 +205,8 @@ class Runtime(EpochLoop):
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
             "train_idx": ray.put(ds.train_idx.cpu().numpy()),
+            "eval_idx": ray.put({"val": ds.val_idx.cpu().numpy(),
+                                 "test": ds.test_idx.cpu().numpy()}),
             "hotness": None if self.hotness is None else ray.put(self.hotness.numpy()),
         }
         if self.hotness is None or self.alpha_full <= 0:
@@ -283,7 +292,8 @@ class Runtime(EpochLoop):
         name = f"fgnn-sampler-{device}"
         h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5, self._refs["graph"],
                         self.sampler, self._refs["train_idx"], cfg.train.batch_size,
-                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device)
+                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device,
+                        eval_idx=self._refs["eval_idx"])
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -295,7 +305,8 @@ class Runtime(EpochLoop):
         if cfg.runtime.mode == "time-sharing":
             alpha = self.alpha_resident
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
-                                   cfg.train.batch_size, cfg.train.seed, self.torch_device)
+                                   cfg.train.batch_size, cfg.train.seed, self.torch_device,
+                                   self._refs["eval_idx"])
         h = _make_actor(TrainerExecutor, name, self.pg, device, 0.5 if standby else 1.0,
                         self._refs["features"], self._refs["labels"],
                         copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
@@ -407,8 +418,10 @@ class Runtime(EpochLoop):
                 t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
                 k = t_t / t_s
             self._pull_weights()
-            if self.do_evaluate and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1):
-                stats.val_acc = self._accuracy(self.dataset.val_idx)
+            if (self.do_evaluate and self.dataset.val_idx.numel() > 0
+                    and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
+                scored = self._evaluate(("val",))
+                stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
                 if stats.val_acc > best_val:
                     best_val, bad = stats.val_acc, 0
                     best_state = {k_: v.clone() for k_, v in self.model.state_dict().items()}
@@ -424,9 +437,11 @@ class Runtime(EpochLoop):
             self.model.load_state_dict(best_state)
         final = {"train_acc": float("nan"), "val_acc": float("nan"), "test_acc": float("nan")}
         if self.do_evaluate:
-            final = {"train_acc": self._accuracy(self.dataset.train_idx),
-                     "val_acc": self._accuracy(self.dataset.val_idx),
-                     "test_acc": self._accuracy(self.dataset.test_idx)}
+            # the weights final reports are the best-validation ones, scored by every Trainer
+            best = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
+            scored = self._evaluate(("train", "val", "test"), weights=best)
+            final = {f"{s}_acc": scored.accuracy(s) for s in ("train", "val", "test")}
+            self.final_eval_s = scored.time_s
         allocation = {"devices": self.num_devices, "samplers": n_s, "trainers": n_t, "K": k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
@@ -455,13 +470,20 @@ class Runtime(EpochLoop):
         _, flat = ray.get(self.ps.weights.remote())
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
-    def _accuracy(self, idx: torch.Tensor) -> float:
-        from fgnn.training import evaluate
+    def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+        """Score ``splits`` through the Samplers and Trainers (an evaluation pass with the
+        recipe of :mod:`fgnn.evaluation`: the job's sampler, batch size and seed).
 
-        if idx.numel() == 0:
-            return float("nan")
-        return float(evaluate(self.model, self.dataset, None, idx,
-                              batch_size=self.config.train.batch_size))
+        Args:
+            splits: split names to score.
+            weights: ``ObjectRef`` of flat weights to score; None uses the server's current.
+        """
+        ds, tc = self.dataset, self.config.train
+        plan = EvalPlan(tuple(splits), tuple(int(getattr(ds, f"{s}_idx").numel())
+                                             for s in splits), tc.batch_size, tc.seed)
+        self._eval_passes += 1
+        # evaluation passes get ids of their own (below the profiling epoch's -1)
+        return self._run_epoch(-1 - self._eval_passes, plan=plan, weights=weights)
 
     def _checkpoint_path(self, force: bool) -> Optional[Path]:
         d = self.config.train.checkpoint_dir
@@ -513,26 +535,25 @@ class _LocalSampling(SamplerExecutor):
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
-                 seed: int, device: str) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device)
+                 seed: int, device: str, eval_idx: Any = None) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx)
         self._built = False
 
     def _build(self) -> None:
         import ray
 
-        graph, sampler, train_idx, batch_size, seed, device = self._args
-        if isinstance(graph, ray.ObjectRef):
-            graph = ray.get(graph)
-        if isinstance(train_idx, ray.ObjectRef):
-            train_idx = ray.get(train_idx)
+        graph, sampler, train_idx, batch_size, seed, device, eval_idx = self._args
+        graph, train_idx, eval_idx = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
+                                      for a in (graph, train_idx, eval_idx))
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device)
+                                 "local", device, eval_idx)
         self._built = True
 
-    def sample(self, epoch: int, task_id: int):  # noqa: D102
+    def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+               ):  # noqa: D102
         if not self._built:
             self._build()
-        return SamplerExecutor.sample(self, epoch, task_id)
+        return SamplerExecutor.sample(self, epoch, task_id, plan)
 
 
 def _build_sampler(config: JobConfig) -> Sampler:

@@ -23,6 +23,7 @@ import torch
 
 from fgnn.executors._common import (_device_tag, graph_from_payload, metrics_for,
                                     task_generator, tensor_from)
+from fgnn.evaluation import EvalPlan, eval_generator
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
 from fgnn.sampling.base import Sample, Sampler
@@ -92,11 +93,13 @@ class SamplerExecutor:
             only return samples (in-process use).
         name: actor name, e.g. ``fgnn-sampler-0``.
         device: the sampling device (``"cpu"`` with Ray logical GPUs).
+        eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
+            ``train`` is ``train_idx``).
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int, seed: int,
                  cache_mask: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None) -> None:
         torch.set_num_threads(1)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -104,6 +107,8 @@ class SamplerExecutor:
         self.graph = graph_from_payload(graph, self.device)
         self.sampler = sampler
         self.train_idx = tensor_from(train_idx)
+        self.split_idx = {"train": self.train_idx}
+        self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})
         self.batch_size, self.seed = int(batch_size), int(seed)
         self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
         self.queue = queue
@@ -125,20 +130,34 @@ class SamplerExecutor:
             raise ValueError(f"task_id must be in [0, {len(self._batches)}), got {task_id!r}")
         return self._batches[task_id]
 
-    def sample(self, epoch: int, task_id: int) -> tuple[Sample, float, float]:
-        """S and M of one task: ``(sample, S seconds, M seconds)``."""
-        seeds = self.seeds_of(epoch, task_id).to(self.device)
+    def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+               ) -> tuple[Sample, float, float]:
+        """S and M of one task: ``(sample, S seconds, M seconds)``.
+
+        With ``plan`` the task is a chunk of an evaluation pass (:mod:`fgnn.evaluation`: the
+        split's ids in order, the chunk's own generator); else a training mini-batch.
+        """
+        if plan is None:
+            seeds = self.seeds_of(epoch, task_id)
+            gen = task_generator(self.seed, epoch, task_id, self.device)
+        else:
+            split, chunk = plan.task(task_id)
+            if split not in self.split_idx:
+                raise ValueError(f"{self.name} holds no {split!r} ids to evaluate")
+            seeds = plan.seeds(self.split_idx[split], task_id)
+            gen = eval_generator(plan.seed, split, chunk, self.device)
+        seeds = seeds.to(self.device)
         t0 = time.perf_counter()
-        sample = self.sampler.sample(self.graph, seeds,
-                                     task_generator(self.seed, epoch, task_id, self.device))
+        sample = self.sampler.sample(self.graph, seeds, gen)
         t1 = time.perf_counter()
         mark_sample(sample, self.cache_mask)
         sample.task_id = int(task_id)
         t2 = time.perf_counter()
         return sample, t1 - t0, t2 - t1
 
-    def sample_task(self, epoch: int, task_id: int) -> dict[str, Any]:
-        """Sample task ``task_id`` and enqueue it (S, M, C).
+    def sample_task(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+                    ) -> dict[str, Any]:
+        """Sample task ``task_id`` (of an evaluation pass with ``plan``) and enqueue it (S, M, C).
 
         The enqueue is pipelined: the put of this sample is submitted and the call returns; the
         next call (or :meth:`flush`) first waits for it. One put in flight per Sampler keeps the
@@ -151,7 +170,7 @@ class SamplerExecutor:
         """
         import ray
 
-        sample, s, m = self.sample(epoch, task_id)
+        sample, s, m = self.sample(epoch, task_id, plan)
         t0 = time.perf_counter()
         if self.device.type != "cpu":
             sample = sample.to("cpu")  # host memory side of the queue

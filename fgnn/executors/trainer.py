@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, open_features,
                                     tensor_from)
 from fgnn.executors.ps import flatten, unflatten_into
@@ -125,8 +126,10 @@ class TrainerExecutor:
         self._stop.set()
 
     # ------------------------------------------------------------------ stages
-    def _fetch(self, epoch: int, generation: int) -> Optional[_Batch]:
-        """Dequeue the next task, load its sample and extract its features (None: epoch over)."""
+    def _fetch(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None
+               ) -> Optional[_Batch]:
+        """Dequeue the next task, load its sample and extract its features (None: epoch over).
+        With ``plan`` the tasks are chunks of an evaluation pass."""
         import ray
 
         rpc = wait = 0.0
@@ -151,7 +154,7 @@ class TrainerExecutor:
                     continue
                 rec["fetch_s"] = time.perf_counter() - t1
             else:  # time-sharing: sample on this device
-                sample, s, _ = self.local_sampler.sample(epoch, item.task_id)
+                sample, s, _ = self.local_sampler.sample(epoch, item.task_id, plan)
                 t_m = time.perf_counter()
                 self.store.mark(sample)  # M against this device's own cache
                 rec.update(S=s, M=time.perf_counter() - t_m, fetch_s=0.0)
@@ -191,14 +194,35 @@ class TrainerExecutor:
                    sync_s=t2 - t1)
         return rec
 
+    @torch.no_grad()
+    def _score(self, batch: _Batch, plan: EvalPlan) -> dict[str, Any]:
+        """Forward one evaluation chunk in eval mode: correct, count and summed loss."""
+        t0 = time.perf_counter()
+        self.model.eval()
+        try:
+            score = score_logits(self.model(batch.sample.blocks, batch.x), batch.labels)
+        finally:
+            self.model.train()
+        rec = dict(batch.rec)
+        rec.update(split=plan.task(batch.task_id)[0], correct=score.correct, count=score.count,
+                   loss_sum=score.loss_sum, eval_s=time.perf_counter() - t0, train_s=0.0,
+                   sync_s=0.0)
+        return rec
+
     # ------------------------------------------------------------------ the loop
-    def run_epoch(self, epoch: int, policy: Optional[StandbyPolicy] = None) -> dict[str, Any]:
+    def run_epoch(self, epoch: int, policy: Optional[StandbyPolicy] = None,
+                  plan: Optional[EvalPlan] = None, weights: Optional[torch.Tensor] = None
+                  ) -> dict[str, Any]:
         """Train until the epoch's tasks are all acknowledged (or, for a standby, until the
-        profit of the next fetch is not positive).
+        profit of the next fetch is not positive); with ``plan``, score an evaluation pass.
 
         Args:
-            epoch: the epoch, as started on the queue and the server.
+            epoch: the epoch (or evaluation pass), as started on the queue and the server.
             policy: switching rule of a standby Trainer; None for a normal Trainer.
+            plan: the evaluation pass whose chunks to score (forward only, no gradients), or
+                None to train.
+            weights: flat weights to score with (e.g. the best-validation ones); None takes the
+                server's current weights.
 
         Returns:
             ``{"name", "role", "batches", "time_s", "switched"}``.
@@ -208,20 +232,23 @@ class TrainerExecutor:
         self._stop.clear()
         t_start = time.perf_counter()
         generation = ray.get(self.queue.register.remote(self.name))
-        _, flat = ray.get(self.ps.weights.remote())
-        unflatten_into(flat.to(self.device), self.params)
+        if weights is None:
+            _, weights = ray.get(self.ps.weights.remote())
+        unflatten_into(weights.to(self.device), self.params)
+        step = ((lambda b: self._train(epoch, b)) if plan is None
+                else (lambda b: self._score(b, plan)))
         batches, busy, last_ack = 0, 0.0, None
         if policy is None:  # pipelined: extract i + 1 while training i
             with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch") as pool:
-                nxt: Future = pool.submit(self._fetch, epoch, generation)
+                nxt: Future = pool.submit(self._fetch, epoch, generation, plan)
                 while True:
                     t0 = time.perf_counter()
                     batch = nxt.result()
                     stall = time.perf_counter() - t0  # what the prefetch did not hide
                     if batch is None:
                         break
-                    nxt = pool.submit(self._fetch, epoch, generation)
-                    rec = self._train(epoch, batch)
+                    nxt = pool.submit(self._fetch, epoch, generation, plan)
+                    rec = step(batch)
                     rec["stall_s"] = stall
                     last_ack = self._ack(batch.task_id, rec)
                     batches += 1
@@ -233,11 +260,11 @@ class TrainerExecutor:
                 if not policy.should_fetch(remaining, measured):
                     break
                 t0 = time.perf_counter()
-                batch = self._fetch(epoch, generation)
+                batch = self._fetch(epoch, generation, plan)
                 if batch is None:
                     break
                 stall = time.perf_counter() - t0
-                rec = self._train(epoch, batch)
+                rec = step(batch)
                 rec["stall_s"] = stall
                 busy += time.perf_counter() - t0 - rec["wait_s"]
                 last_ack = self._ack(batch.task_id, rec)
@@ -249,7 +276,8 @@ class TrainerExecutor:
 
     def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
         self.metrics.stage_seconds("extract", rec["extract_s"])
-        self.metrics.stage_seconds("train", rec["train_s"])
         self.metrics.cache(rec["hits"], rec["misses"], rec["bytes"])
-        self.metrics.batch_done(rec["extract_s"] + rec["train_s"])
+        if "eval_s" not in rec:
+            self.metrics.stage_seconds("train", rec["train_s"])
+            self.metrics.batch_done(rec["extract_s"] + rec["train_s"])
         return self.queue.ack.remote(self.name, task_id, rec)

@@ -43,6 +43,8 @@ class EpochStats:
     queue_depth: list[int] = field(default_factory=list)
     """Global-queue depth sampled over the epoch."""
     val_acc: Optional[float] = None
+    eval_s: float = 0.0
+    """Wall seconds of this epoch's validation pass (0 when not evaluated)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""
