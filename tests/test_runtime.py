@@ -82,7 +82,9 @@ def test_every_minibatch_trained_exactly_once(ray_cluster, dataset, mode):
     assert 0.0 <= e.hit_rate <= 1.0 and e.queue_depth
     assert set(result.final) == {"train_acc", "val_acc", "test_acc"}
     assert isinstance(rt.model, torch.nn.Module)
-    assert set(result.preprocess) == {"load_s", "presample_s", "cache_build_s"}
+    assert set(result.preprocess) == {"load_s", "presample_s", "sizing_s", "startup_s",
+                                      "cache_fill_s", "profile_s"}
+    assert result.preprocess["startup_s"] > 0 and result.preprocess["cache_fill_s"] > 0
     if mode == "factored":
         assert a["samplers"] + a["trainers"] == 2 and a["K"] > 0
         assert e.sample.C > 0 and e.sample.M > 0

@@ -88,7 +88,7 @@ def _job(mode: str, devices: int) -> JobConfig:
         model=ModelConfig("sage", hidden=16, dropout=0.5),
         sampler=SamplerConfig(fanouts=(4, 4)),
         cache=CacheConfig(policy="degree", cache_ratio=0.25),
-        train=TrainConfig(epochs=2, batch_size=16, lr=0.01, seed=3),
+        train=TrainConfig(epochs=2, batch_size=16, lr=0.01, seed=3, eval_batch_size=16),
         runtime=RuntimeConfig(mode=mode, devices=devices, samplers=1 if mode == "factored"
                               else None, queue_size=4))
 

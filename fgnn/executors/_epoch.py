@@ -307,6 +307,7 @@ class EpochLoop:
             e.alive = False
             return False
         time.sleep(0.1)  # let Ray mark the actor as restarting before the resubmission
+        self._install_cache([e])  # a restarted executor is built without its cache
         return True
 
     def _check_alive(self, samplers: list[_Exec], trainers: list[_Exec],

@@ -130,6 +130,8 @@ class Runtime(EpochLoop):
         self.actor_names: list[str] = []
         self.load_s = 0.0
         self._execs: list[_Exec] = []
+        self._pending: list[Any] = []
+        self._started_at = 0.0
         self._started_ray = False
 
     # ================================================================== public
@@ -172,8 +174,28 @@ class Runtime(EpochLoop):
             raise ValueError(f"runtime.devices={need} but the Ray cluster offers {gpus:g} GPUs "
                              f"(start Ray with num_gpus={need} logical GPUs on CPU)")
 
-    def _preprocess(self) -> None:
-        """Hotness (presample_s), cache ratios (cache_build_s) and object-store payloads."""
+    def _put_payloads(self) -> None:
+        """Topology, features, labels and split ids into the object store (what every executor
+        needs before it can start)."""
+        import ray
+
+        ds = self.dataset
+        # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
+        # itself, so features larger than memory never enter the object store
+        feats = features_payload(ds.features)
+        self._refs = {
+            "graph": ray.put(graph_payload(ds.graph)),
+            "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
+            "labels": ray.put(ds.labels.cpu().numpy()),
+            "train_idx": ray.put(ds.train_idx.cpu().numpy()),
+            "eval_idx": ray.put({"val": ds.val_idx.cpu().numpy(),
+                                 "test": ds.test_idx.cpu().numpy()}),
+            "hotness": None,
+        }
+
+    def _choose_cache(self) -> None:
+        """Hotness (``presample_s``), cache ratios (``sizing_s``) and the cache map; runs on the
+        driver while the executors start."""
         import ray
 
         cfg, ds = self.config, self.dataset
@@ -197,18 +219,7 @@ class Runtime(EpochLoop):
         t1 = time.perf_counter()
         self.alpha_full, self.alpha_resident, self.budget_bytes = self._cache_ratios()
         self.cache_ratio_s = time.perf_counter() - t1
-        # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
-        # itself, so features larger than memory never enter the object store
-        feats = features_payload(ds.features)
-        self._refs = {
-            "graph": ray.put(graph_payload(ds.graph)),
-            "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
-            "labels": ray.put(ds.labels.cpu().numpy()),
-            "train_idx": ray.put(ds.train_idx.cpu().numpy()),
-            "eval_idx": ray.put({"val": ds.val_idx.cpu().numpy(),
-                                 "test": ds.test_idx.cpu().numpy()}),
-            "hotness": None if self.hotness is None else ray.put(self.hotness.numpy()),
-        }
+        self._refs["hotness"] = None if self.hotness is None else ray.put(self.hotness.numpy())
         if self.hotness is None or self.alpha_full <= 0:
             self.cache_mask = None
         else:
@@ -219,6 +230,7 @@ class Runtime(EpochLoop):
             mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
             mask[hot_order(self.hotness)[:c]] = True
             self.cache_mask = mask
+        self._refs["cache_mask"] = None if self.cache_mask is None else ray.put(self.cache_mask)
 
     def _cache_ratios(self) -> tuple[float, float, int]:
         """α of a Trainer (whole budget) and of a device that also holds the topology (standby,
@@ -292,7 +304,7 @@ class Runtime(EpochLoop):
         name = f"fgnn-sampler-{device}"
         h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5, self._refs["graph"],
                         self.sampler, self._refs["train_idx"], cfg.train.batch_size,
-                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device,
+                        cfg.train.seed, None, self.queue, name, self.torch_device,
                         eval_idx=self._refs["eval_idx"])
         return _Exec(name, "sampler", device, h)
 
@@ -300,22 +312,37 @@ class Runtime(EpochLoop):
         cfg = self.config
         standby = role == "standby"
         name = f"fgnn-{role}-{device}"
-        alpha = self.alpha_resident if standby else self.alpha_full
         local = None
         if cfg.runtime.mode == "time-sharing":
-            alpha = self.alpha_resident
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
                                    cfg.train.batch_size, cfg.train.seed, self.torch_device,
                                    self._refs["eval_idx"])
         h = _make_actor(TrainerExecutor, name, self.pg, device, 0.5 if standby else 1.0,
                         self._refs["features"], self._refs["labels"],
-                        copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
+                        copy.deepcopy(self.model).cpu(), None, 0.0, self.ps,
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0))
         return _Exec(name, role, device, h)
 
-    def _build_layout(self, n_s: int) -> None:
-        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest."""
+    def _install_cache(self, execs: list[_Exec]) -> list[Any]:
+        """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
+        map); returns the calls' refs. Also used after an executor restarts."""
+        out = []
+        for e in execs:
+            if e.role == "sampler":
+                out.append(e.handle.set_cache_mask.remote(self._refs["cache_mask"]))
+            else:
+                resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
+                alpha = self.alpha_resident if resident else self.alpha_full
+                out.append(e.handle.load_cache.remote(self._refs["hotness"], alpha))
+        return out
+
+    def _build_layout(self, n_s: int, start_only: bool = False) -> None:
+        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
+
+        New executors get the chosen cache and the call waits until they are ready; with
+        ``start_only`` (the cache is not chosen yet) it only starts them.
+        """
         import ray
 
         rt = self.config.runtime
@@ -333,21 +360,42 @@ class Runtime(EpochLoop):
         for e in keep.values():
             if e.name not in names:
                 ray.kill(e.handle, no_restart=True)
-        execs = []
+        execs, new = [], []
+        self._started_at = time.time()
         for i, (role, d) in enumerate(want):
             name = f"fgnn-{role}-{d}"
             if name in keep:
                 execs.append(keep[name])
-            elif role == "sampler":
-                execs.append(self._new_sampler(d))
+                continue
+            if role == "sampler":
+                e = self._new_sampler(d)
             else:
-                idx = sum(1 for r, _ in want[:i] if r == "trainer")
-                execs.append(self._new_trainer(d, idx, role))
-        t0 = time.perf_counter()
-        ray.get([e.handle.ready.remote() for e in execs])
-        self.cache_build_s += time.perf_counter() - t0
+                e = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
+            execs.append(e)
+            new.append(e)
         self._execs = execs
         self.actor_names = [e.name for e in execs]
+        self._pending = [e.handle.ready.remote() for e in new]
+        if not start_only:
+            self._await_ready()
+            self._fill_caches(new)
+
+    def _await_ready(self) -> None:
+        """Wait for the executors started last; ``startup_s`` counts from their start to the last
+        one built (start-up runs while the driver chooses the cache)."""
+        import ray
+
+        done = ray.get(self._pending)
+        self._pending = []
+        if done:
+            self.startup_s += max(0.0, max(float(d) for d in done) - self._started_at)
+
+    def _fill_caches(self, execs: list[_Exec]) -> None:
+        import ray
+
+        t0 = time.perf_counter()
+        ray.get(self._install_cache(execs))
+        self.cache_fill_s += time.perf_counter() - t0
 
     def _teardown(self) -> None:
         import ray
@@ -383,22 +431,26 @@ class Runtime(EpochLoop):
             raise ValueError("runtime.switching=False with runtime.devices=1 leaves no Trainer in "
                              "factored mode; use mode='single' or enable switching")
         start_epoch = self._maybe_resume()
-        self._preprocess()
-        self.cache_build_s = self.cache_ratio_s
+        self.startup_s = self.cache_fill_s = 0.0
+        # The executors start (processes, imports, topology and features mapped) while the
+        # driver chooses the cache; then each fills its cache.
         self._start_services()
+        self._put_payloads()
         k: Optional[float] = None
         if rt.mode == "time-sharing":
             n_s, n_t = self.num_devices, self.num_devices
-            self._build_layout(0)
         elif rt.mode == "single":
             n_s, n_t = 1, 0
-            self._build_layout(1)
         elif rt.samplers is not None or self.num_devices == 1:
             n_s = rt.samplers if rt.samplers is not None else 1
             n_t = self.num_devices - n_s
-            self._build_layout(n_s)
-        else:  # profiling epoch with one Sampler, then the allocation formula (§5.3)
-            self._build_layout(1)
+        else:  # profiling epoch with one Sampler first, then the allocation formula (§5.3)
+            n_s, n_t = 1, self.num_devices - 1
+        self._build_layout(0 if rt.mode == "time-sharing" else n_s, start_only=True)
+        self._choose_cache()
+        self._await_ready()
+        self._fill_caches(self._execs)
+        if rt.mode == "factored" and rt.samplers is None and self.num_devices > 1:
             t0 = time.perf_counter()
             t_s, t_t = self._profile()
             n_s, n_t, k = allocate(self.num_devices, t_s, t_t)
@@ -451,8 +503,13 @@ class Runtime(EpochLoop):
             allocation.update(self.profile_times)
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
                          preprocess={"load_s": self.load_s, "presample_s": self.presample_s,
-                                     "cache_build_s": self.cache_build_s},
-                         epochs=epochs, final=final)
+                                     "sizing_s": self.cache_ratio_s,
+                                     "startup_s": self.startup_s,
+                                     "cache_fill_s": self.cache_fill_s,
+                                     "profile_s": getattr(self, "profile_times",
+                                                          {}).get("profile_s", 0.0)},
+                         epochs=epochs, final=final,
+                         final_eval_s=getattr(self, "final_eval_s", 0.0))
 
     def _profile(self) -> tuple[float, float]:
         """The profiling epoch (§5.3): T_s and T_t per mini-batch, gradients discarded."""
@@ -472,7 +529,7 @@ class Runtime(EpochLoop):
 
     def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
         """Score ``splits`` through the Samplers and Trainers (an evaluation pass with the
-        recipe of :mod:`fgnn.evaluation`: the job's sampler, batch size and seed).
+        recipe of :mod:`fgnn.evaluation`: the job's sampler, ``train.eval_chunk`` and seed).
 
         Args:
             splits: split names to score.
@@ -480,7 +537,7 @@ class Runtime(EpochLoop):
         """
         ds, tc = self.dataset, self.config.train
         plan = EvalPlan(tuple(splits), tuple(int(getattr(ds, f"{s}_idx").numel())
-                                             for s in splits), tc.batch_size, tc.seed)
+                                             for s in splits), tc.eval_chunk, tc.seed)
         self._eval_passes += 1
         # evaluation passes get ids of their own (below the profiling epoch's -1)
         return self._run_epoch(-1 - self._eval_passes, plan=plan, weights=weights)

@@ -117,9 +117,15 @@ class SamplerExecutor:
         self._batches: list[torch.Tensor] = []
         self._pending_put: Any = None
 
-    def ready(self) -> str:
-        """Returns the name once the topology is loaded (the runtime waits on it)."""
-        return self.name
+    def ready(self) -> float:
+        """``time.time()`` once the actor is built (the runtime waits on it and reports the
+        start-up time)."""
+        return time.time()
+
+    def set_cache_mask(self, cache_mask: Any) -> None:
+        """Mark against ``cache_mask`` (``(N,)`` bool, None: nothing cached) from now on: the
+        runtime starts Samplers before the cache is chosen."""
+        self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
 
     def seeds_of(self, epoch: int, task_id: int) -> torch.Tensor:
         """The seeds of task ``task_id`` of ``epoch``."""

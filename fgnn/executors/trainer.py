@@ -75,7 +75,8 @@ class TrainerExecutor:
             itself (its host tier then reads rows from the file, not from the object store).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
-        hotness: ``(N,)`` hotness map of the cache policy, or None for no cache.
+        hotness: ``(N,)`` hotness map of the cache policy, or None for no cache (yet: the
+            runtime starts the actor early and calls :meth:`load_cache` once the map is known).
         alpha: cache ratio of this Trainer (a standby's is smaller: the topology shares its
             device).
         ps: handle of the parameter server actor.
@@ -95,14 +96,11 @@ class TrainerExecutor:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
         self.name, self.role, self.device = name, role, torch.device(device)
         self.labels = tensor_from(labels)
-        h = None if hotness is None else tensor_from(hotness)
-        self.alpha = float(alpha)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
-        self.store = build_store(open_features(features), h, self.alpha, str(self.device))
+        self._host = open_features(features)
+        self.load_cache(hotness, alpha)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
@@ -111,9 +109,25 @@ class TrainerExecutor:
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
 
-    def ready(self) -> str:
-        """Returns the name once the cache is loaded (the runtime waits on it)."""
-        return self.name
+    def ready(self) -> float:
+        """``time.time()`` once the actor is built (the runtime waits on it and reports the
+        start-up time)."""
+        return time.time()
+
+    def load_cache(self, hotness: Optional[Any], alpha: float) -> float:
+        """Fill the device cache with the ``floor(alpha N)`` hottest rows of ``hotness`` (None:
+        no cache); returns the seconds it took. Called again after a restart.
+
+        Raises:
+            ValueError: for ``alpha`` outside ``[0, 1]``.
+        """
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        t0 = time.perf_counter()
+        self.alpha = float(alpha)
+        self.store = build_store(self._host, None if hotness is None else tensor_from(hotness),
+                                 self.alpha, str(self.device))
+        return time.perf_counter() - t0
 
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",

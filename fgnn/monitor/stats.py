@@ -63,10 +63,13 @@ class RunResult:
     allocation: dict[str, Any]
     """``devices``, ``samplers``, ``trainers``, ``K``, ``device_kind`` (``gpu``/``logical``)."""
     preprocess: dict[str, float]
-    """``load_s``, ``presample_s``, ``cache_build_s``."""
+    """``load_s``, ``presample_s``, ``sizing_s`` (the measured step that sets α), ``startup_s``
+    (executor start-up, overlapping pre-sampling and sizing), ``cache_fill_s``, ``profile_s``."""
     epochs: list[EpochStats]
     final: dict[str, float]
     """``train_acc``, ``val_acc``, ``test_acc``."""
+    final_eval_s: float = 0.0
+    """Wall seconds of the final train/val/test scoring pass."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
@@ -77,4 +80,5 @@ class RunResult:
             "preprocess": self.preprocess,
             "epochs": [e.to_dict() for e in self.epochs],
             "final": self.final,
+            "final_eval_s": self.final_eval_s,
         }
