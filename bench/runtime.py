@@ -59,8 +59,8 @@ def _job(args: argparse.Namespace, mode: str) -> JobConfig:
 def summarize(result: Any, details: list[dict[str, Any]], skip_first: bool) -> dict[str, Any]:
     """Mean per-epoch numbers of a run (the first epoch left out when ``skip_first`` and more
     than one epoch ran: actor warm-up)."""
-    epochs = list(result.epochs)
-    dets = [d for d in details if not d["profiling"]]
+    epochs = [e for e in result.epochs if not e.warmup]  # the warm-up epochs run uncached
+    dets = [d for d in details if not d["warmup"]]
     if skip_first and len(epochs) > 1:
         epochs, dets = epochs[1:], dets[1:]
     n = len(epochs)
@@ -121,10 +121,10 @@ def epoch_overheads(result: Any, details: list[dict[str, Any]]) -> list[dict[str
     ``total_share_no_fill`` leaves the fill wait out. ``exposed_share`` counts, on the Trainer
     side, only what the prefetch did not hide (``exposed_queue_call_s``, ``exposed_wait_s``).
     """
-    dets = [d for d in details if not d["profiling"]]
+    dets = [d for d in details if not d["warmup"]]
     single = result.mode == "single"
     rows = []
-    for e, d in zip(result.epochs, dets):
+    for e, d in zip([e for e in result.epochs if not e.warmup], dets):
         t = e.time_s
         n_s = 1 if single else max(1, e.samplers)
         n_t = 1 if single else max(1, e.trainers)

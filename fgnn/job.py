@@ -310,7 +310,6 @@ class Job:
             result.config = self.config.to_dict()
         pre = dict(result.preprocess or {})
         pre["load_s"] = float(load_s) if not pre.get("load_s") else float(pre["load_s"])
-        pre.setdefault("presample_s", 0.0)
         result.preprocess = pre
         alloc = dict(result.allocation or {})
         alloc.setdefault("device_kind", self.device_kind)

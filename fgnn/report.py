@@ -37,9 +37,10 @@ _NUM = (int, float)
 
 #: Preprocessing steps of a report, in run order, with their labels. Worker start-up overlaps
 #: pre-sampling and sizing (the executors start while the driver chooses the cache).
-PREPROCESS_STEPS = {"load_s": "load", "presample_s": "presample", "sizing_s": "cache sizing",
-                    "startup_s": "worker start-up", "cache_fill_s": "cache fill",
-                    "profile_s": "profiling epoch", "cache_build_s": "cache build"}
+PREPROCESS_STEPS = {"load_s": "load", "hotness_s": "hotness", "startup_s": "worker start-up",
+                    "sizing_s": "cache sizing", "cache_fill_s": "cache fill",
+                    "relayout_s": "re-layout", "presample_s": "presample",
+                    "cache_build_s": "cache build"}
 
 
 class ReportError(ValueError):
@@ -112,8 +113,7 @@ def validate_report(report: Mapping[str, Any]) -> None:
     _number(alloc, "K", "allocation", lo=0, nullable=True)
 
     pre = _mapping(report, "preprocess")
-    for key in ("load_s", "presample_s"):
-        _number(pre, key, "preprocess")
+    _number(pre, "load_s", "preprocess")
     for key in PREPROCESS_STEPS:  # reports before these were measured apart lack them
         if key in pre:
             _number(pre, key, "preprocess")

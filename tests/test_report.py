@@ -32,7 +32,7 @@ def make_result(epochs: int = 3) -> RunResult:
     return RunResult(config=JobConfig().to_dict(), mode="factored",
                      allocation={"devices": 4, "samplers": 1, "trainers": 3, "K": 2.5,
                                  "device_kind": "logical"},
-                     preprocess={"load_s": 0.1, "presample_s": 0.2, "cache_build_s": 0.05},
+                     preprocess={"load_s": 0.1, "hotness_s": 0.2, "cache_fill_s": 0.05},
                      epochs=eps, final={"train_acc": 0.9, "val_acc": 0.7, "test_acc": 0.69})
 
 
@@ -49,7 +49,7 @@ def _drop(d: dict, path: str) -> None:
 
 @pytest.mark.parametrize("path", [
     "config", "mode", "allocation", "allocation.devices", "allocation.samplers",
-    "allocation.trainers", "allocation.K", "preprocess.load_s", "preprocess.presample_s",
+    "allocation.trainers", "allocation.K", "preprocess.load_s",
     "epochs", "epochs.0.time_s", "epochs.0.sample_s",
     "epochs.0.sample_s.S", "epochs.0.sample_s.M", "epochs.0.sample_s.C", "epochs.0.extract_s",
     "epochs.0.train_s", "epochs.0.hit_rate", "epochs.0.bytes_host_to_device",

@@ -113,6 +113,8 @@ class SamplerExecutor:
         self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
         self.queue = queue
         self.metrics = metrics_for("sampler", _device_tag(name))
+        self._visits: Optional[torch.Tensor] = None
+        self._max_sample_bytes = 0
         self._epoch: Optional[int] = None
         self._batches: list[torch.Tensor] = []
         self._pending_put: Any = None
@@ -121,6 +123,28 @@ class SamplerExecutor:
         """``time.time()`` once the actor is built (the runtime waits on it and reports the
         start-up time)."""
         return time.time()
+
+    def count_visits(self) -> None:
+        """Count from now on how often each vertex is an input of a training sample (PreSC's
+        visit counts, FGNN §6.3: the first K epochs of training are the pre-sampling)."""
+        self._visits = torch.zeros(self.graph.num_nodes, dtype=torch.int32, device=self.device)
+
+    def take_visits(self) -> Optional[torch.Tensor]:
+        """The visit counts so far (``(N,)`` int32 on the CPU) and stop counting; None if not
+        counting."""
+        visits, self._visits = self._visits, None
+        return None if visits is None else visits.cpu()
+
+    def working_set(self) -> dict[str, Any]:
+        """Device bytes sampling needs beside the topology: the remap scratch array, the largest
+        sample so far and, on CUDA, the process's measured peak."""
+        from fgnn.sampling.remap import Remapper
+
+        cuda_peak = (int(torch.cuda.max_memory_allocated(self.device))
+                     if self.device.type == "cuda" else None)
+        return {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
+                "max_sample_bytes": self._max_sample_bytes, "cuda_peak_bytes": cuda_peak,
+                "graph_bytes": self.graph.nbytes()}
 
     def set_cache_mask(self, cache_mask: Any) -> None:
         """Mark against ``cache_mask`` (``(N,)`` bool, None: nothing cached) from now on: the
@@ -156,6 +180,8 @@ class SamplerExecutor:
         t0 = time.perf_counter()
         sample = self.sampler.sample(self.graph, seeds, gen)
         t1 = time.perf_counter()
+        if self._visits is not None and plan is None:
+            self._visits[sample.input_nodes] += 1  # input_nodes has no repeats
         mark_sample(sample, self.cache_mask)
         sample.task_id = int(task_id)
         t2 = time.perf_counter()
@@ -182,6 +208,7 @@ class SamplerExecutor:
             sample = sample.to("cpu")  # host memory side of the queue
         ref = ray.put(pack_sample(sample))
         nbytes = sample_nbytes(sample)
+        self._max_sample_bytes = max(self._max_sample_bytes, nbytes)
         waited = self._wait_put()
         self._pending_put = self.queue.put.remote(
             QueueItem(epoch, int(task_id), ref=ref, producer=self.name, nbytes=nbytes))

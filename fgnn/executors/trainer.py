@@ -32,6 +32,7 @@ from torch import nn
 from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, open_features,
                                     tensor_from)
+from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
@@ -225,8 +226,8 @@ class TrainerExecutor:
 
     # ------------------------------------------------------------------ the loop
     def run_epoch(self, epoch: int, policy: Optional[StandbyPolicy] = None,
-                  plan: Optional[EvalPlan] = None, weights: Optional[torch.Tensor] = None
-                  ) -> dict[str, Any]:
+                  plan: Optional[EvalPlan] = None, weights: Optional[torch.Tensor] = None,
+                  measure: bool = False) -> dict[str, Any]:
         """Train until the epoch's tasks are all acknowledged (or, for a standby, until the
         profit of the next fetch is not positive); with ``plan``, score an evaluation pass.
 
@@ -237,9 +238,12 @@ class TrainerExecutor:
                 None to train.
             weights: flat weights to score with (e.g. the best-validation ones); None takes the
                 server's current weights.
+            measure: measure the training step's device memory (the warm-up epoch).
 
         Returns:
-            ``{"name", "role", "batches", "time_s", "switched"}``.
+            ``{"name", "role", "batches", "time_s", "switched", "memory"}``; ``memory`` is the
+            :class:`~fgnn.executors._memory.StepMemoryMeter` report when measured (plus the
+            local sampler's working set in time-sharing mode), else None.
         """
         import ray
 
@@ -249,8 +253,10 @@ class TrainerExecutor:
         if weights is None:
             _, weights = ray.get(self.ps.weights.remote())
         unflatten_into(weights.to(self.device), self.params)
-        step = ((lambda b: self._train(epoch, b)) if plan is None
-                else (lambda b: self._score(b, plan)))
+        run = ((lambda b: self._train(epoch, b)) if plan is None
+               else (lambda b: self._score(b, plan)))
+        meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
+        step = run if meter is None else (lambda b: meter.run(run, b))
         batches, busy, last_ack = 0, 0.0, None
         if policy is None:  # pipelined: extract i + 1 while training i
             with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch") as pool:
@@ -285,8 +291,14 @@ class TrainerExecutor:
                 batches += 1
         if last_ack is not None:
             ray.get(last_ack)
+        memory = None
+        if meter is not None and batches > 0:
+            memory = meter.report()
+            if self.local_sampler is not None and getattr(self.local_sampler, "_built", False):
+                memory["sampler"] = self.local_sampler.working_set()
         return {"name": self.name, "role": self.role, "batches": batches,
-                "time_s": time.perf_counter() - t_start, "switched": batches > 0}
+                "time_s": time.perf_counter() - t_start, "switched": batches > 0,
+                "memory": memory}
 
     def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
         self.metrics.stage_seconds("extract", rec["extract_s"])

@@ -45,6 +45,9 @@ class EpochStats:
     val_acc: Optional[float] = None
     eval_s: float = 0.0
     """Wall seconds of this epoch's validation pass (0 when not evaluated)."""
+    warmup: bool = False
+    """Trained without the feature cache: the run's first epoch(s), which measure T_s, T_t and
+    memory and, for PreSC#K, pre-sample (FGNN §5.3, §6.1, §6.3)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""
@@ -63,8 +66,9 @@ class RunResult:
     allocation: dict[str, Any]
     """``devices``, ``samplers``, ``trainers``, ``K``, ``device_kind`` (``gpu``/``logical``)."""
     preprocess: dict[str, float]
-    """``load_s``, ``presample_s``, ``sizing_s`` (the measured step that sets α), ``startup_s``
-    (executor start-up, overlapping pre-sampling and sizing), ``cache_fill_s``, ``profile_s``."""
+    """``load_s``, ``hotness_s`` (a sampling-free hotness map on the driver), ``startup_s``
+    (executor start-up, overlapping the hotness), ``sizing_s`` (cache plans after the warm-up),
+    ``cache_fill_s``, ``relayout_s`` (executors started after the allocation)."""
     epochs: list[EpochStats]
     final: dict[str, float]
     """``train_acc``, ``val_acc``, ``test_acc``."""
