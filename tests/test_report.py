@@ -119,7 +119,7 @@ def test_load_report_errors(tmp_path):
 def test_format_table():
     r = make_result(2).to_dict()
     text = format_report(r)
-    for word in ("factored", "samplers 1", "trainers 3", "presample", "hit", "extract",
+    for word in ("factored", "samplers 1", "trainers 3", "hotness", "hit", "extract",
                  "80.0%", "1.0 MiB", "test 0.6900"):
         assert word in text
     assert len(text.splitlines()) == 4 + 2 + 2 + 3
