@@ -61,6 +61,7 @@ from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.evaluation import EvalPlan
+from fgnn.executors._device import AUTO
 from fgnn.executors._epoch import _MAX_RESTARTS, EpochLoop, EvalOutcome, RuntimeFailure, _Exec
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
@@ -141,6 +142,7 @@ class Runtime(EpochLoop):
         self._execs: list[_Exec] = []
         self._pending: list[Any] = []
         self._started_at = 0.0
+        self.executor_devices: set[str] = set()
         self._started_ray = False
 
     # ================================================================== public
@@ -336,7 +338,7 @@ class Runtime(EpochLoop):
         self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
             copy.deepcopy(self.model).cpu(), self.config.train.lr,
             self.config.train.weight_decay, self._resume_optimizer)
-        self.torch_device = "cuda:0" if self.device_kind == "gpu" else "cpu"
+        self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
 
     def _new_sampler(self, device: int) -> _Exec:
         cfg = self.config
@@ -431,7 +433,11 @@ class Runtime(EpochLoop):
         done = ray.get(self._pending)
         self._pending = []
         if done:
-            self.startup_s += max(0.0, max(float(d) for d in done) - self._started_at)
+            self.startup_s += max(0.0, max(float(t) for t, _ in done) - self._started_at)
+            self.executor_devices.update(d for _, d in done)
+            # what the executors run on, not what the driver sees
+            self.device_kind = ("gpu" if any(d.startswith("cuda") for d in
+                                             self.executor_devices) else "logical")
 
     def _fill_caches(self, execs: list[_Exec]) -> None:
         import ray

@@ -24,6 +24,7 @@ import torch
 from fgnn.executors._common import (_device_tag, graph_from_payload, metrics_for,
                                     task_generator, tensor_from)
 from fgnn.evaluation import EvalPlan, eval_generator
+from fgnn.executors._device import actor_device
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
 from fgnn.sampling.base import Sample, Sampler
@@ -103,7 +104,7 @@ class SamplerExecutor:
         torch.set_num_threads(1)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        self.name, self.device = name, torch.device(device)
+        self.name, self.device = name, actor_device(device)
         self.graph = graph_from_payload(graph, self.device)
         self.sampler = sampler
         self.train_idx = tensor_from(train_idx)
@@ -119,10 +120,10 @@ class SamplerExecutor:
         self._batches: list[torch.Tensor] = []
         self._pending_put: Any = None
 
-    def ready(self) -> float:
-        """``time.time()`` once the actor is built (the runtime waits on it and reports the
-        start-up time)."""
-        return time.time()
+    def ready(self) -> tuple[float, str]:
+        """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
+        the start-up time and learns the device Ray assigned."""
+        return time.time(), str(self.device)
 
     def count_visits(self) -> None:
         """Count from now on how often each vertex is an input of a training sample (PreSC's

@@ -32,6 +32,7 @@ from torch import nn
 from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, open_features,
                                     tensor_from)
+from fgnn.executors._device import actor_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
@@ -97,7 +98,7 @@ class TrainerExecutor:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
-        self.name, self.role, self.device = name, role, torch.device(device)
+        self.name, self.role, self.device = name, role, actor_device(device)
         self.labels = tensor_from(labels)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
         self._host = open_features(features)
@@ -110,10 +111,10 @@ class TrainerExecutor:
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
 
-    def ready(self) -> float:
-        """``time.time()`` once the actor is built (the runtime waits on it and reports the
-        start-up time)."""
-        return time.time()
+    def ready(self) -> tuple[float, str]:
+        """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
+        the start-up time and learns the device Ray assigned."""
+        return time.time(), str(self.device)
 
     def load_cache(self, hotness: Optional[Any], alpha: float) -> float:
         """Fill the device cache with the ``floor(alpha N)`` hottest rows of ``hotness`` (None:
