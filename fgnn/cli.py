@@ -19,6 +19,7 @@ from fgnn.config import (
     DEFAULT_FANOUTS,
     MODELS,
     MODES,
+    SAMPLE_TRANSPORTS,
     CacheConfig,
     JobConfig,
     ModelConfig,
@@ -45,6 +46,8 @@ FLAG_FIELDS: dict[str, str] = {
     "--no-switching": "runtime.switching",
     "--address": "runtime.address",
     "--dashboard-host": "runtime.dashboard_host",
+    "--gpus-per-device": "runtime.gpus_per_device",
+    "--sample-transport": "runtime.sample_transport",
     "--cache-policy": "cache.policy",
     "--presample-epochs": "cache.presample_epochs",
     "--cache-ratio": "cache.cache_ratio",
@@ -194,6 +197,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="interface the Ray dashboard binds to when this job starts Ray; "
                         "0.0.0.0 exposes it, off disables it (default: %(default)s)")
 
+    g.add_argument("--gpus-per-device", type=_float_in(0.0, 1.0, lo_open=True),
+                   default=rt.gpus_per_device, metavar="G",
+                   help="GPU share of one device; 0.5 puts two devices on each GPU, e.g. "
+                        "--devices 2 --gpus-per-device 0.5 runs the factored layout on one GPU "
+                        "(default: %(default)s)")
+    g.add_argument("--sample-transport", default=rt.sample_transport,
+                   choices=SAMPLE_TRANSPORTS,
+                   help="how samples reach Trainers: object_store (host memory), cuda_ipc (GPU "
+                        "to GPU on one node, no host round trip), auto (cuda_ipc when the "
+                        "Samplers are on CUDA and the job is on one node) "
+                        "(default: %(default)s)")
+
     g = p.add_argument_group("cache")
     g.add_argument("--cache-policy", default=cache.policy, choices=CACHE_POLICIES,
                    help="feature-cache hotness: presc (PreSC#K pre-sampling), wrpr (weighted "
@@ -289,7 +304,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         runtime=RuntimeConfig(mode=args.mode, devices=args.devices,
                               samplers=_auto(args.samplers), queue_size=args.queue_size,
                               switching=not args.no_switching, address=args.address,
-                              dashboard_host=args.dashboard_host),
+                              dashboard_host=args.dashboard_host,
+                              gpus_per_device=args.gpus_per_device,
+                              sample_transport=args.sample_transport),
         report=args.report,
     )
 

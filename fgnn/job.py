@@ -186,7 +186,7 @@ class Job:
         rc = cfg.runtime
         if rc.address in (None, "local") and torch.cuda.is_available():
             n_cuda = torch.cuda.device_count()
-            if n_cuda < _devices_needed(rc):
+            if n_cuda < rc.gpus_needed:
                 raise JobConfigError("runtime.devices", rc.devices,
                                      f"only {n_cuda} CUDA devices are present")
         check_address(rc.address)
@@ -270,7 +270,7 @@ class Job:
             if rc.address is None or rc.address == "local":
                 kind, _ = describe_devices(rc.devices)
                 if kind == "logical":
-                    kwargs["num_gpus"] = rc.devices
+                    kwargs["num_gpus"] = rc.gpus_needed
                 # Executors are light on CPU; declare enough logical CPUs for all of them.
                 kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
                 kwargs["include_dashboard"] = rc.dashboard_host is not None
@@ -289,7 +289,7 @@ class Job:
             if rc.address not in (None, "local"):
                 cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
         self.device_kind, line = describe_devices(rc.devices, cluster_gpus)
-        if cluster_gpus is not None and cluster_gpus < _devices_needed(rc):
+        if cluster_gpus is not None and cluster_gpus < rc.gpus_needed:
             if started:
                 ray.shutdown()
             raise JobConfigError("runtime.devices", rc.devices,
@@ -314,11 +314,6 @@ class Job:
         alloc = dict(result.allocation or {})
         alloc.setdefault("device_kind", self.device_kind)
         result.allocation = alloc
-
-
-def _devices_needed(rc: Any) -> int:
-    """Devices a layout occupies: ``single`` mode runs on one device whatever ``devices`` says."""
-    return 1 if rc.mode == "single" else rc.devices
 
 
 def _current_dashboard_url() -> Optional[str]:

@@ -14,8 +14,11 @@ Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
   memory), then its standby Trainer trains it (§7.9), the N_t = 0 case of switching.
 
 All executors are plain classes made actors here, in :func:`_make_actor` only, with
-``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": 1}`` bundle per device (a
-Sampler and its standby share their bundle's device with ``num_gpus=0.5`` each). Gradients go
+``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": g}`` bundle per device
+(``g = RuntimeConfig.gpus_per_device``, 1 by default; 0.5 puts two devices on one GPU, so the
+factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
+half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
+assigned it (:mod:`fgnn.executors._device`). Gradients go
 through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous updates with staleness
 bounded by the number of Trainers, which needs no group membership when standby Trainers join and
 leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
@@ -175,12 +178,12 @@ class Runtime(EpochLoop):
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if rt.address is None and self.device_kind == "logical":
-                kw["num_gpus"] = rt.devices
+                kw["num_gpus"] = rt.gpus_needed
             # "local": start a fresh instance even when another cluster runs on this machine
             ray.init(address=rt.address or "local", **kw)
             self._started_ray = True
         gpus = ray.cluster_resources().get("GPU", 0)
-        need = 1 if rt.mode == "single" else rt.devices
+        need = rt.gpus_needed
         if gpus < need:
             raise ValueError(f"runtime.devices={need} but the Ray cluster offers {gpus:g} GPUs "
                              f"(start Ray with num_gpus={need} logical GPUs on CPU)")
@@ -264,8 +267,8 @@ class Runtime(EpochLoop):
         else:
             if cfg.cache.device_memory_gib is not None:
                 budget = int(cfg.cache.device_memory_gib * 2 ** 30)
-            elif totals:
-                budget = int(min(totals))
+            elif totals:  # the device's share of its GPU
+                budget = int(min(totals) * self.gpus_per_device)
             else:
                 budget = 2 ** 30  # the simulated device of a logical GPU
             plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
@@ -331,8 +334,14 @@ class Runtime(EpochLoop):
 
         rt = self.config.runtime
         self.num_devices = 1 if rt.mode == "single" else rt.devices
-        self.pg = placement_group([{"GPU": 1}] * self.num_devices, strategy="PACK")
+        self.gpus_per_device = float(rt.gpus_per_device)
+        self.pg = placement_group([{"GPU": self.gpus_per_device}] * self.num_devices,
+                                  strategy="PACK")
         ray.get(self.pg.ready())
+        from ray.util.placement_group import placement_group_table
+
+        nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
+        self.one_node = len(set(nodes.values())) <= 1
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
         self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
@@ -343,10 +352,11 @@ class Runtime(EpochLoop):
     def _new_sampler(self, device: int) -> _Exec:
         cfg = self.config
         name = f"fgnn-sampler-{device}"
-        h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5, self._refs["graph"],
-                        self.sampler, self._refs["train_idx"], cfg.train.batch_size,
-                        cfg.train.seed, None, self.queue, name, self.torch_device,
-                        eval_idx=self._refs["eval_idx"])
+        h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5 * self.gpus_per_device,
+                        self._refs["graph"], self.sampler, self._refs["train_idx"],
+                        cfg.train.batch_size, cfg.train.seed, None, self.queue, name,
+                        self.torch_device, eval_idx=self._refs["eval_idx"],
+                        transport=cfg.runtime.sample_transport, one_node=self.one_node)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -358,7 +368,8 @@ class Runtime(EpochLoop):
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
                                    cfg.train.batch_size, cfg.train.seed, self.torch_device,
                                    self._refs["eval_idx"])
-        h = _make_actor(TrainerExecutor, name, self.pg, device, 0.5 if standby else 1.0,
+        share = (0.5 if standby else 1.0) * self.gpus_per_device
+        h = _make_actor(TrainerExecutor, name, self.pg, device, share,
                         self._refs["features"], self._refs["labels"],
                         copy.deepcopy(self.model).cpu(), None, 0.0, self.ps,
                         self.queue, name, self.torch_device, role, local,

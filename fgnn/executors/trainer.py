@@ -34,6 +34,7 @@ from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, op
                                     tensor_from)
 from fgnn.executors._device import actor_device
 from fgnn.executors._memory import StepMemoryMeter
+from fgnn.executors._streams import CopyStream
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
@@ -66,6 +67,25 @@ class _Batch:
     x: torch.Tensor
     labels: torch.Tensor
     rec: dict[str, Any]
+    ready: Any = None
+    """CUDA event after the batch's copies (None off CUDA)."""
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every device tensor of the batch."""
+        ts = [self.x, self.labels, self.sample.seeds, self.sample.input_nodes]
+        for b in self.sample.blocks:
+            ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
+        return ts
+
+
+def _sample_to(sample: Sample, move: Any) -> Sample:
+    """``sample`` with every tensor passed through ``move`` (the copy stream's ``h2d``)."""
+    from fgnn.sampling.base import Block
+
+    blocks = [Block(move(b.src), move(b.dst), b.num_src, b.num_dst,
+                    None if b.weights is None else move(b.weights)) for b in sample.blocks]
+    return Sample(move(sample.seeds), blocks, move(sample.input_nodes),
+                  None if sample.cached is None else move(sample.cached), sample.task_id)
 
 
 class TrainerExecutor:
@@ -103,6 +123,7 @@ class TrainerExecutor:
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
         self._host = open_features(features)
         self.load_cache(hotness, alpha)
+        self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
@@ -176,14 +197,19 @@ class TrainerExecutor:
                 rec.update(S=s, M=time.perf_counter() - t_m, fetch_s=0.0)
             t2 = time.perf_counter()
             # Split host/cache and index labels on the host before anything moves: only the
-            # gathered rows and labels cross to the device (no device->host sync per batch).
-            x = self.store.gather(sample.input_nodes)
-            labels = self.labels[sample.seeds.to(self.labels.device)].to(self.device)
-            sample = sample.to(self.device)
+            # gathered rows, labels and the sample cross to the device, on the copy stream from
+            # pinned memory, overlapping the training of the previous batch.
+            with self.copies.scope():
+                x = self.store.gather(sample.input_nodes)
+                labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
+                sample = _sample_to(sample, self.copies.h2d)
+                ready = self.copies.record()
+            if ready is not None:
+                ready.synchronize()  # this thread waits for its own copies, not for training
             st = self.store.reset_stats()
             rec.update(extract_s=time.perf_counter() - t2, hits=st.hits + st.peer,
                        misses=st.misses, bytes=st.bytes["host"])
-            return _Batch(item.task_id, sample, x, labels, rec)
+            return _Batch(item.task_id, sample, x, labels, rec, ready)
         return None
 
     def _train(self, epoch: int, batch: _Batch) -> dict[str, Any]:
@@ -191,6 +217,7 @@ class TrainerExecutor:
         import ray
 
         t0 = time.perf_counter()
+        self.copies.wait(batch.ready, batch.tensors())
         self.model.train()
         for p in self.params:
             p.grad = None
@@ -214,6 +241,7 @@ class TrainerExecutor:
     def _score(self, batch: _Batch, plan: EvalPlan) -> dict[str, Any]:
         """Forward one evaluation chunk in eval mode: correct, count and summed loss."""
         t0 = time.perf_counter()
+        self.copies.wait(batch.ready, batch.tensors())
         self.model.eval()
         try:
             score = score_logits(self.model(batch.sample.blocks, batch.x), batch.labels)
