@@ -85,9 +85,10 @@ def test_every_minibatch_trained_exactly_once(ray_cluster, dataset, mode):
     assert set(result.preprocess) == {"load_s", "hotness_s", "startup_s", "sizing_s",
                                       "cache_fill_s", "relayout_s"}
     assert result.preprocess["startup_s"] > 0 and result.preprocess["cache_fill_s"] > 0
-    # the first epoch trains without the cache (warm-up), the next with it
+    # the first epoch trains without the cache (warm-up), the next with it (time-sharing and
+    # single give the topology's bytes out of this tiny budget: no cache there)
     assert [x.warmup for x in result.epochs] == [True, False]
-    assert e.hit_rate == 0.0 and result.epochs[1].hit_rate > 0
+    assert e.hit_rate == 0.0 and (result.epochs[1].hit_rate > 0) == (mode == "factored")
     if mode == "factored":
         assert a["samplers"] + a["trainers"] == 2 and a["K"] > 0
         assert e.sample.C > 0 and e.sample.M > 0
