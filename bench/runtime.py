@@ -50,7 +50,8 @@ def _job(args: argparse.Namespace, mode: str) -> JobConfig:
         dataset=args.dataset, data_root=args.root,
         model=ModelConfig(args.model, hidden=args.hidden, dropout=0.0),
         sampler=SamplerConfig(fanouts=tuple(args.fanouts)),
-        cache=CacheConfig(policy=args.cache_policy, device_memory_gib=args.device_memory),
+        cache=CacheConfig(policy=args.cache_policy, device_memory_gib=args.device_memory,
+                          cache_ratio=args.cache_ratio),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.003, seed=0),
         runtime=RuntimeConfig(mode=mode, devices=args.devices, samplers=args.samplers,
                               queue_size=args.queue_size, switching=not args.no_switching))
@@ -242,6 +243,9 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--modes", default="factored,time-sharing,single")
     p.add_argument("--device-memory", type=float, default=None,
                    help="device memory budget in GiB (sets the cache ratio)")
+    p.add_argument("--cache-ratio", type=float, default=None,
+                   help="cached share of vertices (without --device-memory: a device that also "
+                        "holds the topology gives up its bytes)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])

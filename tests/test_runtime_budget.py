@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fgnn.cache.budget import plan_device_cache
+from fgnn.cache.budget import SIZING_MARGIN_MIN_BYTES, plan_device_cache
 from fgnn.cache.feature_store import FeatureStore
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,
                          TrainConfig)
@@ -66,7 +66,8 @@ def test_plans_come_from_the_trainers_measurements(ray_cluster, dataset, no_driv
     assert first["alpha"] == 1.0
     # ...then a budget that leaves about half the features after model, step, lookup,
     # topology and sampling working set: the two layouts get different partial caches
-    gib = (first["margin_bytes"] + sum(first["resident"].values()) + n * row // 2) / 2 ** 30
+    # (at this budget the margin is its 32 MiB floor)
+    gib = (SIZING_MARGIN_MIN_BYTES + sum(first["resident"].values()) + n * row // 2) / 2 ** 30
     rt = Runtime(_job(gib), dataset)
     result = rt.run()
     a = result.allocation
