@@ -50,7 +50,8 @@ def _job(args: argparse.Namespace, mode: str) -> JobConfig:
         dataset=args.dataset, data_root=args.root,
         model=ModelConfig(args.model, hidden=args.hidden, dropout=0.0),
         sampler=SamplerConfig(fanouts=tuple(args.fanouts)),
-        cache=CacheConfig(policy=args.cache_policy, device_memory_gib=args.device_memory),
+        cache=CacheConfig(policy=args.cache_policy, device_memory_gib=args.device_memory,
+                          cache_ratio=args.cache_ratio),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.003, seed=0),
         runtime=RuntimeConfig(mode=mode, devices=args.devices, samplers=args.samplers,
                               queue_size=args.queue_size, switching=not args.no_switching))
@@ -59,8 +60,8 @@ def _job(args: argparse.Namespace, mode: str) -> JobConfig:
 def summarize(result: Any, details: list[dict[str, Any]], skip_first: bool) -> dict[str, Any]:
     """Mean per-epoch numbers of a run (the first epoch left out when ``skip_first`` and more
     than one epoch ran: actor warm-up)."""
-    epochs = list(result.epochs)
-    dets = [d for d in details if not d["profiling"]]
+    epochs = [e for e in result.epochs if not e.warmup]  # the warm-up epochs run uncached
+    dets = [d for d in details if not d["warmup"]]
     if skip_first and len(epochs) > 1:
         epochs, dets = epochs[1:], dets[1:]
     n = len(epochs)
@@ -121,10 +122,10 @@ def epoch_overheads(result: Any, details: list[dict[str, Any]]) -> list[dict[str
     ``total_share_no_fill`` leaves the fill wait out. ``exposed_share`` counts, on the Trainer
     side, only what the prefetch did not hide (``exposed_queue_call_s``, ``exposed_wait_s``).
     """
-    dets = [d for d in details if not d["profiling"]]
+    dets = [d for d in details if not d["warmup"]]
     single = result.mode == "single"
     rows = []
-    for e, d in zip(result.epochs, dets):
+    for e, d in zip([e for e in result.epochs if not e.warmup], dets):
         t = e.time_s
         n_s = 1 if single else max(1, e.samplers)
         n_t = 1 if single else max(1, e.trainers)
@@ -242,6 +243,9 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--modes", default="factored,time-sharing,single")
     p.add_argument("--device-memory", type=float, default=None,
                    help="device memory budget in GiB (sets the cache ratio)")
+    p.add_argument("--cache-ratio", type=float, default=None,
+                   help="cached share of vertices (without --device-memory: a device that also "
+                        "holds the topology gives up its bytes)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])

@@ -19,6 +19,7 @@ from fgnn.config import (
     DEFAULT_FANOUTS,
     MODELS,
     MODES,
+    SAMPLE_TRANSPORTS,
     CacheConfig,
     JobConfig,
     ModelConfig,
@@ -45,6 +46,8 @@ FLAG_FIELDS: dict[str, str] = {
     "--no-switching": "runtime.switching",
     "--address": "runtime.address",
     "--dashboard-host": "runtime.dashboard_host",
+    "--gpus-per-device": "runtime.gpus_per_device",
+    "--sample-transport": "runtime.sample_transport",
     "--cache-policy": "cache.policy",
     "--presample-epochs": "cache.presample_epochs",
     "--cache-ratio": "cache.cache_ratio",
@@ -61,6 +64,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--weight-decay": "train.weight_decay",
     "--seed": "train.seed",
     "--eval-every": "train.eval_every",
+    "--eval-batch-size": "train.eval_batch_size",
     "--patience": "train.patience",
     "--checkpoint-dir": "train.checkpoint_dir",
     "--resume": "train.resume",
@@ -107,7 +111,7 @@ def _float_in(lo: float, hi: Optional[float], *, lo_open: bool = False, hi_open:
     return parse
 
 
-def _samplers(text: str) -> Optional[int]:
+def _auto_count(text: str) -> Optional[int]:
     if text == "auto":
         return None
     if not re.fullmatch(r"\d+", text) or int(text) < 1:
@@ -172,7 +176,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
                    help="devices N_g: N GPUs when present, N Ray logical GPUs on CPU otherwise "
                         "(default: %(default)s)")
-    g.add_argument("--samplers", type=_samplers, default="auto", metavar="auto|K",
+    g.add_argument("--samplers", type=_auto_count, default="auto", metavar="auto|K",
                    help="sampler devices N_s; auto sets N_s = ceil(N_g / (K + 1)) from the "
                         "profiling epoch; must be < --devices in factored mode "
                         "(default: %(default)s)")
@@ -192,6 +196,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    metavar="HOST",
                    help="interface the Ray dashboard binds to when this job starts Ray; "
                         "0.0.0.0 exposes it, off disables it (default: %(default)s)")
+
+    g.add_argument("--gpus-per-device", type=_float_in(0.0, 1.0, lo_open=True),
+                   default=rt.gpus_per_device, metavar="G",
+                   help="GPU share of one device; 0.5 puts two devices on each GPU, e.g. "
+                        "--devices 2 --gpus-per-device 0.5 runs the factored layout on one GPU "
+                        "(default: %(default)s)")
+    g.add_argument("--sample-transport", default=rt.sample_transport,
+                   choices=SAMPLE_TRANSPORTS,
+                   help="how samples reach Trainers: object_store (host memory), cuda_ipc (GPU "
+                        "to GPU on one node, no host round trip), auto (cuda_ipc when the "
+                        "Samplers are on CUDA and the job is on one node) "
+                        "(default: %(default)s)")
 
     g = p.add_argument_group("cache")
     g.add_argument("--cache-policy", default=cache.policy, choices=CACHE_POLICIES,
@@ -234,6 +250,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
+    g.add_argument("--eval-batch-size", type=_auto_count, default="auto", metavar="auto|B",
+                   help="seeds per evaluation chunk; auto uses max(--batch-size, 4096) "
+                        "(default: %(default)s)")
     g.add_argument("--patience", type=_int_at_least(1), default=trn.patience, metavar="P",
                    help="stop after P validations without improvement; unset trains all epochs "
                         "(default: %(default)s)")
@@ -279,12 +298,15 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,
-                          eval_every=args.eval_every, patience=args.patience,
+                          eval_every=args.eval_every,
+                          eval_batch_size=_auto(args.eval_batch_size), patience=args.patience,
                           checkpoint_dir=args.checkpoint_dir, resume=args.resume),
         runtime=RuntimeConfig(mode=args.mode, devices=args.devices,
                               samplers=_auto(args.samplers), queue_size=args.queue_size,
                               switching=not args.no_switching, address=args.address,
-                              dashboard_host=args.dashboard_host),
+                              dashboard_host=args.dashboard_host,
+                              gpus_per_device=args.gpus_per_device,
+                              sample_transport=args.sample_transport),
         report=args.report,
     )
 

@@ -6,6 +6,7 @@ value it received.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -21,6 +22,7 @@ __all__ = [
 MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
+SAMPLE_TRANSPORTS = ("auto", "object_store", "cuda_ipc")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -118,15 +120,26 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 1
     """Evaluate on the validation split every this many epochs."""
+    eval_batch_size: Optional[int] = None
+    """Seeds per evaluation chunk; ``None`` uses ``max(batch_size, 4096)``: larger chunks share
+    sampled neighbours (a 4096-seed chunk of the rmat scale-18 validation split reads 3.4x fewer
+    input vertices per seed than a 512-seed one)."""
     patience: Optional[int] = None
     """Early stopping: stop after this many evaluations without a better validation accuracy."""
     checkpoint_dir: Optional[str] = None
     resume: bool = False
 
+    @property
+    def eval_chunk(self) -> int:
+        """Seeds per evaluation chunk in force (:attr:`eval_batch_size` or its default)."""
+        return self.eval_batch_size or max(self.batch_size, 4096)
+
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
+        if self.eval_batch_size is not None and self.eval_batch_size < 1:
+            _fail("TrainConfig", "eval_batch_size", self.eval_batch_size, "must be >= 1")
         if self.lr <= 0:
             _fail("TrainConfig", "lr", self.lr, "must be > 0")
         if self.patience is not None and self.patience < 1:
@@ -153,6 +166,25 @@ class RuntimeConfig:
     """Ray cluster address to join; ``None`` starts a local Ray instance."""
     dashboard_host: Optional[str] = "127.0.0.1"
     """Interface the Ray dashboard binds to when this job starts Ray; ``None`` disables it."""
+    gpus_per_device: float = 1.0
+    """GPU share of one device: 0.5 lays two devices on each physical GPU (e.g. factored mode,
+    one Sampler device and one Trainer device, on a single GPU); each device's memory budget is
+    that share of its GPU."""
+    sample_transport: str = "auto"
+    """How samples reach Trainers: ``object_store`` (host memory), ``cuda_ipc`` (Ray Direct
+    Transport between GPUs of one node, no host round trip), or ``auto`` (``cuda_ipc`` when the
+    Samplers are on CUDA and the job is on one node)."""
+
+    @property
+    def devices_used(self) -> int:
+        """Devices the layout occupies: ``single`` mode runs on one whatever ``devices`` says."""
+        return 1 if self.mode == "single" else self.devices
+
+    @property
+    def gpus_needed(self) -> int:
+        """Whole GPUs (or logical GPUs) the layout needs: ``ceil(devices_used ·
+        gpus_per_device)``."""
+        return max(1, math.ceil(self.devices_used * self.gpus_per_device - 1e-9))
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -167,6 +199,11 @@ class RuntimeConfig:
                       f"must be < devices={self.devices} in factored mode")
         if self.queue_size < 1:
             _fail("RuntimeConfig", "queue_size", self.queue_size, "must be >= 1")
+        if not 0.0 < self.gpus_per_device <= 1.0:
+            _fail("RuntimeConfig", "gpus_per_device", self.gpus_per_device, "must lie in (0, 1]")
+        if self.sample_transport not in SAMPLE_TRANSPORTS:
+            _fail("RuntimeConfig", "sample_transport", self.sample_transport,
+                  f"must be one of {', '.join(SAMPLE_TRANSPORTS)}")
 
 
 @dataclass

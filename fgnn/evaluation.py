@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from fgnn.data.dataset import Dataset
     from fgnn.sampling.base import Sampler
 
-__all__ = ["SPLITS", "SplitScore", "eval_batches", "eval_generator", "score_logits",
-           "evaluate_split"]
+__all__ = ["SPLITS", "SplitScore", "EvalPlan", "eval_batches", "eval_generator",
+           "score_logits", "evaluate_split"]
 
 #: Split name -> the id mixed into :func:`eval_generator` (stable across releases).
 SPLITS: dict[str, int] = {"train": 1, "val": 2, "test": 3}
@@ -149,3 +149,64 @@ def evaluate_split(model: nn.Module, dataset: "Dataset", split: str, sampler: "S
     finally:
         model.train(was_training)
     return total
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """The tasks of one evaluation pass through the executors: every chunk of each split.
+
+    Task ids number the chunks split by split, in the order of ``splits``; task ``t`` is chunk
+    :meth:`task` ``(t)`` and is sampled with :func:`eval_generator` -- the same recipe as
+    :func:`evaluate_split`, so the executors' scores add up to exactly its result.
+
+    Attributes:
+        splits: split names, e.g. ``("val",)`` or ``("train", "val", "test")``.
+        sizes: vertices in each split (same order).
+        batch_size: seeds per chunk.
+        seed: the job seed.
+    """
+
+    splits: tuple[str, ...]
+    sizes: tuple[int, ...]
+    batch_size: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for s in self.splits:
+            if s not in SPLITS:
+                raise ValueError(f"EvalPlan.splits: unknown split {s!r}; use {', '.join(SPLITS)}")
+        if len(self.sizes) != len(self.splits):
+            raise ValueError(f"EvalPlan.sizes: {len(self.sizes)} sizes for "
+                             f"{len(self.splits)} splits")
+        if self.batch_size < 1:
+            raise ValueError(f"EvalPlan.batch_size must be >= 1, got {self.batch_size!r}")
+
+    def chunks(self, split: str) -> int:
+        """Number of chunks of ``split``."""
+        n = self.sizes[self.splits.index(split)]
+        return -(-n // self.batch_size)
+
+    @property
+    def num_tasks(self) -> int:
+        """Tasks of the pass (chunks over all splits)."""
+        return sum(self.chunks(s) for s in self.splits)
+
+    def task(self, task_id: int) -> tuple[str, int]:
+        """``(split, chunk index)`` of task ``task_id``.
+
+        Raises:
+            ValueError: for an id outside ``[0, num_tasks)``.
+        """
+        t = int(task_id)
+        if t >= 0:
+            for s in self.splits:
+                n = self.chunks(s)
+                if t < n:
+                    return s, t
+                t -= n
+        raise ValueError(f"task_id must be in [0, {self.num_tasks}), got {task_id!r}")
+
+    def seeds(self, idx: torch.Tensor, task_id: int) -> torch.Tensor:
+        """The seeds of task ``task_id``, given its split's ids ``idx``."""
+        _, i = self.task(task_id)
+        return idx[i * self.batch_size:(i + 1) * self.batch_size].to(torch.int64)

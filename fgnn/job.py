@@ -190,11 +190,11 @@ class Job:
         rc = cfg.runtime
         if rc.address in (None, "local") and torch.cuda.is_available():
             n_cuda = torch.cuda.device_count()
-            if n_cuda < _devices_needed(rc):
+            if n_cuda < rc.gpus_needed:
                 raise JobConfigError("runtime.devices", rc.devices,
                                      f"only {n_cuda} CUDA devices are present")
         if rc.address in (None, "local") and not torch.cuda.is_available():
-            _check_executor_memory(rc.devices, _devices_needed(rc))
+            _check_executor_memory(rc.devices, rc.devices_used)
         check_address(rc.address)
 
     # ------------------------------------------------------------------ run
@@ -280,7 +280,7 @@ class Job:
             if rc.address is None or rc.address == "local":
                 kind, _ = describe_devices(rc.devices)
                 if kind == "logical":
-                    kwargs["num_gpus"] = rc.devices
+                    kwargs["num_gpus"] = rc.gpus_needed
                 # Executors are light on CPU; declare enough logical CPUs for all of them.
                 kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
                 kwargs["include_dashboard"] = rc.dashboard_host is not None
@@ -299,7 +299,7 @@ class Job:
             if rc.address not in (None, "local"):
                 cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
         self.device_kind, line = describe_devices(rc.devices, cluster_gpus)
-        if cluster_gpus is not None and cluster_gpus < _devices_needed(rc):
+        if cluster_gpus is not None and cluster_gpus < rc.gpus_needed:
             if started:
                 ray.shutdown()
             raise JobConfigError("runtime.devices", rc.devices,
@@ -320,8 +320,6 @@ class Job:
             result.config = self.config.to_dict()
         pre = dict(result.preprocess or {})
         pre["load_s"] = float(load_s) if not pre.get("load_s") else float(pre["load_s"])
-        for key in ("presample_s", "cache_build_s"):
-            pre.setdefault(key, 0.0)
         result.preprocess = pre
         alloc = dict(result.allocation or {})
         alloc.setdefault("device_kind", self.device_kind)
@@ -359,11 +357,6 @@ def _check_executor_memory(devices: int, needed: int) -> None:
         f"{format_bytes(EXECUTOR_PROCESS_BYTES)} each ({format_bytes(need)}), more than the "
         f"{format_bytes(limit.bytes)} this machine can give ({limit.source}); at most {cap} "
         f"devices fit")
-
-
-def _devices_needed(rc: Any) -> int:
-    """Devices a layout occupies: ``single`` mode runs on one device whatever ``devices`` says."""
-    return 1 if rc.mode == "single" else rc.devices
 
 
 def _current_dashboard_url() -> Optional[str]:

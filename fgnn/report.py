@@ -35,6 +35,13 @@ __all__ = [
 
 _NUM = (int, float)
 
+#: Preprocessing steps of a report, in run order, with their labels. Worker start-up overlaps
+#: pre-sampling and sizing (the executors start while the driver chooses the cache).
+PREPROCESS_STEPS = {"load_s": "load", "hotness_s": "hotness", "startup_s": "worker start-up",
+                    "sizing_s": "cache sizing", "cache_fill_s": "cache fill",
+                    "relayout_s": "re-layout", "presample_s": "presample",
+                    "cache_build_s": "cache build"}
+
 
 class ReportError(ValueError):
     """A report that does not follow the schema; the message names the offending field."""
@@ -106,8 +113,10 @@ def validate_report(report: Mapping[str, Any]) -> None:
     _number(alloc, "K", "allocation", lo=0, nullable=True)
 
     pre = _mapping(report, "preprocess")
-    for key in ("load_s", "presample_s", "cache_build_s"):
-        _number(pre, key, "preprocess")
+    _number(pre, "load_s", "preprocess")
+    for key in PREPROCESS_STEPS:  # reports before these were measured apart lack them
+        if key in pre:
+            _number(pre, key, "preprocess")
 
     epochs = _get(report, "epochs", "")
     if not isinstance(epochs, list) or not epochs:
@@ -228,8 +237,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"cache {cache.get('policy', '?')}",
         f"alloc    devices {a['devices']} ({a.get('device_kind', '?')})   samplers {a['samplers']}"
         f"   trainers {a['trainers']}   K {_fmt(a['K'], '.2f')}",
-        f"prep     load {pre['load_s']:.2f}s   presample {pre['presample_s']:.2f}s   "
-        f"cache build {pre['cache_build_s']:.2f}s",
+        "prep     " + "   ".join(f"{label} {pre[key]:.2f}s" for key, label in
+                                 PREPROCESS_STEPS.items() if key in pre),
         "",
     ]
     head = (f"{'epoch':>5} {'time':>7} {'sample':>7} {'S':>7} {'M':>7} {'C':>7} {'extract':>8} "

@@ -121,3 +121,28 @@ def test_alpha_from_peak_matches_choose_cache_ratio_without_running_the_step():
         choose_cache_ratio(budget_bytes=budget, num_nodes=N, row_bytes=ROW)
     with pytest.raises(ValueError, match="peak_bytes"):
         alpha_from_peak(-1, budget_bytes=budget, num_nodes=N, row_bytes=ROW)
+
+
+# ---------------------------------------------------------------------------- device plans
+def test_device_plan_is_the_budget_less_every_item_and_the_margin():
+    from fgnn.cache.budget import SIZING_MARGIN_MIN_BYTES, plan_device_cache
+
+    items = {"model": 1_000, "step_peak": 50_000, "lookup": 9 * 1_000, "graph": 20_000}
+    plan = plan_device_cache(200_000, items, num_nodes=1_000, row_bytes=100, margin_bytes=10_000)
+    # (200000 - 80000 - 10000) // 100 = 1100 rows, capped at N = 1000
+    assert plan.num_cached == 1_000 and plan.alpha == 1.0
+    plan = plan_device_cache(150_000, items, num_nodes=1_000, row_bytes=100, margin_bytes=10_000)
+    assert plan.num_cached == 600 and plan.alpha == 0.6          # (150000 - 90000) // 100
+    assert plan.free_bytes == 0 and plan.cache_bytes == 60_000
+    assert plan_device_cache(150_000, items, num_nodes=1_000, row_bytes=100, margin_bytes=10_000,
+                             max_alpha=0.25).num_cached == 250
+    # the default margin: 5% of the budget, at least 32 MiB
+    big = plan_device_cache(2 ** 30, {}, num_nodes=10, row_bytes=1)
+    assert big.margin_bytes == int(0.05 * 2 ** 30)
+    small = plan_device_cache(100 << 20, {}, num_nodes=10, row_bytes=1)
+    assert small.margin_bytes == SIZING_MARGIN_MIN_BYTES == 32 << 20
+    # a budget that cannot hold the items caches nothing and says by how much it is over
+    over = plan_device_cache(50_000, items, num_nodes=1_000, row_bytes=100, margin_bytes=0)
+    assert over.num_cached == 0 and over.free_bytes == -30_000
+    with pytest.raises(ValueError, match="resident bytes must be >= 0"):
+        plan_device_cache(10, {"graph": -1}, num_nodes=1, row_bytes=1)

@@ -32,7 +32,7 @@ def make_result(epochs: int = 3) -> RunResult:
     return RunResult(config=JobConfig().to_dict(), mode="factored",
                      allocation={"devices": 4, "samplers": 1, "trainers": 3, "K": 2.5,
                                  "device_kind": "logical"},
-                     preprocess={"load_s": 0.1, "presample_s": 0.2, "cache_build_s": 0.05},
+                     preprocess={"load_s": 0.1, "hotness_s": 0.2, "cache_fill_s": 0.05},
                      epochs=eps, final={"train_acc": 0.9, "val_acc": 0.7, "test_acc": 0.69})
 
 
@@ -49,8 +49,8 @@ def _drop(d: dict, path: str) -> None:
 
 @pytest.mark.parametrize("path", [
     "config", "mode", "allocation", "allocation.devices", "allocation.samplers",
-    "allocation.trainers", "allocation.K", "preprocess.load_s", "preprocess.presample_s",
-    "preprocess.cache_build_s", "epochs", "epochs.0.time_s", "epochs.0.sample_s",
+    "allocation.trainers", "allocation.K", "preprocess.load_s",
+    "epochs", "epochs.0.time_s", "epochs.0.sample_s",
     "epochs.0.sample_s.S", "epochs.0.sample_s.M", "epochs.0.sample_s.C", "epochs.0.extract_s",
     "epochs.0.train_s", "epochs.0.hit_rate", "epochs.0.bytes_host_to_device",
     "epochs.0.switches", "epochs.0.batches", "epochs.0.loss", "final.train_acc",
@@ -119,7 +119,7 @@ def test_load_report_errors(tmp_path):
 def test_format_table():
     r = make_result(2).to_dict()
     text = format_report(r)
-    for word in ("factored", "samplers 1", "trainers 3", "presample", "hit", "extract",
+    for word in ("factored", "samplers 1", "trainers 3", "hotness", "hit", "extract",
                  "80.0%", "1.0 MiB", "test 0.6900"):
         assert word in text
     assert len(text.splitlines()) == 4 + 2 + 2 + 3

@@ -1,72 +1,100 @@
-"""The runtime's cache ratios come from one measured training step (FGNN §6.1)."""
+"""Cache sizing in the runtime: measured by each Trainer on its own device during the warm-up
+epoch, planned item by item (FGNN §6.1), filled after the warm-up.
+
+No training step runs on the driver for sizing: the plans come from the Trainers' reports.
+"""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from fgnn.cache.budget import alpha_from_peak
+from fgnn.cache.budget import SIZING_MARGIN_MIN_BYTES, plan_device_cache
+from fgnn.cache.feature_store import FeatureStore
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,
                          TrainConfig)
 from fgnn.data.synthetic import rmat_dataset
-from fgnn.executors.runtime import Runtime
+
+ray = pytest.importorskip("ray")
+
+from fgnn.executors.runtime import Runtime  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 2:
+        ray.shutdown()
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False,
+                 log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def dataset():
-    # features (512 x 128 x 4 = 256 KiB) outweigh the topology, so both ratios are in (0, 1)
-    return rmat_dataset(scale=9, edge_factor=8, feat_dim=128, num_classes=4, train_frac=0.3125,
-                        val_frac=0.1, test_frac=0.1, seed=0)
+    # 4096 vertices x 512 features x 4 B = 8 MiB of features against budgets of tens of MiB
+    return rmat_dataset(scale=12, edge_factor=8, feat_dim=512, num_classes=4, train_frac=0.05,
+                        val_frac=0.02, test_frac=0.02, seed=0)
 
 
-def _job(gib: float, mode: str = "factored") -> JobConfig:
-    return JobConfig(model=ModelConfig("sage", hidden=16, dropout=0.0),
-                     sampler=SamplerConfig(fanouts=(4, 4)),
+def _job(gib: float, mode: str = "factored", devices: int = 2) -> JobConfig:
+    return JobConfig(model=ModelConfig("sage", hidden=64, dropout=0.0),
+                     sampler=SamplerConfig(fanouts=(5, 5)),
                      cache=CacheConfig(policy="degree", device_memory_gib=gib),
-                     train=TrainConfig(epochs=1, batch_size=16, seed=1),
-                     runtime=RuntimeConfig(mode=mode, devices=2))
+                     train=TrainConfig(epochs=2, batch_size=64, seed=1),
+                     runtime=RuntimeConfig(mode=mode, devices=devices, samplers=1))
 
 
-def test_both_cache_ratios_come_from_one_step(dataset, monkeypatch):
+@pytest.fixture
+def no_driver_step(monkeypatch):
+    """A training step or peak measurement on the driver fails the test."""
+    def refuse(*a, **k):
+        raise AssertionError("the driver ran a training step to size the cache")
+
+    import fgnn.cache.budget as budget
     import fgnn.training as training
-
-    calls = []
-    real = training.train_step
-
-    def counting(*a, **kw):
-        calls.append(1)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(training, "train_step", counting)
-    rt = Runtime(_job(1.0), dataset)
-    rt._cache_ratios()
-    peak = rt.step_peak_bytes
-    assert len(calls) == 1 and peak > 0
-    # a budget that caches about half the features: the resident layout loses the graph bytes
-    n, row, g = dataset.num_nodes, dataset.feature_row_bytes, dataset.graph.nbytes()
-    budget = peak + n * row // 2
-    rt = Runtime(_job(budget / 2 ** 30), dataset)
-    full, resident, got_budget = rt._cache_ratios()
-    assert len(calls) == 2                       # one more step for the second job, not two
-    assert rt.step_peak_bytes == peak            # the same step, measured the same way
-    kw = {"budget_bytes": got_budget, "num_nodes": n, "row_bytes": row}
-    assert full == alpha_from_peak(peak, **kw).alpha
-    assert resident == alpha_from_peak(peak, graph_bytes=g, **kw).alpha
-    assert 0.0 < resident < full < 1.0
+    monkeypatch.setattr(training, "train_step", refuse)
+    monkeypatch.setattr(budget, "measure_step_peak", refuse)
 
 
-def test_resident_model_and_batch_count_from_the_start_of_the_step(dataset):
-    # the step closure names what lives on the device before the step (model, optimizer, the
-    # batch); the CPU meter counts it from the start instead of only once the step touches it
-    from fgnn.cache.budget import TensorAllocationMeter, resident_bytes
+def test_plans_come_from_the_trainers_measurements(ray_cluster, dataset, no_driver_step):
+    n, row = dataset.num_nodes, dataset.feature_row_bytes
+    # a first run with room for everything learns what the step costs...
+    first = Runtime(_job(1.0), dataset).run().allocation["cache_plans"]["resident"]
+    assert first["alpha"] == 1.0
+    # ...then a budget that leaves about half the features after model, step, lookup,
+    # topology and sampling working set: the two layouts get different partial caches
+    # (at this budget the margin is its 32 MiB floor)
+    gib = (SIZING_MARGIN_MIN_BYTES + sum(first["resident"].values()) + n * row // 2) / 2 ** 30
+    rt = Runtime(_job(gib), dataset)
+    result = rt.run()
+    a = result.allocation
+    full, res = a["cache_plans"]["full"], a["cache_plans"]["resident"]
+    # every device-resident structure is itemised
+    assert set(full["resident"]) == {"model", "step_peak", "lookup"}
+    assert set(res["resident"]) == {"model", "step_peak", "lookup", "graph", "sampler"}
+    assert full["resident"]["lookup"] == FeatureStore.lookup_nbytes(n) == 9 * n
+    assert res["resident"]["graph"] == dataset.graph.nbytes()
+    assert res["resident"]["sampler"] >= 4 * n  # the remap scratch array at least
+    # the step peak counts the batch (at least its seeds' feature rows) and the model
+    assert full["resident"]["step_peak"] > 64 * row and full["resident"]["model"] > 0
+    # the plans follow the formula exactly, with the stated margin (32 MiB at these budgets)
+    for p, key in ((full, "alpha"), (res, "alpha_resident")):
+        assert p["margin_bytes"] == 32 << 20
+        again = plan_device_cache(p["budget_bytes"], p["resident"], num_nodes=n, row_bytes=row)
+        assert a[key] == again.alpha == p["alpha"]
+        assert p["free_bytes"] >= 0
+    assert 0.0 < a["alpha_resident"] < a["alpha"] < 1.0
+    assert a["budget_bytes"] == int(gib * 2 ** 30)
+    # the warm-up epoch ran uncached; the next one reads the planned cache
+    assert result.epochs[0].hit_rate == 0.0 and result.epochs[1].hit_rate > 0.0
 
-    rt = Runtime(_job(1.0), dataset)
-    step, resident = rt._one_step_closure()
-    before = resident_bytes(*resident)             # model, batch (Adam state comes later)
-    assert before > resident_bytes(resident[0]) > 0
-    meter = TensorAllocationMeter(resident)
-    peak = meter.measure(step)
-    assert meter.resident_peak == before
-    assert peak >= meter.resident_peak + meter.step_peak and meter.step_peak > 0
-    step2, _ = rt._one_step_closure()
-    assert peak >= TensorAllocationMeter().measure(step2)
+
+def test_a_budget_smaller_than_the_step_caches_nothing(ray_cluster, dataset, no_driver_step):
+    rt = Runtime(_job(1 / 1024), dataset)  # 1 MiB: the margin alone is larger
+    result = rt.run()
+    assert result.allocation["alpha"] == 0.0 and result.allocation["alpha_resident"] == 0.0
+    assert result.allocation["cache_plans"]["full"]["free_bytes"] < 0
+    assert all(e.hit_rate == 0.0 for e in result.epochs)

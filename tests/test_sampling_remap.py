@@ -88,3 +88,23 @@ def test_large_hops_are_processed_in_chunks():
     nodes = rm.end()
     ref_nodes, (ref,) = reference([7, 3], [cand.tolist()])
     assert got.tolist() == ref and nodes.tolist() == ref_nodes
+
+
+def test_pickled_sampler_leaves_its_scratch_array_behind():
+    """A sampler used on the driver ships to each executor without its O(N) scratch array."""
+    import pickle
+
+    from fgnn.sampling import KHop
+    from conftest import random_graph
+
+    g = random_graph(200_000, 400_000, seed=1)
+    sampler = KHop([5, 5])
+    sampler.sample(g, torch.arange(64), torch.Generator().manual_seed(0))
+    assert sampler._remap._scratch is not None  # the driver-side copy keeps it
+    blob = pickle.dumps(sampler)
+    assert len(blob) < 10_000, len(blob)  # 200k int32 entries would be 800 kB
+    clone = pickle.loads(blob)
+    a = clone.sample(g, torch.arange(64), torch.Generator().manual_seed(3))
+    b = sampler.sample(g, torch.arange(64), torch.Generator().manual_seed(3))
+    assert torch.equal(a.input_nodes, b.input_nodes)
+    assert Remapper.scratch_bytes(200_000) == 800_000

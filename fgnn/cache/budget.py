@@ -30,6 +30,10 @@ from torch.utils._pytree import tree_flatten
 
 __all__ = [
     "CacheBudget",
+    "DeviceCachePlan",
+    "SIZING_MARGIN_FRACTION",
+    "SIZING_MARGIN_MIN_BYTES",
+    "plan_device_cache",
     "CudaPeakMeter",
     "PeakMeter",
     "TensorAllocationMeter",
@@ -318,3 +322,94 @@ def choose_cache_ratio(step: Optional[Callable[[], Any]] = None, *,
     return alpha_from_peak(peak_bytes, budget_bytes=budget_bytes, num_nodes=num_nodes,
                            row_bytes=row_bytes, margin_bytes=margin_bytes,
                            graph_bytes=graph_bytes)
+
+
+#: Share of a device's budget kept free beyond everything measured or counted (allocator
+#: fragmentation, a batch larger than the ones measured)...
+SIZING_MARGIN_FRACTION = 0.05
+#: ...and at least this many bytes.
+SIZING_MARGIN_MIN_BYTES = 32 << 20
+
+
+@dataclass
+class DeviceCachePlan:
+    """How one executor's device budget is spent, item by item (FGNN §6.1, measured in the
+    warm-up epoch on that executor's own device).
+
+    Attributes:
+        budget_bytes: the device's memory for this executor.
+        resident: named bytes that live on the device besides the cache: ``model`` (weights),
+            ``step_peak`` (the measured rise of one training step, prefetched batch included),
+            ``lookup`` (the feature store's per-vertex arrays), ``graph`` and ``sampler`` (the
+            topology and the sampling working set, on devices that also sample).
+        margin_bytes: kept free on top.
+        num_cached: feature rows the cache gets.
+        row_bytes: bytes of one feature row.
+        num_nodes: N.
+    """
+
+    budget_bytes: int
+    resident: dict[str, int]
+    margin_bytes: int
+    num_cached: int
+    row_bytes: int
+    num_nodes: int
+
+    @property
+    def alpha(self) -> float:
+        """The cache ratio α = cached rows / N."""
+        return self.num_cached / self.num_nodes if self.num_nodes else 0.0
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the cached rows."""
+        return self.num_cached * self.row_bytes
+
+    @property
+    def free_bytes(self) -> int:
+        """What is left: ``budget - resident - margin - cache`` (negative: over-committed)."""
+        return (self.budget_bytes - sum(self.resident.values()) - self.margin_bytes
+                - self.cache_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON view for the report."""
+        return {"budget_bytes": self.budget_bytes, "resident": dict(self.resident),
+                "margin_bytes": self.margin_bytes, "cache_bytes": self.cache_bytes,
+                "alpha": self.alpha, "free_bytes": self.free_bytes}
+
+
+def plan_device_cache(budget_bytes: int, resident: dict[str, int], *, num_nodes: int,
+                      row_bytes: int, margin_bytes: Optional[int] = None,
+                      max_alpha: Optional[float] = None) -> DeviceCachePlan:
+    """Rows of feature cache that fit one device:
+    ``⌊(budget − Σ resident − margin) / row_bytes⌋``, at most ``N`` (and ``⌊max_alpha·N⌋``),
+    never negative.
+
+    Args:
+        budget_bytes: the device's memory for this executor.
+        resident: named bytes on the device besides the cache (see :class:`DeviceCachePlan`).
+        num_nodes: N.
+        row_bytes: bytes of one feature row.
+        margin_bytes: reserve; ``None`` uses ``max(SIZING_MARGIN_MIN_BYTES,
+            SIZING_MARGIN_FRACTION · budget)``.
+        max_alpha: an upper bound on α (``CacheConfig.cache_ratio``).
+
+    Raises:
+        ValueError: on a non-positive budget, ``num_nodes`` or ``row_bytes``, or a negative
+            resident item.
+    """
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
+    if num_nodes < 1 or row_bytes < 1:
+        raise ValueError(f"num_nodes and row_bytes must be >= 1, got {num_nodes}, {row_bytes}")
+    bad = {k: v for k, v in resident.items() if v < 0}
+    if bad:
+        raise ValueError(f"resident bytes must be >= 0, got {bad}")
+    if margin_bytes is None:
+        margin_bytes = max(SIZING_MARGIN_MIN_BYTES, int(SIZING_MARGIN_FRACTION * budget_bytes))
+    free = int(budget_bytes) - sum(int(v) for v in resident.values()) - int(margin_bytes)
+    rows = max(0, min(int(num_nodes), free // int(row_bytes)))
+    if max_alpha is not None:
+        rows = min(rows, int(max_alpha * num_nodes))
+    return DeviceCachePlan(int(budget_bytes), {k: int(v) for k, v in resident.items()},
+                           int(margin_bytes), rows, int(row_bytes), int(num_nodes))

@@ -274,6 +274,12 @@ class FeatureStore:
         self._staging_done: Any = None
         self._staging_lock = threading.Lock()
 
+    @staticmethod
+    def lookup_nbytes(num_nodes: int) -> int:
+        """Device bytes of the per-vertex lookup every store keeps (``dev_num`` int8 and
+        ``buf_pos`` int64: 9 bytes a vertex), which the cache budget must leave room for."""
+        return 9 * int(num_nodes)
+
     # ------------------------------------------------------------------ constructors
     @classmethod
     def single(cls, host: HostLike, cache: Optional[FeatureCache] = None,

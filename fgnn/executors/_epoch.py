@@ -18,14 +18,13 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fgnn.evaluation import EvalPlan, SplitScore
 from fgnn.executors._common import metrics_for
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, epoch_batches
 from fgnn.monitor.stats import EpochStats, SampleTimes
 
-__all__ = ["EpochLoop", "RuntimeFailure", "PROFILE_BATCHES"]
+__all__ = ["EpochLoop", "EvalOutcome", "RuntimeFailure"]
 
-#: The profiling epoch (§5.3) is capped at this many mini-batches on large graphs.
-PROFILE_BATCHES = 64
 #: Seconds between the driver's polls of the queue (progress, depth samples).
 _POLL_S = 0.05
 #: Sampler calls kept in flight per Sampler (one running, one waiting in its mailbox).
@@ -85,25 +84,36 @@ class EpochLoop:
     attributes (``config``, ``dataset``, ``queue``, ``ps``, ``_execs``, ``on_batch``, ...) it
     uses."""
 
-    def _run_epoch(self, epoch: int, profiling: bool = False) -> EpochStats:
-        """Run one epoch (or the profiling epoch, whose gradients are discarded) to completion:
-        every task acknowledged once; returns its statistics."""
+    def _run_epoch(self, epoch: int, plan: Optional[EvalPlan] = None, weights: Any = None,
+                   measure: bool = False) -> Any:
+        """Run one epoch to completion: every task acknowledged once; returns its
+        :class:`EpochStats`. With ``measure`` (the warm-up epoch) every Trainer measures its
+        training step's device memory; the reports are kept in ``self.memory_reports``.
+
+        With ``plan`` it runs an evaluation pass instead (``epoch`` is then the pass's own id):
+        the Samplers sample the plan's chunks, the Trainers score them with ``weights`` (an
+        ``ObjectRef`` of flat weights, or None for the server's current ones) through the same
+        queue, switching and fault handling; returns an :class:`EvalOutcome`.
+        """
         import ray
 
         cfg = self.config
         rt = cfg.runtime
         mode = rt.mode
-        total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size, cfg.train.seed,
-                                  epoch))
-        if profiling:
-            total = min(total, PROFILE_BATCHES)
+        if plan is not None:
+            total = plan.num_tasks
+        else:
+            total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size,
+                                      cfg.train.seed, epoch))
         no_trainer = not any(e.role == "trainer" and e.alive for e in self._execs)
         # with no normal Trainer the standby starts only once the epoch is sampled (§7.9): the
         # queue (host memory) must hold the whole epoch
         whole = mode in ("single", "time-sharing") or no_trainer
         maxsize = max(rt.queue_size, total) if whole else rt.queue_size
-        ray.get([self.queue.begin_epoch.remote(epoch, total, maxsize),
-                 self.ps.begin_epoch.remote(epoch, profiling)])
+        starts = [self.queue.begin_epoch.remote(epoch, total, maxsize)]
+        if plan is None:
+            starts.append(self.ps.begin_epoch.remote(epoch))
+        ray.get(starts)
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
@@ -119,7 +129,7 @@ class EpochLoop:
         running: dict[Any, _Exec] = {}  # run_epoch ref -> trainer/standby
         if mode != "single":
             for e in trainers:
-                running[e.handle.run_epoch.remote(epoch, None)] = e
+                running[e.handle.run_epoch.remote(epoch, None, plan, weights, measure)] = e
         sampling: dict[Any, tuple[_Exec, int, int]] = {}  # ref -> (sampler, task, incarnation)
         woke: set[int] = set()
         unconfirmed: dict[int, int] = {}  # sampler device -> task whose put is still in flight
@@ -136,7 +146,7 @@ class EpochLoop:
                     t = sched.next_task(s.device)
                     if t is None:
                         break
-                    sampling[s.handle.sample_task.remote(epoch, t)] = (s, t, s.gen)
+                    sampling[s.handle.sample_task.remote(epoch, t, plan)] = (s, t, s.gen)
                     busy += 1
             # a Sampler with its share done flushes its last put; then (dynamic switching,
             # §5.3) its standby takes tasks while P > 0
@@ -144,18 +154,18 @@ class EpochLoop:
                 if (s.alive and s.device in unconfirmed and sched.sampler_finished(s.device)
                         and all(f is not s for f in flushing.values())):
                     flushing[s.handle.flush.remote()] = s
-            if not profiling:
-                for s in samplers:
-                    sb = standbys.get(s.device)
-                    done_share = (sched.sampler_finished(s.device)
-                                  and s.device not in unconfirmed)
-                    if (sb is not None and sb.alive and s.device not in woke
-                            and (done_share or not s.alive
-                                 or (trainers and not any(t.alive for t in trainers)))
-                            and (rt.switching or mode == "single")):
-                        woke.add(s.device)
-                        policy = self._standby_policy(acc, trainers)
-                        running[sb.handle.run_epoch.remote(epoch, policy)] = sb
+            for s in samplers:
+                sb = standbys.get(s.device)
+                done_share = (sched.sampler_finished(s.device)
+                              and s.device not in unconfirmed)
+                if (sb is not None and sb.alive and s.device not in woke
+                        and (done_share or not s.alive
+                             or (trainers and not any(t.alive for t in trainers)))
+                        and (rt.switching or mode == "single")):
+                    woke.add(s.device)
+                    policy = self._standby_policy(acc, trainers)
+                    running[sb.handle.run_epoch.remote(epoch, policy, plan, weights,
+                                                       measure)] = sb
             refs = list(sampling) + list(running) + list(flushing)
             ready = []
             if refs:
@@ -197,15 +207,14 @@ class EpochLoop:
                 else:
                     e = running.pop(r)
                     try:
-                        res = ray.get(r)
-                        if e.role == "standby" and res["batches"] > 0:
-                            switched[e.name] = switched.get(e.name, 0) + res["batches"]
+                        self._finished(e, ray.get(r), switched)
                     except ray.exceptions.RayError as err:
                         ray.get(self.queue.retire.remote(e.name))
                         if self._executor_failed(e, err):
                             policy = (None if e.role == "trainer"
                                       else self._standby_policy(acc, trainers))
-                            running[e.handle.run_epoch.remote(epoch, policy)] = e
+                            running[e.handle.run_epoch.remote(epoch, policy, plan,
+                                                              weights, measure)] = e
             now = time.perf_counter()
             if now - last_poll >= _POLL_S or not ready:
                 last_poll = now
@@ -220,7 +229,10 @@ class EpochLoop:
                     acc.records.append(rec)
                     done += 1
                     last_loss = rec.get("loss", last_loss)
-                    if self.on_batch is not None and not profiling:
+                    if plan is not None:
+                        if self.on_eval_batch is not None:
+                            self.on_eval_batch(plan.splits, done, total)
+                    elif self.on_batch is not None:
                         self.on_batch(epoch, done, total, float(last_loss))
                 if st["done"] >= total:
                     break
@@ -228,9 +240,7 @@ class EpochLoop:
         # the epoch is complete: wait for the executors to notice and return
         for r, e in list(running.items()):
             try:
-                res = ray.get(r)
-                if e.role == "standby" and res["batches"] > 0:
-                    switched[e.name] = switched.get(e.name, 0) + res["batches"]
+                self._finished(e, ray.get(r), switched)
             except ray.exceptions.RayError as err:
                 self._executor_failed(e, err)
         for r, s in flushing.items():
@@ -245,16 +255,26 @@ class EpochLoop:
                 if g == s.gen:
                     self._executor_failed(s, err)
         elapsed = time.perf_counter() - t_start
+        if plan is not None:
+            return _eval_outcome(plan, acc.records, elapsed)
         ledger = ray.get(self.ps.ledger.remote())
         acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
         return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
-                                 profiling)
+                                 measure)
+
+    def _finished(self, e: _Exec, res: dict[str, Any], switched: dict[str, int]) -> None:
+        """Book a Trainer's finished ``run_epoch``: standby batches, memory report."""
+        if e.role == "standby" and res["batches"] > 0:
+            switched[e.name] = switched.get(e.name, 0) + res["batches"]
+        if res.get("memory") is not None:
+            self.memory_reports[e.name] = res["memory"]
 
     def _standby_policy(self, acc: _EpochAcc, trainers: list[_Exec]) -> StandbyPolicy:
-        """T_t from the normal Trainers' records so far (else the profiling epoch), N_t alive."""
+        """T_t from the normal Trainers' records so far (else the warm-up epoch's), N_t alive."""
         recs = [r for r in acc.records if r.get("role") == "trainer"]
         if recs:
-            t_t = sum(r["extract_s"] + r["train_s"] for r in recs) / len(recs)
+            t_t = sum(r["extract_s"] + r["train_s"] + r.get("eval_s", 0.0)
+                      for r in recs) / len(recs)
         elif hasattr(self, "profile_times"):
             t_t = self.profile_times["T_t"]
         else:
@@ -287,6 +307,7 @@ class EpochLoop:
             e.alive = False
             return False
         time.sleep(0.1)  # let Ray mark the actor as restarting before the resubmission
+        self._install_cache([e])  # a restarted executor is built without its cache
         return True
 
     def _check_alive(self, samplers: list[_Exec], trainers: list[_Exec],
@@ -309,7 +330,7 @@ class EpochLoop:
 
     def _epoch_stats(self, epoch: int, elapsed: float, acc: _EpochAcc, ledger: dict,
                      switched: dict[str, int], samplers: list[_Exec], trainers: list[_Exec],
-                     profiling: bool) -> EpochStats:
+                     warmup: bool) -> EpochStats:
         recs = acc.records
         sample = SampleTimes(acc.sample.S, acc.sample.M, acc.sample.C)
         sample.S += sum(r.get("S", 0.0) for r in recs)
@@ -334,7 +355,7 @@ class EpochLoop:
             queue_depth=acc.depth,
         )
         self.details.append({
-            "epoch": epoch, "profiling": profiling,
+            "epoch": epoch, "warmup": warmup,
             "standby_batches": dict(switched),
             "batches_by": _count_by(recs, "consumer"),
             "rpc_s": sum(r["rpc_s"] for r in recs),
@@ -358,6 +379,39 @@ class EpochLoop:
             "ps_busy_s": ledger["busy_s"],
         })
         return stats
+
+
+@dataclass
+class EvalOutcome:
+    """What an evaluation pass through the executors produced.
+
+    Attributes:
+        scores: split name -> summed :class:`~fgnn.evaluation.SplitScore`.
+        time_s: wall time of the pass.
+        batches: chunks scored.
+        extract_s: summed Extract seconds of the chunks.
+        forward_s: summed forward seconds of the chunks.
+    """
+
+    scores: dict[str, SplitScore]
+    time_s: float
+    batches: int
+    extract_s: float
+    forward_s: float
+
+    def accuracy(self, split: str) -> float:
+        """Accuracy of ``split`` (NaN when it was not scored or is empty)."""
+        s = self.scores.get(split)
+        return s.accuracy if s is not None else float("nan")
+
+
+def _eval_outcome(plan: EvalPlan, recs: list[dict[str, Any]], elapsed: float) -> EvalOutcome:
+    """Sum the chunk records of an evaluation pass per split (each task acknowledged once)."""
+    scores = {s: SplitScore() for s in plan.splits}
+    for r in recs:
+        scores[r["split"]].add(SplitScore(r["correct"], r["count"], r["loss_sum"]))
+    return EvalOutcome(scores, elapsed, len(recs), sum(r["extract_s"] for r in recs),
+                       sum(r["eval_s"] for r in recs))
 
 
 def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:

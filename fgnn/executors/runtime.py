@@ -3,8 +3,8 @@
 Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
 
 * ``factored`` -- N_s Sampler executors and N_t = N_g - N_s Trainer executors, N_s from the
-  allocation formula over a profiling epoch (§5.3, :func:`~fgnn.executors.scheduler.allocate`)
-  unless ``RuntimeConfig.samplers`` fixes it. Each Sampler device also hosts a standby Trainer
+  allocation formula over the first epoch, run with one Sampler (§5.3,
+  :func:`~fgnn.executors.scheduler.allocate`) unless ``RuntimeConfig.samplers`` fixes it. Each Sampler device also hosts a standby Trainer
   with a smaller cache (the topology shares the device) that takes tasks once its Sampler has
   finished its share of the epoch, while the switching profit is positive (§5.3).
 * ``time-sharing`` -- the conventional design and the baseline: every device samples and trains;
@@ -14,8 +14,11 @@ Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
   memory), then its standby Trainer trains it (§7.9), the N_t = 0 case of switching.
 
 All executors are plain classes made actors here, in :func:`_make_actor` only, with
-``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": 1}`` bundle per device (a
-Sampler and its standby share their bundle's device with ``num_gpus=0.5`` each). Gradients go
+``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": g}`` bundle per device
+(``g = RuntimeConfig.gpus_per_device``, 1 by default; 0.5 puts two devices on one GPU, so the
+factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
+half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
+assigned it (:mod:`fgnn.executors._device`). Gradients go
 through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous updates with staleness
 bounded by the number of Trainers, which needs no group membership when standby Trainers join and
 leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
@@ -25,9 +28,19 @@ executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, p
 than memory) is shipped as a :class:`~fgnn.executors._common.MemmapFeatures` descriptor and each
 Trainer maps the file itself, reading only its cache rows and misses.
 
-Cache ratios: one training step is measured once (PaGraph's peak, with model, optimizer and batch
-counted as resident) and both α (a Trainer's whole budget; a device that also holds the
-topology) are derived from that peak (:func:`fgnn.cache.budget.alpha_from_peak`).
+Start-up and warm-up: the executors start (process, imports, topology and features mapped) while
+the driver computes a sampling-free hotness map (degree, WRPR, random). The first epoch of the run
+(the first K for PreSC#K) trains without the feature cache, as FGNN does ("we run the first K
+epochs of an end-to-end training pipeline for presampling without features cache", §6.3): it
+measures T_s and T_t for the allocation (§5.3), each Trainer measures its training step's memory
+on its own device (§6.1), and for PreSC the Samplers count visits. Then each executor's cache is
+planned (:func:`fgnn.cache.budget.plan_device_cache`: the device budget less the model, the
+measured step, the lookup arrays, the topology and sampling working set where the device also
+samples, and a margin) and filled. The driver samples nothing.
+
+Evaluation: validation after each epoch and the final train/val/test scores are passes of tasks
+through the same Samplers and Trainers (:mod:`fgnn.evaluation`'s recipe), with the best-validation
+weights for the final scores.
 
 Faults: a dead Trainer's leased tasks go back to the queue and it is restarted by Ray
 (``max_restarts``) and resubmitted, or the epoch continues without it; a dead Sampler's in-flight
@@ -50,9 +63,10 @@ from torch import nn
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
-from fgnn.executors._epoch import (_MAX_RESTARTS, PROFILE_BATCHES, EpochLoop, RuntimeFailure,
-                                   _Exec)
-from fgnn.executors.ps import ParameterServer, unflatten_into
+from fgnn.evaluation import EvalPlan
+from fgnn.executors._device import AUTO
+from fgnn.executors._epoch import _MAX_RESTARTS, EpochLoop, EvalOutcome, RuntimeFailure, _Exec
+from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.scheduler import allocate
@@ -60,13 +74,14 @@ from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
 
-__all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME", "PROFILE_BATCHES"]
+__all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
 
 #: File the runtime's resumable checkpoint is written to under ``TrainConfig.checkpoint_dir``.
 CHECKPOINT_NAME = "runtime.pt"
 
 OnBatch = Callable[[int, int, int, float], None]
 OnEpoch = Callable[[EpochStats], None]
+OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
 def _make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
@@ -95,6 +110,8 @@ class Runtime(EpochLoop):
         slow_trainers: fault injection for tests and benchmarks: Trainer index -> extra seconds
             per mini-batch.
         evaluate: score validation/train/test accuracy (off in throughput benchmarks).
+        on_eval_batch: ``on_eval_batch(splits, chunks_done, chunks_total)`` on the driver as
+            evaluation chunks complete (progress bars).
 
     Attributes:
         model: the trained model (CPU) after :meth:`run` (best validation weights, like
@@ -107,7 +124,8 @@ class Runtime(EpochLoop):
                  model: Optional[nn.Module] = None, on_batch: Optional[OnBatch] = None,
                  on_epoch: Optional[OnEpoch] = None,
                  slow_trainers: Optional[dict[int, float]] = None,
-                 evaluate: bool = True) -> None:
+                 evaluate: bool = True,
+                 on_eval_batch: Optional[OnEvalBatch] = None) -> None:
         if not isinstance(config, JobConfig):
             raise ValueError(f"config must be a JobConfig, got {type(config).__name__}")
         if not isinstance(dataset, Dataset):
@@ -117,12 +135,17 @@ class Runtime(EpochLoop):
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         self.on_batch, self.on_epoch = on_batch, on_epoch
+        self.on_eval_batch = on_eval_batch
+        self._eval_passes = 0
         self.slow_trainers = dict(slow_trainers or {})
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
         self.actor_names: list[str] = []
         self.load_s = 0.0
         self._execs: list[_Exec] = []
+        self._pending: list[Any] = []
+        self._started_at = 0.0
+        self.executor_devices: set[str] = set()
         self._started_ray = False
 
     # ================================================================== public
@@ -155,41 +178,22 @@ class Runtime(EpochLoop):
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if rt.address is None and self.device_kind == "logical":
-                kw["num_gpus"] = rt.devices
+                kw["num_gpus"] = rt.gpus_needed
             # "local": start a fresh instance even when another cluster runs on this machine
             ray.init(address=rt.address or "local", **kw)
             self._started_ray = True
         gpus = ray.cluster_resources().get("GPU", 0)
-        need = 1 if rt.mode == "single" else rt.devices
+        need = rt.gpus_needed
         if gpus < need:
             raise ValueError(f"runtime.devices={need} but the Ray cluster offers {gpus:g} GPUs "
                              f"(start Ray with num_gpus={need} logical GPUs on CPU)")
 
-    def _preprocess(self) -> None:
-        """Hotness (presample_s), cache ratios (cache_build_s) and object-store payloads."""
+    def _put_payloads(self) -> None:
+        """Topology, features, labels and split ids into the object store (what every executor
+        needs before it can start)."""
         import ray
 
-        cfg, ds = self.config, self.dataset
-        mode = cfg.runtime.mode
-        t0 = time.perf_counter()
-        policy = "degree" if mode == "time-sharing" else cfg.cache.policy
-        if policy == "none":
-            self.hotness = None
-        else:
-            from fgnn.cache.hotness import compute_hotness
-
-            gen = torch.Generator().manual_seed(cfg.train.seed + 7919)
-            kw: dict[str, Any] = {}
-            if policy in ("presc",) or policy.startswith("presc"):
-                kw = {"sampler": self.sampler, "epochs": cfg.cache.presample_epochs,
-                      "batch_size": cfg.train.batch_size, "generator": gen}
-            elif policy == "random":
-                kw = {"generator": gen}
-            self.hotness = compute_hotness(policy, ds.graph, ds.train_idx, **kw).float().cpu()
-        self.presample_s = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        self.alpha_full, self.alpha_resident, self.budget_bytes = self._cache_ratios()
-        self.cache_ratio_s = time.perf_counter() - t1
+        ds = self.dataset
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
         feats = features_payload(ds.features)
@@ -198,70 +202,131 @@ class Runtime(EpochLoop):
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
             "train_idx": ray.put(ds.train_idx.cpu().numpy()),
-            "hotness": None if self.hotness is None else ray.put(self.hotness.numpy()),
+            "eval_idx": ray.put({"val": ds.val_idx.cpu().numpy(),
+                                 "test": ds.test_idx.cpu().numpy()}),
+            "hotness": None,
         }
-        if self.hotness is None or self.alpha_full <= 0:
-            self.cache_mask = None
+
+    def _policy_hotness(self) -> None:
+        """The hotness map of a policy that needs no sampling (degree, WRPR, random), on the
+        driver while the executors start (``hotness_s``); PreSC counts visits in the warm-up
+        epochs instead (FGNN §6.3)."""
+        cfg, ds = self.config, self.dataset
+        t0 = time.perf_counter()
+        self.hotness = None
+        if self.policy not in ("none", "presc"):
+            from fgnn.cache.hotness import compute_hotness
+
+            gen = torch.Generator().manual_seed(cfg.train.seed + 7919)
+            kw: dict[str, Any] = {"generator": gen} if self.policy == "random" else {}
+            self.hotness = compute_hotness(self.policy, ds.graph, ds.train_idx, **kw).float()
+        self.hotness_s = time.perf_counter() - t0
+
+    @property
+    def policy(self) -> str:
+        """The hotness policy in force: time-sharing, the conventional baseline, caches by
+        degree; ``presc#K`` is ``presc`` with ``cache.presample_epochs = K``."""
+        if self.config.runtime.mode == "time-sharing":
+            return "degree"
+        from fgnn.cache.hotness import parse_policy
+
+        return parse_policy(self.config.cache.policy)[0]
+
+    @property
+    def warmup_epochs(self) -> int:
+        """Epochs at the start of the run that train without the feature cache: the PreSC#K
+        pre-sampling (K epochs, FGNN §6.3: "we run the first K epochs of an end-to-end training
+        pipeline for presampling without features cache"), else one, which measures T_s, T_t
+        (§5.3) and each Trainer's memory (§6.1)."""
+        return self.config.cache.presample_epochs if self.policy == "presc" else 1
+
+    def _size_caches(self) -> None:
+        """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
+        budget less the model, the measured step peak, the store's lookup arrays, the topology
+        and sampling working set where the device samples too, and a margin."""
+        from fgnn.cache.budget import plan_device_cache
+        from fgnn.cache.feature_store import FeatureStore
+
+        cfg, ds = self.config, self.dataset
+        n, row = ds.num_nodes, ds.feature_row_bytes
+        reports = list(self.memory_reports.values())
+        model = max((r["model_bytes"] for r in reports), default=0)
+        peak = max((r["step_peak_bytes"] or 0 for r in reports), default=0)
+        totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
+        cap = cfg.cache.cache_ratio
+        full = {"model": model, "step_peak": peak, "lookup": FeatureStore.lookup_nbytes(n)}
+        topology = {"graph": ds.graph.nbytes(), "sampler": self._sampler_working_set(reports)}
+        if cfg.cache.device_memory_gib is None and not totals and cap is not None:
+            # a ratio and no budget on a logical device: the ratio is the cache, and a device
+            # that also holds the topology gives up the topology's bytes
+            budget = int(cap * n * row)
+            plans = {"full": plan_device_cache(budget, {}, num_nodes=n, row_bytes=row,
+                                               margin_bytes=0),
+                     "resident": plan_device_cache(budget, {"graph": topology["graph"]},
+                                                   num_nodes=n, row_bytes=row, margin_bytes=0)}
         else:
+            if cfg.cache.device_memory_gib is not None:
+                budget = int(cfg.cache.device_memory_gib * 2 ** 30)
+            elif totals:  # the device's share of its GPU
+                budget = int(min(totals) * self.gpus_per_device)
+            else:
+                budget = 2 ** 30  # the simulated device of a logical GPU
+            plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
+                                               max_alpha=cap),
+                     "resident": plan_device_cache(budget, {**full, **topology}, num_nodes=n,
+                                                   row_bytes=row, max_alpha=cap)}
+        self.cache_plans = plans
+        self.alpha_full = self.cache_plans["full"].alpha
+        self.alpha_resident = self.cache_plans["resident"].alpha
+        self.budget_bytes = self.cache_plans["full"].budget_bytes
+        self.step_peak_bytes = peak
+
+    def _sampler_working_set(self, reports: list[dict[str, Any]]) -> int:
+        """Device bytes sampling needs beside the topology: measured on CUDA, else the remap
+        scratch array plus four times the largest sample (its tensors and the candidate arrays
+        of the hop that built it)."""
+        import ray
+
+        sets = [r["sampler"] for r in reports if r.get("sampler")]
+        samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
+        if samplers:
+            sets += ray.get([e.handle.working_set.remote() for e in samplers])
+        best = 0
+        for w in sets:
+            if w.get("cuda_peak_bytes") is not None:
+                best = max(best, w["cuda_peak_bytes"] - w["graph_bytes"])
+            else:
+                best = max(best, w["scratch_bytes"] + 4 * w["max_sample_bytes"])
+        return int(best)
+
+    def _choose_cache(self) -> None:
+        """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over
+        the K epochs), each executor's cache plan, the cache map; then every executor fills its
+        cache (``cache_fill_s``)."""
+        import ray
+
+        ds = self.dataset
+        t0 = time.perf_counter()
+        if self.policy == "presc":
+            samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
+            counts = [c for c in ray.get([e.handle.take_visits.remote() for e in samplers])
+                      if c is not None]
+            self.hotness = (torch.stack(counts).sum(0).float() / self.warmup_epochs
+                            if counts else None)
+        self._size_caches()
+        self._refs["hotness"] = None if self.hotness is None else ray.put(self.hotness.numpy())
+        self.cache_mask = None
+        if self.hotness is not None and self.alpha_full > 0:
             from fgnn.cache.feature_store import num_cached_rows
             from fgnn.cache.placement import hot_order
 
             c = num_cached_rows(self.alpha_full, ds.num_nodes)
-            mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
-            mask[hot_order(self.hotness)[:c]] = True
-            self.cache_mask = mask
-
-    def _cache_ratios(self) -> tuple[float, float, int]:
-        """α of a Trainer (whole budget) and of a device that also holds the topology (standby,
-        time-sharing): ``budget - graph bytes`` (FGNN §5.3, §6.1)."""
-        cfg, ds = self.config, self.dataset
-        if cfg.cache.policy == "none" and cfg.runtime.mode != "time-sharing":
-            return 0.0, 0.0, 0
-        n, row = ds.num_nodes, ds.feature_row_bytes
-        gbytes = ds.graph.nbytes()
-        if cfg.cache.cache_ratio is not None and cfg.cache.device_memory_gib is None:
-            budget = int(cfg.cache.cache_ratio * n * row)
-            full = float(cfg.cache.cache_ratio)
-            resident = min(1.0, max(0, budget - gbytes) // row / n)
-            return full, resident, budget
-        gib = cfg.cache.device_memory_gib
-        if gib is None:
-            gib = (torch.cuda.mem_get_info()[0] / 2 ** 30 if torch.cuda.is_available() else 1.0)
-        budget = int(gib * 2 ** 30)
-        from fgnn.cache.budget import alpha_from_peak, measure_step_peak
-
-        # one measured step prices both layouts (PaGraph's peak, FGNN §6.1): the step is the
-        # costliest part of preprocessing on CPU, and the peak does not depend on the graph
-        step, resident_objs = self._one_step_closure()
-        peak = measure_step_peak(step, resident=resident_objs)
-        self.step_peak_bytes = int(peak)
-        kw = {"budget_bytes": budget, "num_nodes": n, "row_bytes": row}
-        try:
-            full = alpha_from_peak(peak, **kw).alpha
-        except ValueError:
-            full = 0.0
-        try:
-            resident = alpha_from_peak(peak, graph_bytes=gbytes, **kw).alpha
-        except ValueError:
-            resident = 0.0
-        if cfg.cache.cache_ratio is not None:
-            full, resident = min(full, cfg.cache.cache_ratio), min(resident, cfg.cache.cache_ratio)
-        return full, resident, budget
-
-    def _one_step_closure(self) -> tuple[Callable[[], None], list[Any]]:
-        """One real training step on a copy of the model (PaGraph's peak measurement), and the
-        objects resident on the device before it (model, optimizer, the batch's features and
-        labels) for the CPU meter. Only the batch's feature rows are read (memmaps included)."""
-        from fgnn.training import extract_features, train_step
-
-        ds = self.dataset
-        model = copy.deepcopy(self.model)
-        opt = torch.optim.Adam(model.parameters(), lr=self.config.train.lr)
-        seeds = ds.train_idx[: self.config.train.batch_size]
-        sample = self.sampler.sample(ds.graph, seeds, torch.Generator().manual_seed(0))
-        x = extract_features(ds.features, sample.input_nodes)
-        labels = ds.labels[sample.seeds]
-        return (lambda: train_step(model, opt, sample, x, labels)), [model, opt, x, labels]
+            self.cache_mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
+            self.cache_mask[hot_order(self.hotness)[:c]] = True
+        self._refs["cache_mask"] = None if self.cache_mask is None else ray.put(self.cache_mask)
+        self.sizing_s = time.perf_counter() - t0
+        self._cache_chosen = True
+        self._fill_caches(self._execs)
 
     def _start_services(self) -> None:
         import ray
@@ -269,42 +334,71 @@ class Runtime(EpochLoop):
 
         rt = self.config.runtime
         self.num_devices = 1 if rt.mode == "single" else rt.devices
-        self.pg = placement_group([{"GPU": 1}] * self.num_devices, strategy="PACK")
+        self.gpus_per_device = float(rt.gpus_per_device)
+        self.pg = placement_group([{"GPU": self.gpus_per_device}] * self.num_devices,
+                                  strategy="PACK")
         ray.get(self.pg.ready())
+        from ray.util.placement_group import placement_group_table
+
+        nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
+        self.one_node = len(set(nodes.values())) <= 1
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
         self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
             copy.deepcopy(self.model).cpu(), self.config.train.lr,
             self.config.train.weight_decay, self._resume_optimizer)
-        self.torch_device = "cuda:0" if self.device_kind == "gpu" else "cpu"
+        self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
 
     def _new_sampler(self, device: int) -> _Exec:
         cfg = self.config
         name = f"fgnn-sampler-{device}"
-        h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5, self._refs["graph"],
-                        self.sampler, self._refs["train_idx"], cfg.train.batch_size,
-                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device)
+        h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5 * self.gpus_per_device,
+                        self._refs["graph"], self.sampler, self._refs["train_idx"],
+                        cfg.train.batch_size, cfg.train.seed, None, self.queue, name,
+                        self.torch_device, eval_idx=self._refs["eval_idx"],
+                        transport=cfg.runtime.sample_transport, one_node=self.one_node)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
         cfg = self.config
         standby = role == "standby"
         name = f"fgnn-{role}-{device}"
-        alpha = self.alpha_resident if standby else self.alpha_full
         local = None
         if cfg.runtime.mode == "time-sharing":
-            alpha = self.alpha_resident
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
-                                   cfg.train.batch_size, cfg.train.seed, self.torch_device)
-        h = _make_actor(TrainerExecutor, name, self.pg, device, 0.5 if standby else 1.0,
+                                   cfg.train.batch_size, cfg.train.seed, self.torch_device,
+                                   self._refs["eval_idx"])
+        share = (0.5 if standby else 1.0) * self.gpus_per_device
+        h = _make_actor(TrainerExecutor, name, self.pg, device, share,
                         self._refs["features"], self._refs["labels"],
-                        copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
+                        copy.deepcopy(self.model).cpu(), None, 0.0, self.ps,
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0))
         return _Exec(name, role, device, h)
 
-    def _build_layout(self, n_s: int) -> None:
-        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest."""
+    def _install_cache(self, execs: list[_Exec]) -> list[Any]:
+        """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
+        map); returns the calls' refs (none before the cache is chosen). Also used after an
+        executor restarts, and a restarted Sampler counts visits again during the warm-up."""
+        if not self._cache_chosen:
+            return [e.handle.count_visits.remote() for e in execs
+                    if e.role == "sampler" and self._counting]
+        out = []
+        for e in execs:
+            if e.role == "sampler":
+                out.append(e.handle.set_cache_mask.remote(self._refs["cache_mask"]))
+            else:
+                resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
+                alpha = self.alpha_resident if resident else self.alpha_full
+                out.append(e.handle.load_cache.remote(self._refs["hotness"], alpha))
+        return out
+
+    def _build_layout(self, n_s: int, start_only: bool = False) -> None:
+        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
+
+        New executors get the chosen cache and the call waits until they are ready; with
+        ``start_only`` (the cache is not chosen yet) it only starts them.
+        """
         import ray
 
         rt = self.config.runtime
@@ -322,21 +416,46 @@ class Runtime(EpochLoop):
         for e in keep.values():
             if e.name not in names:
                 ray.kill(e.handle, no_restart=True)
-        execs = []
+        execs, new = [], []
+        self._started_at = time.time()
         for i, (role, d) in enumerate(want):
             name = f"fgnn-{role}-{d}"
             if name in keep:
                 execs.append(keep[name])
-            elif role == "sampler":
-                execs.append(self._new_sampler(d))
+                continue
+            if role == "sampler":
+                e = self._new_sampler(d)
             else:
-                idx = sum(1 for r, _ in want[:i] if r == "trainer")
-                execs.append(self._new_trainer(d, idx, role))
-        t0 = time.perf_counter()
-        ray.get([e.handle.ready.remote() for e in execs])
-        self.cache_build_s += time.perf_counter() - t0
+                e = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
+            execs.append(e)
+            new.append(e)
         self._execs = execs
         self.actor_names = [e.name for e in execs]
+        self._pending = [e.handle.ready.remote() for e in new]
+        if not start_only:
+            self._await_ready()
+            self._fill_caches(new)  # or, before the cache is chosen, count visits
+
+    def _await_ready(self) -> None:
+        """Wait for the executors started last; ``startup_s`` counts from their start to the last
+        one built (start-up runs while the driver chooses the cache)."""
+        import ray
+
+        done = ray.get(self._pending)
+        self._pending = []
+        if done:
+            self.startup_s += max(0.0, max(float(t) for t, _ in done) - self._started_at)
+            self.executor_devices.update(d for _, d in done)
+            # what the executors run on, not what the driver sees
+            self.device_kind = ("gpu" if any(d.startswith("cuda") for d in
+                                             self.executor_devices) else "logical")
+
+    def _fill_caches(self, execs: list[_Exec]) -> None:
+        import ray
+
+        t0 = time.perf_counter()
+        ray.get(self._install_cache(execs))
+        self.cache_fill_s += time.perf_counter() - t0
 
     def _teardown(self) -> None:
         import ray
@@ -372,43 +491,67 @@ class Runtime(EpochLoop):
             raise ValueError("runtime.switching=False with runtime.devices=1 leaves no Trainer in "
                              "factored mode; use mode='single' or enable switching")
         start_epoch = self._maybe_resume()
-        self._preprocess()
-        self.cache_build_s = self.cache_ratio_s
+        self.startup_s = self.cache_fill_s = self.sizing_s = self.relayout_s = 0.0
+        self.memory_reports: dict[str, Any] = {}
+        self.alpha_full = self.alpha_resident = 0.0
+        self.budget_bytes, self.step_peak_bytes = 0, None
+        self.hotness, self.cache_mask, self._cache_chosen = None, None, False
+        # The executors start (processes, imports, topology and features mapped) while the
+        # driver computes a sampling-free hotness map.
         self._start_services()
-        k: Optional[float] = None
+        self._put_payloads()
+        profile = rt.mode == "factored" and rt.samplers is None and self.num_devices > 1
         if rt.mode == "time-sharing":
             n_s, n_t = self.num_devices, self.num_devices
-            self._build_layout(0)
         elif rt.mode == "single":
             n_s, n_t = 1, 0
-            self._build_layout(1)
-        elif rt.samplers is not None or self.num_devices == 1:
+        elif not profile:
             n_s = rt.samplers if rt.samplers is not None else 1
             n_t = self.num_devices - n_s
-            self._build_layout(n_s)
-        else:  # profiling epoch with one Sampler, then the allocation formula (§5.3)
-            self._build_layout(1)
-            t0 = time.perf_counter()
-            t_s, t_t = self._profile()
-            n_s, n_t, k = allocate(self.num_devices, t_s, t_t)
-            if n_t == 0 and not rt.switching:
-                # The formula may give every device to sampling; FGNN then trains on the standby
-                # Trainers (P = +inf, §5.3). Without switching there are none: keep one Trainer.
-                n_s, n_t = self.num_devices - 1, 1
-            self.profile_times = {"T_s": t_s, "T_t": t_t, "profile_s": time.perf_counter() - t0}
-            if n_s != 1:
-                self._build_layout(n_s)
+        else:  # the first epoch runs with one Sampler and sets N_s (§5.3)
+            n_s, n_t = 1, self.num_devices - 1
+        self._build_layout(0 if rt.mode == "time-sharing" else n_s, start_only=True)
+        self._policy_hotness()
+        self._await_ready()
+        # Warm-up: the first epoch(s) train without the feature cache; they measure T_s and T_t
+        # (§5.3) and each Trainer's memory (§6.1), and PreSC counts visits (§6.3). Then the
+        # caches are sized and filled.
+        warm_end = start_epoch + self.warmup_epochs
+        self._counting = self.policy == "presc"
+        if self._counting:
+            ray.get([e.handle.count_visits.remote() for e in self._execs
+                     if e.role == "sampler"])
+        k: Optional[float] = None
         epochs: list[EpochStats] = []
         best_val, best_state, bad = -1.0, None, 0
         for epoch in range(start_epoch, tc.epochs):
-            stats = self._run_epoch(epoch)
-            if k is None and rt.mode == "factored" and stats.sample.total > 0:
+            stats = self._run_epoch(epoch, measure=epoch == start_epoch)
+            stats.warmup = epoch < warm_end
+            if epoch == start_epoch and rt.mode == "factored" and stats.sample.total > 0:
                 t_s = stats.sample.total / max(1, stats.batches)
                 t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
                 k = t_t / t_s
+                self.profile_times = {"T_s": t_s, "T_t": t_t}
+                if profile:
+                    n_s, n_t, k = allocate(self.num_devices, max(t_s, 1e-9), t_t)
+                    if n_t == 0 and not rt.switching:
+                        # The formula may give every device to sampling; FGNN then trains on the
+                        # standby Trainers (P = +inf, §5.3). Without switching there are none:
+                        # keep one Trainer.
+                        n_s, n_t = self.num_devices - 1, 1
+                    if n_s != 1:
+                        t0 = time.perf_counter()
+                        self._build_layout(n_s)
+                        self.relayout_s = time.perf_counter() - t0
+            if epoch == warm_end - 1:
+                self._counting = False
+                if self.policy != "none":
+                    self._choose_cache()
             self._pull_weights()
-            if self.do_evaluate and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1):
-                stats.val_acc = self._accuracy(self.dataset.val_idx)
+            if (self.do_evaluate and self.dataset.val_idx.numel() > 0
+                    and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
+                scored = self._evaluate(("val",))
+                stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
                 if stats.val_acc > best_val:
                     best_val, bad = stats.val_acc, 0
                     best_state = {k_: v.clone() for k_, v in self.model.state_dict().items()}
@@ -424,29 +567,26 @@ class Runtime(EpochLoop):
             self.model.load_state_dict(best_state)
         final = {"train_acc": float("nan"), "val_acc": float("nan"), "test_acc": float("nan")}
         if self.do_evaluate:
-            final = {"train_acc": self._accuracy(self.dataset.train_idx),
-                     "val_acc": self._accuracy(self.dataset.val_idx),
-                     "test_acc": self._accuracy(self.dataset.test_idx)}
+            # the weights final reports are the best-validation ones, scored by every Trainer
+            best = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
+            scored = self._evaluate(("train", "val", "test"), weights=best)
+            final = {f"{s}_acc": scored.accuracy(s) for s in ("train", "val", "test")}
+            self.final_eval_s = scored.time_s
         allocation = {"devices": self.num_devices, "samplers": n_s, "trainers": n_t, "K": k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
+                      "cache_policy": self.policy, "warmup_epochs": self.warmup_epochs,
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
-                      "budget_bytes": self.budget_bytes, "cache_ratio_s": self.cache_ratio_s,
-                      "step_peak_bytes": getattr(self, "step_peak_bytes", None)}
-        if hasattr(self, "profile_times"):
-            allocation.update(self.profile_times)
+                      "budget_bytes": self.budget_bytes, "step_peak_bytes": self.step_peak_bytes,
+                      "cache_plans": {k_: p.to_dict() for k_, p in
+                                      getattr(self, "cache_plans", {}).items()}}
+        allocation.update(getattr(self, "profile_times", {}))
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
-                         preprocess={"load_s": self.load_s, "presample_s": self.presample_s,
-                                     "cache_build_s": self.cache_build_s},
-                         epochs=epochs, final=final)
-
-    def _profile(self) -> tuple[float, float]:
-        """The profiling epoch (§5.3): T_s and T_t per mini-batch, gradients discarded."""
-        stats = self._run_epoch(-1, profiling=True)
-        n = max(1, stats.batches)
-        t_s = stats.sample.total / n
-        t_t = (stats.extract_s + stats.train_s) / n
-        self.profile_stats = stats
-        return max(t_s, 1e-9), t_t
+                         preprocess={"load_s": self.load_s, "hotness_s": self.hotness_s,
+                                     "startup_s": self.startup_s, "sizing_s": self.sizing_s,
+                                     "cache_fill_s": self.cache_fill_s,
+                                     "relayout_s": self.relayout_s},
+                         epochs=epochs, final=final,
+                         final_eval_s=getattr(self, "final_eval_s", 0.0))
 
     # ------------------------------------------------------------------ model, eval, ckpt
     def _pull_weights(self) -> None:
@@ -455,13 +595,20 @@ class Runtime(EpochLoop):
         _, flat = ray.get(self.ps.weights.remote())
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
-    def _accuracy(self, idx: torch.Tensor) -> float:
-        from fgnn.training import evaluate
+    def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+        """Score ``splits`` through the Samplers and Trainers (an evaluation pass with the
+        recipe of :mod:`fgnn.evaluation`: the job's sampler, ``train.eval_chunk`` and seed).
 
-        if idx.numel() == 0:
-            return float("nan")
-        return float(evaluate(self.model, self.dataset, None, idx,
-                              batch_size=self.config.train.batch_size))
+        Args:
+            splits: split names to score.
+            weights: ``ObjectRef`` of flat weights to score; None uses the server's current.
+        """
+        ds, tc = self.dataset, self.config.train
+        plan = EvalPlan(tuple(splits), tuple(int(getattr(ds, f"{s}_idx").numel())
+                                             for s in splits), tc.eval_chunk, tc.seed)
+        self._eval_passes += 1
+        # evaluation passes get ids of their own (negative: training epochs count from 0)
+        return self._run_epoch(-1 - self._eval_passes, plan=plan, weights=weights)
 
     def _checkpoint_path(self, force: bool) -> Optional[Path]:
         d = self.config.train.checkpoint_dir
@@ -513,26 +660,25 @@ class _LocalSampling(SamplerExecutor):
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
-                 seed: int, device: str) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device)
+                 seed: int, device: str, eval_idx: Any = None) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx)
         self._built = False
 
     def _build(self) -> None:
         import ray
 
-        graph, sampler, train_idx, batch_size, seed, device = self._args
-        if isinstance(graph, ray.ObjectRef):
-            graph = ray.get(graph)
-        if isinstance(train_idx, ray.ObjectRef):
-            train_idx = ray.get(train_idx)
+        graph, sampler, train_idx, batch_size, seed, device, eval_idx = self._args
+        graph, train_idx, eval_idx = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
+                                      for a in (graph, train_idx, eval_idx))
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device)
+                                 "local", device, eval_idx)
         self._built = True
 
-    def sample(self, epoch: int, task_id: int):  # noqa: D102
+    def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+               ):  # noqa: D102
         if not self._built:
             self._build()
-        return SamplerExecutor.sample(self, epoch, task_id)
+        return SamplerExecutor.sample(self, epoch, task_id, plan)
 
 
 def _build_sampler(config: JobConfig) -> Sampler:

@@ -23,11 +23,46 @@ import torch
 
 from fgnn.executors._common import (_device_tag, graph_from_payload, metrics_for,
                                     task_generator, tensor_from)
+from fgnn.config import SAMPLE_TRANSPORTS
+from fgnn.evaluation import EvalPlan, eval_generator
+from fgnn.executors._device import actor_device
+from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
 from fgnn.sampling.base import Sample, Sampler
 
-__all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample", "unpack_sample"]
+__all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
+           "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport"]
+
+#: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
+#: object store, numpy buffers mapped zero-copy; every device kind, across nodes) or
+#: ``cuda_ipc`` (Ray Direct Transport: the sample stays in the Sampler's GPU memory and the
+#: Trainer's GPU reads it over CUDA IPC -- no host round trip; one node, Ray-assigned GPUs).
+TRANSPORTS = SAMPLE_TRANSPORTS
+
+
+def choose_transport(requested: str, device_type: str, one_node: bool) -> str:
+    """The sample transport in force.
+
+    ``auto`` takes ``cuda_ipc`` when the Samplers sample on CUDA and every executor is on one
+    node, else ``object_store``.
+
+    Raises:
+        ValueError: for an unknown name, or ``cuda_ipc`` asked for without CUDA samplers on one
+            node.
+    """
+    if requested not in TRANSPORTS:
+        raise ValueError(f"sample transport must be one of {', '.join(TRANSPORTS)}, got "
+                         f"{requested!r}")
+    ipc_ok = device_type == "cuda" and one_node
+    if requested == "auto":
+        return "cuda_ipc" if ipc_ok else "object_store"
+    if requested == "cuda_ipc" and not ipc_ok:
+        why = "the Samplers are not on CUDA" if device_type != "cuda" else \
+            "the executors span several nodes"
+        raise ValueError(f"sample transport cuda_ipc needs CUDA Samplers and Trainers on one "
+                         f"node: {why}; use object_store")
+    return requested
 
 
 def mark_sample(sample: Sample, cache_mask: Optional[torch.Tensor]) -> Sample:
@@ -61,9 +96,18 @@ def pack_sample(sample: Sample) -> dict[str, Any]:
                        for b in sample.blocks]}
 
 
+def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
+    """The sample's layout with its tensors left where they are (on the GPU), for a direct
+    tensor transport (:data:`TRANSPORTS`)."""
+    return {"seeds": sample.seeds, "input_nodes": sample.input_nodes, "cached": sample.cached,
+            "task_id": sample.task_id,
+            "blocks": [(b.src, b.dst, b.num_src, b.num_dst, b.weights) for b in sample.blocks]}
+
+
 def unpack_sample(packed: Any) -> Sample:
     """Inverse of :func:`pack_sample` (tensors over the read-only object-store buffers; the
-    runtime never writes to a sample). A :class:`Sample` passes through."""
+    runtime never writes to a sample) and of :func:`pack_sample_tensors`. A :class:`Sample`
+    passes through."""
     if isinstance(packed, Sample):
         return packed
     from fgnn.sampling.base import Block
@@ -91,30 +135,71 @@ class SamplerExecutor:
         queue: handle of the global queue actor (or an object with the same ``put``), or None to
             only return samples (in-process use).
         name: actor name, e.g. ``fgnn-sampler-0``.
-        device: the sampling device (``"cpu"`` with Ray logical GPUs).
+        device: the sampling device (``"cpu"`` with Ray logical GPUs, ``"auto"``: the GPU Ray
+            assigned this actor).
+        transport: how samples reach the Trainers (:data:`TRANSPORTS`; ``auto`` picks
+            ``cuda_ipc`` on a CUDA device when ``one_node``).
+        one_node: whether every executor of the job is on this node.
+        eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
+            ``train`` is ``train_idx``).
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int, seed: int,
                  cache_mask: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
+                 transport: str = "object_store", one_node: bool = True) -> None:
         torch.set_num_threads(1)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        self.name, self.device = name, torch.device(device)
+        self.name, self.device = name, actor_device(device)
+        self.transport = choose_transport(transport, self.device.type, one_node)
         self.graph = graph_from_payload(graph, self.device)
         self.sampler = sampler
         self.train_idx = tensor_from(train_idx)
+        self.split_idx = {"train": self.train_idx}
+        self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})
         self.batch_size, self.seed = int(batch_size), int(seed)
         self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
         self.queue = queue
         self.metrics = metrics_for("sampler", _device_tag(name))
+        self.clock = StageClock(self.device)
+        self._visits: Optional[torch.Tensor] = None
+        self._max_sample_bytes = 0
         self._epoch: Optional[int] = None
         self._batches: list[torch.Tensor] = []
         self._pending_put: Any = None
 
-    def ready(self) -> str:
-        """Returns the name once the topology is loaded (the runtime waits on it)."""
-        return self.name
+    def ready(self) -> tuple[float, str]:
+        """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
+        the start-up time and learns the device Ray assigned."""
+        return time.time(), str(self.device)
+
+    def count_visits(self) -> None:
+        """Count from now on how often each vertex is an input of a training sample (PreSC's
+        visit counts, FGNN §6.3: the first K epochs of training are the pre-sampling)."""
+        self._visits = torch.zeros(self.graph.num_nodes, dtype=torch.int32, device=self.device)
+
+    def take_visits(self) -> Optional[torch.Tensor]:
+        """The visit counts so far (``(N,)`` int32 on the CPU) and stop counting; None if not
+        counting."""
+        visits, self._visits = self._visits, None
+        return None if visits is None else visits.cpu()
+
+    def working_set(self) -> dict[str, Any]:
+        """Device bytes sampling needs beside the topology: the remap scratch array, the largest
+        sample so far and, on CUDA, the process's measured peak."""
+        from fgnn.sampling.remap import Remapper
+
+        cuda_peak = (int(torch.cuda.max_memory_allocated(self.device))
+                     if self.device.type == "cuda" else None)
+        return {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
+                "max_sample_bytes": self._max_sample_bytes, "cuda_peak_bytes": cuda_peak,
+                "graph_bytes": self.graph.nbytes()}
+
+    def set_cache_mask(self, cache_mask: Any) -> None:
+        """Mark against ``cache_mask`` (``(N,)`` bool, None: nothing cached) from now on: the
+        runtime starts Samplers before the cache is chosen."""
+        self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
 
     def seeds_of(self, epoch: int, task_id: int) -> torch.Tensor:
         """The seeds of task ``task_id`` of ``epoch``."""
@@ -125,20 +210,38 @@ class SamplerExecutor:
             raise ValueError(f"task_id must be in [0, {len(self._batches)}), got {task_id!r}")
         return self._batches[task_id]
 
-    def sample(self, epoch: int, task_id: int) -> tuple[Sample, float, float]:
-        """S and M of one task: ``(sample, S seconds, M seconds)``."""
-        seeds = self.seeds_of(epoch, task_id).to(self.device)
-        t0 = time.perf_counter()
-        sample = self.sampler.sample(self.graph, seeds,
-                                     task_generator(self.seed, epoch, task_id, self.device))
-        t1 = time.perf_counter()
+    def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+               ) -> tuple[Sample, float, float]:
+        """S and M of one task: ``(sample, S seconds, M seconds)``.
+
+        With ``plan`` the task is a chunk of an evaluation pass (:mod:`fgnn.evaluation`: the
+        split's ids in order, the chunk's own generator); else a training mini-batch.
+        """
+        if plan is None:
+            seeds = self.seeds_of(epoch, task_id)
+            gen = task_generator(self.seed, epoch, task_id, self.device)
+        else:
+            split, chunk = plan.task(task_id)
+            if split not in self.split_idx:
+                raise ValueError(f"{self.name} holds no {split!r} ids to evaluate")
+            seeds = plan.seeds(self.split_idx[split], task_id)
+            gen = eval_generator(plan.seed, split, chunk, self.device)
+        seeds = seeds.to(self.device)
+        t0 = self.clock.start()
+        sample = self.sampler.sample(self.graph, seeds, gen)
+        s_lap = self.clock.stop(t0)
+        t1 = self.clock.start()
+        if self._visits is not None and plan is None:
+            self._visits[sample.input_nodes] += 1  # input_nodes has no repeats
         mark_sample(sample, self.cache_mask)
         sample.task_id = int(task_id)
-        t2 = time.perf_counter()
-        return sample, t1 - t0, t2 - t1
+        m_lap = self.clock.stop(t1)
+        # CUDA: event times of the kernels, resolved once M's end is reached (not launch times)
+        return sample, s_lap.seconds(), m_lap.seconds()
 
-    def sample_task(self, epoch: int, task_id: int) -> dict[str, Any]:
-        """Sample task ``task_id`` and enqueue it (S, M, C).
+    def sample_task(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+                    ) -> dict[str, Any]:
+        """Sample task ``task_id`` (of an evaluation pass with ``plan``) and enqueue it (S, M, C).
 
         The enqueue is pipelined: the put of this sample is submitted and the call returns; the
         next call (or :meth:`flush`) first waits for it. One put in flight per Sampler keeps the
@@ -151,12 +254,16 @@ class SamplerExecutor:
         """
         import ray
 
-        sample, s, m = self.sample(epoch, task_id)
+        sample, s, m = self.sample(epoch, task_id, plan)
         t0 = time.perf_counter()
-        if self.device.type != "cpu":
-            sample = sample.to("cpu")  # host memory side of the queue
-        ref = ray.put(pack_sample(sample))
+        if self.transport == "cuda_ipc":  # the sample stays on this GPU; Trainers read it
+            ref = ray.put(pack_sample_tensors(sample), _tensor_transport="cuda_ipc")
+        else:
+            if self.device.type != "cpu":
+                sample = sample.to("cpu")  # host memory side of the queue
+            ref = ray.put(pack_sample(sample))
         nbytes = sample_nbytes(sample)
+        self._max_sample_bytes = max(self._max_sample_bytes, nbytes)
         waited = self._wait_put()
         self._pending_put = self.queue.put.remote(
             QueueItem(epoch, int(task_id), ref=ref, producer=self.name, nbytes=nbytes))

@@ -29,8 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, open_features,
                                     tensor_from)
+from fgnn.executors._device import actor_device
+from fgnn.executors._memory import StepMemoryMeter
+from fgnn.executors._streams import CopyStream
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
@@ -63,6 +67,25 @@ class _Batch:
     x: torch.Tensor
     labels: torch.Tensor
     rec: dict[str, Any]
+    ready: Any = None
+    """CUDA event after the batch's copies (None off CUDA)."""
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every device tensor of the batch."""
+        ts = [self.x, self.labels, self.sample.seeds, self.sample.input_nodes]
+        for b in self.sample.blocks:
+            ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
+        return ts
+
+
+def _sample_to(sample: Sample, move: Any) -> Sample:
+    """``sample`` with every tensor passed through ``move`` (the copy stream's ``h2d``)."""
+    from fgnn.sampling.base import Block
+
+    blocks = [Block(move(b.src), move(b.dst), b.num_src, b.num_dst,
+                    None if b.weights is None else move(b.weights)) for b in sample.blocks]
+    return Sample(move(sample.seeds), blocks, move(sample.input_nodes),
+                  None if sample.cached is None else move(sample.cached), sample.task_id)
 
 
 class TrainerExecutor:
@@ -74,7 +97,8 @@ class TrainerExecutor:
             itself (its host tier then reads rows from the file, not from the object store).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
-        hotness: ``(N,)`` hotness map of the cache policy, or None for no cache.
+        hotness: ``(N,)`` hotness map of the cache policy, or None for no cache (yet: the
+            runtime starts the actor early and calls :meth:`load_cache` once the map is known).
         alpha: cache ratio of this Trainer (a standby's is smaller: the topology shares its
             device).
         ps: handle of the parameter server actor.
@@ -94,14 +118,12 @@ class TrainerExecutor:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-        self.name, self.role, self.device = name, role, torch.device(device)
+        self.name, self.role, self.device = name, role, actor_device(device)
         self.labels = tensor_from(labels)
-        h = None if hotness is None else tensor_from(hotness)
-        self.alpha = float(alpha)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
-        self.store = build_store(open_features(features), h, self.alpha, str(self.device))
+        self._host = open_features(features)
+        self.load_cache(hotness, alpha)
+        self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
@@ -110,9 +132,25 @@ class TrainerExecutor:
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
 
-    def ready(self) -> str:
-        """Returns the name once the cache is loaded (the runtime waits on it)."""
-        return self.name
+    def ready(self) -> tuple[float, str]:
+        """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
+        the start-up time and learns the device Ray assigned."""
+        return time.time(), str(self.device)
+
+    def load_cache(self, hotness: Optional[Any], alpha: float) -> float:
+        """Fill the device cache with the ``floor(alpha N)`` hottest rows of ``hotness`` (None:
+        no cache); returns the seconds it took. Called again after a restart.
+
+        Raises:
+            ValueError: for ``alpha`` outside ``[0, 1]``.
+        """
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        t0 = time.perf_counter()
+        self.alpha = float(alpha)
+        self.store = build_store(self._host, None if hotness is None else tensor_from(hotness),
+                                 self.alpha, str(self.device))
+        return time.perf_counter() - t0
 
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
@@ -125,8 +163,10 @@ class TrainerExecutor:
         self._stop.set()
 
     # ------------------------------------------------------------------ stages
-    def _fetch(self, epoch: int, generation: int) -> Optional[_Batch]:
-        """Dequeue the next task, load its sample and extract its features (None: epoch over)."""
+    def _fetch(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None
+               ) -> Optional[_Batch]:
+        """Dequeue the next task, load its sample and extract its features (None: epoch over).
+        With ``plan`` the tasks are chunks of an evaluation pass."""
         import ray
 
         rpc = wait = 0.0
@@ -151,20 +191,25 @@ class TrainerExecutor:
                     continue
                 rec["fetch_s"] = time.perf_counter() - t1
             else:  # time-sharing: sample on this device
-                sample, s, _ = self.local_sampler.sample(epoch, item.task_id)
+                sample, s, _ = self.local_sampler.sample(epoch, item.task_id, plan)
                 t_m = time.perf_counter()
                 self.store.mark(sample)  # M against this device's own cache
                 rec.update(S=s, M=time.perf_counter() - t_m, fetch_s=0.0)
             t2 = time.perf_counter()
             # Split host/cache and index labels on the host before anything moves: only the
-            # gathered rows and labels cross to the device (no device->host sync per batch).
-            x = self.store.gather(sample.input_nodes)
-            labels = self.labels[sample.seeds.to(self.labels.device)].to(self.device)
-            sample = sample.to(self.device)
+            # gathered rows, labels and the sample cross to the device, on the copy stream from
+            # pinned memory, overlapping the training of the previous batch.
+            with self.copies.scope():
+                x = self.store.gather(sample.input_nodes)
+                labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
+                sample = _sample_to(sample, self.copies.h2d)
+                ready = self.copies.record()
+            if ready is not None:
+                ready.synchronize()  # this thread waits for its own copies, not for training
             st = self.store.reset_stats()
             rec.update(extract_s=time.perf_counter() - t2, hits=st.hits + st.peer,
                        misses=st.misses, bytes=st.bytes["host"])
-            return _Batch(item.task_id, sample, x, labels, rec)
+            return _Batch(item.task_id, sample, x, labels, rec, ready)
         return None
 
     def _train(self, epoch: int, batch: _Batch) -> dict[str, Any]:
@@ -172,6 +217,7 @@ class TrainerExecutor:
         import ray
 
         t0 = time.perf_counter()
+        self.copies.wait(batch.ready, batch.tensors())
         self.model.train()
         for p in self.params:
             p.grad = None
@@ -191,37 +237,67 @@ class TrainerExecutor:
                    sync_s=t2 - t1)
         return rec
 
+    @torch.no_grad()
+    def _score(self, batch: _Batch, plan: EvalPlan) -> dict[str, Any]:
+        """Forward one evaluation chunk in eval mode: correct, count and summed loss."""
+        t0 = time.perf_counter()
+        self.copies.wait(batch.ready, batch.tensors())
+        self.model.eval()
+        try:
+            score = score_logits(self.model(batch.sample.blocks, batch.x), batch.labels)
+        finally:
+            self.model.train()
+        rec = dict(batch.rec)
+        rec.update(split=plan.task(batch.task_id)[0], correct=score.correct, count=score.count,
+                   loss_sum=score.loss_sum, eval_s=time.perf_counter() - t0, train_s=0.0,
+                   sync_s=0.0)
+        return rec
+
     # ------------------------------------------------------------------ the loop
-    def run_epoch(self, epoch: int, policy: Optional[StandbyPolicy] = None) -> dict[str, Any]:
+    def run_epoch(self, epoch: int, policy: Optional[StandbyPolicy] = None,
+                  plan: Optional[EvalPlan] = None, weights: Optional[torch.Tensor] = None,
+                  measure: bool = False) -> dict[str, Any]:
         """Train until the epoch's tasks are all acknowledged (or, for a standby, until the
-        profit of the next fetch is not positive).
+        profit of the next fetch is not positive); with ``plan``, score an evaluation pass.
 
         Args:
-            epoch: the epoch, as started on the queue and the server.
+            epoch: the epoch (or evaluation pass), as started on the queue and the server.
             policy: switching rule of a standby Trainer; None for a normal Trainer.
+            plan: the evaluation pass whose chunks to score (forward only, no gradients), or
+                None to train.
+            weights: flat weights to score with (e.g. the best-validation ones); None takes the
+                server's current weights.
+            measure: measure the training step's device memory (the warm-up epoch).
 
         Returns:
-            ``{"name", "role", "batches", "time_s", "switched"}``.
+            ``{"name", "role", "batches", "time_s", "switched", "memory"}``; ``memory`` is the
+            :class:`~fgnn.executors._memory.StepMemoryMeter` report when measured (plus the
+            local sampler's working set in time-sharing mode), else None.
         """
         import ray
 
         self._stop.clear()
         t_start = time.perf_counter()
         generation = ray.get(self.queue.register.remote(self.name))
-        _, flat = ray.get(self.ps.weights.remote())
-        unflatten_into(flat.to(self.device), self.params)
+        if weights is None:
+            _, weights = ray.get(self.ps.weights.remote())
+        unflatten_into(weights.to(self.device), self.params)
+        run = ((lambda b: self._train(epoch, b)) if plan is None
+               else (lambda b: self._score(b, plan)))
+        meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
+        step = run if meter is None else (lambda b: meter.run(run, b))
         batches, busy, last_ack = 0, 0.0, None
         if policy is None:  # pipelined: extract i + 1 while training i
             with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch") as pool:
-                nxt: Future = pool.submit(self._fetch, epoch, generation)
+                nxt: Future = pool.submit(self._fetch, epoch, generation, plan)
                 while True:
                     t0 = time.perf_counter()
                     batch = nxt.result()
                     stall = time.perf_counter() - t0  # what the prefetch did not hide
                     if batch is None:
                         break
-                    nxt = pool.submit(self._fetch, epoch, generation)
-                    rec = self._train(epoch, batch)
+                    nxt = pool.submit(self._fetch, epoch, generation, plan)
+                    rec = step(batch)
                     rec["stall_s"] = stall
                     last_ack = self._ack(batch.task_id, rec)
                     batches += 1
@@ -233,23 +309,30 @@ class TrainerExecutor:
                 if not policy.should_fetch(remaining, measured):
                     break
                 t0 = time.perf_counter()
-                batch = self._fetch(epoch, generation)
+                batch = self._fetch(epoch, generation, plan)
                 if batch is None:
                     break
                 stall = time.perf_counter() - t0
-                rec = self._train(epoch, batch)
+                rec = step(batch)
                 rec["stall_s"] = stall
                 busy += time.perf_counter() - t0 - rec["wait_s"]
                 last_ack = self._ack(batch.task_id, rec)
                 batches += 1
         if last_ack is not None:
             ray.get(last_ack)
+        memory = None
+        if meter is not None and batches > 0:
+            memory = meter.report()
+            if self.local_sampler is not None and getattr(self.local_sampler, "_built", False):
+                memory["sampler"] = self.local_sampler.working_set()
         return {"name": self.name, "role": self.role, "batches": batches,
-                "time_s": time.perf_counter() - t_start, "switched": batches > 0}
+                "time_s": time.perf_counter() - t_start, "switched": batches > 0,
+                "memory": memory}
 
     def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
         self.metrics.stage_seconds("extract", rec["extract_s"])
-        self.metrics.stage_seconds("train", rec["train_s"])
         self.metrics.cache(rec["hits"], rec["misses"], rec["bytes"])
-        self.metrics.batch_done(rec["extract_s"] + rec["train_s"])
+        if "eval_s" not in rec:
+            self.metrics.stage_seconds("train", rec["train_s"])
+            self.metrics.batch_done(rec["extract_s"] + rec["train_s"])
         return self.queue.ack.remote(self.name, task_id, rec)

@@ -43,6 +43,11 @@ class EpochStats:
     queue_depth: list[int] = field(default_factory=list)
     """Global-queue depth sampled over the epoch."""
     val_acc: Optional[float] = None
+    eval_s: float = 0.0
+    """Wall seconds of this epoch's validation pass (0 when not evaluated)."""
+    warmup: bool = False
+    """Trained without the feature cache: the run's first epoch(s), which measure T_s, T_t and
+    memory and, for PreSC#K, pre-sample (FGNN §5.3, §6.1, §6.3)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""
@@ -61,10 +66,14 @@ class RunResult:
     allocation: dict[str, Any]
     """``devices``, ``samplers``, ``trainers``, ``K``, ``device_kind`` (``gpu``/``logical``)."""
     preprocess: dict[str, float]
-    """``load_s``, ``presample_s``, ``cache_build_s``."""
+    """``load_s``, ``hotness_s`` (a sampling-free hotness map on the driver), ``startup_s``
+    (executor start-up, overlapping the hotness), ``sizing_s`` (cache plans after the warm-up),
+    ``cache_fill_s``, ``relayout_s`` (executors started after the allocation)."""
     epochs: list[EpochStats]
     final: dict[str, float]
     """``train_acc``, ``val_acc``, ``test_acc``."""
+    final_eval_s: float = 0.0
+    """Wall seconds of the final train/val/test scoring pass."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
@@ -75,4 +84,5 @@ class RunResult:
             "preprocess": self.preprocess,
             "epochs": [e.to_dict() for e in self.epochs],
             "final": self.final,
+            "final_eval_s": self.final_eval_s,
         }

@@ -54,6 +54,20 @@ class Remapper:
         self._size = 0
         self._active = False
 
+    def __getstate__(self) -> dict:
+        """Pickle without the scratch array: a sampler shipped to an executor builds its own
+        there, on its own device, instead of carrying O(N) bytes through the object store."""
+        if self._active:
+            raise RuntimeError("cannot pickle a Remapper in the middle of a sample")
+        state = dict(self.__dict__)
+        state["_scratch"] = None
+        return state
+
+    @staticmethod
+    def scratch_bytes(num_nodes: int) -> int:
+        """Device bytes of the scratch array for a graph of ``num_nodes`` vertices."""
+        return int(num_nodes) * (4 if num_nodes <= (1 << 30) else 8)
+
     # ------------------------------------------------------------------ lifecycle
     def begin(self, seeds: torch.Tensor, num_nodes: int) -> None:
         """Start a sample whose first local ids are ``seeds`` (int64, distinct, in range).

@@ -1,0 +1,75 @@
+"""What a Trainer's training step costs on its own device, measured in the warm-up epoch.
+
+FGNN §6.1 sizes the feature cache by "simulat[ing] one-time model training for a mini-batch and
+record[ing] the peak memory usage"; fgnn measures it where it matters, on each Trainer's device
+during the first epoch of the run (which trains without the cache):
+
+* CUDA: the allocator's peak over the whole measured epoch above what was allocated when it
+  started (model, lookup arrays), so the batch being prefetched while another trains is in it;
+* CPU (Ray logical devices): one step under :class:`~fgnn.cache.budget.TensorAllocationMeter`
+  (the prefetch thread's allocations are not seen by it, so one batch's bytes are added for the
+  batch in flight).
+
+The runtime turns the reports into each device's cache plan
+(:func:`fgnn.cache.budget.plan_device_cache`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from fgnn.cache.budget import TensorAllocationMeter, resident_bytes
+
+__all__ = ["StepMemoryMeter", "batch_bytes"]
+
+
+def batch_bytes(batch: Any) -> int:
+    """Bytes of a fetched batch on the device: features, labels and the sample's tensors."""
+    from fgnn.executors.sampler import sample_nbytes
+
+    return int(resident_bytes(batch.x, batch.labels) + sample_nbytes(batch.sample))
+
+
+class StepMemoryMeter:
+    """Measures the training step of one Trainer on its device.
+
+    Args:
+        model: the Trainer's model (its weights are resident, not part of the step).
+        device: the Trainer's device.
+        pipelined: whether a second batch is fetched while one trains.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device, pipelined: bool) -> None:
+        self.model, self.device, self.pipelined = model, torch.device(device), pipelined
+        self.step_peak: Optional[int] = None
+        self._base = 0
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = int(torch.cuda.memory_allocated(self.device))
+
+    def run(self, step: Callable[[Any], dict], batch: Any) -> dict:
+        """Run ``step(batch)``; the first call on CPU is measured."""
+        if self.device.type == "cuda" or self.step_peak is not None:
+            return step(batch)
+        meter = TensorAllocationMeter([self.model, batch.x, batch.labels])
+        out: dict = {}
+        peak = meter.measure(lambda: out.update(step(batch)))
+        in_flight = batch_bytes(batch) if self.pipelined else 0
+        self.step_peak = max(0, int(peak) - resident_bytes(self.model)) + in_flight
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """``{"model_bytes", "step_peak_bytes", "device_total_bytes"}`` (the last is None on
+        CPU, where the budget is simulated)."""
+        total = None
+        peak = self.step_peak
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            peak = int(torch.cuda.max_memory_allocated(self.device)) - self._base
+            total = int(torch.cuda.mem_get_info(self.device)[1])
+        return {"model_bytes": int(resident_bytes(self.model)), "step_peak_bytes": peak,
+                "device_total_bytes": total}
