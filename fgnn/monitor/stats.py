@@ -1,11 +1,23 @@
-"""Per-epoch and per-run statistics: the records the runtime fills and the report writes."""
+"""Per-epoch and per-run statistics: the records the runtime fills and the report writes.
+
+Every timing says what it covers: executor stage seconds (``sample``, ``extract_s``, ``train_s``)
+are summed over executors; ``time_s`` and ``eval_s`` are wall seconds on the driver, training
+and validation apart; the run's preprocessing wall seconds sit in ``RunResult.preprocess``
+(:data:`PREPROCESS_KEYS`) and the final scoring in ``RunResult.final_eval_s``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-__all__ = ["SampleTimes", "EpochStats", "RunResult"]
+__all__ = ["SampleTimes", "EpochStats", "RunResult", "PREPROCESS_KEYS", "early_stop_message"]
+
+#: Preprocessing wall seconds of a run, in the order they happen: loading the dataset, ranking
+#: vertices for the cache (pre-sampling for PreSC, or the degree / PageRank / random scores),
+#: starting the executor processes, and filling their feature caches. Reports written before
+#: the split hold ``cache_build_s`` (start-up and cache fill together) instead of the last two.
+PREPROCESS_KEYS = ("load_s", "presample_s", "startup_s", "cache_fill_s")
 
 
 @dataclass
@@ -25,7 +37,11 @@ class SampleTimes:
 
 @dataclass
 class EpochStats:
-    """What one epoch did; one entry of the report's ``epochs`` list."""
+    """What one epoch did; one entry of the report's ``epochs`` list.
+
+    ``time_s`` is the epoch's training wall time and ``eval_s`` the wall time of its validation
+    (0.0 when it had none); the stage times are summed over executors.
+    """
 
     epoch: int
     time_s: float = 0.0
@@ -43,6 +59,8 @@ class EpochStats:
     queue_depth: list[int] = field(default_factory=list)
     """Global-queue depth sampled over the epoch."""
     val_acc: Optional[float] = None
+    eval_s: float = 0.0
+    """Wall seconds scoring the validation split after this epoch."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""
@@ -61,10 +79,16 @@ class RunResult:
     allocation: dict[str, Any]
     """``devices``, ``samplers``, ``trainers``, ``K``, ``device_kind`` (``gpu``/``logical``)."""
     preprocess: dict[str, float]
-    """``load_s``, ``presample_s``, ``cache_build_s``."""
+    """Wall seconds per preprocessing step, keyed by :data:`PREPROCESS_KEYS`."""
     epochs: list[EpochStats]
     final: dict[str, float]
     """``train_acc``, ``val_acc``, ``test_acc``."""
+    final_eval_s: float = 0.0
+    """Wall seconds scoring train, validation and test after the last epoch."""
+    early_stop: Optional[dict[str, Any]] = None
+    """Why training stopped before ``train.epochs`` (``None`` when it ran them all):
+    ``epoch`` (the last one run, 0-based), ``patience`` (evaluations without a better validation
+    accuracy), ``best_val_acc`` and ``best_epoch`` (0-based). See :func:`early_stop_message`."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
@@ -75,4 +99,20 @@ class RunResult:
             "preprocess": self.preprocess,
             "epochs": [e.to_dict() for e in self.epochs],
             "final": self.final,
+            "final_eval_s": self.final_eval_s,
+            "early_stop": self.early_stop,
         }
+
+
+def early_stop_message(early_stop: dict[str, Any]) -> str:
+    """Why a run stopped early, in one line with epochs numbered from 1 (as on the console).
+
+    Example:
+        ``early stop after epoch 7: no better validation accuracy in 3 evaluations
+        (best 0.8120 at epoch 4)``
+    """
+    p = int(early_stop["patience"])
+    return (f"early stop after epoch {int(early_stop['epoch']) + 1}: no better validation "
+            f"accuracy in {p} evaluation{'' if p == 1 else 's'} "
+            f"(best {float(early_stop['best_val_acc']):.4f} "
+            f"at epoch {int(early_stop['best_epoch']) + 1})")
