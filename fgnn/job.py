@@ -26,7 +26,8 @@ import torch
 
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
-from fgnn.monitor.stats import RunResult
+from fgnn.monitor.stats import RunResult, early_stop_message
+from fgnn.monitor.summary import devices_note, plural, timing_text
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
@@ -103,19 +104,21 @@ def describe_devices(devices: int, cluster_gpus: Optional[float] = None) -> tupl
     """Which devices a job lays out: ``("gpu" | "logical", human-readable line)``.
 
     Args:
-        devices: N_g asked for.
+        devices: N_g the layout uses.
         cluster_gpus: ``GPU`` resources of a joined Ray cluster (``None`` for a local start).
     """
+    n = plural(devices, "device")
     if cluster_gpus is not None:
         kind = "gpu" if torch.cuda.is_available() else "logical"
         what = "GPUs" if kind == "gpu" else "Ray logical GPUs"
-        return kind, (f"{devices} devices: {what} of the Ray cluster "
+        return kind, (f"{n}: {what} of the Ray cluster "
                       f"({cluster_gpus:g} GPU resources in total)")
     n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n_cuda >= devices:
-        return "gpu", f"{devices} devices: CUDA GPUs ({n_cuda} present)"
-    why = "no CUDA device found" if n_cuda == 0 else f"only {n_cuda} CUDA devices present"
-    return "logical", f"{devices} devices: Ray logical GPUs on CPU ({why})"
+        return "gpu", f"{n}: CUDA GPUs ({n_cuda} present)"
+    why = ("no CUDA device found" if n_cuda == 0
+           else f"only {plural(n_cuda, 'CUDA device')} present")
+    return "logical", f"{n}: Ray logical GPUs on CPU ({why})"
 
 
 class Job:
@@ -230,6 +233,9 @@ class Job:
 
         self._complete(result, load_s)
         self.result = result
+        if result.early_stop:
+            self._say(f"fgnn: {early_stop_message(result.early_stop)}")
+        self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
         self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
                   f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
@@ -268,9 +274,9 @@ class Job:
             # exceptions anyway.
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
             if rc.address is None or rc.address == "local":
-                kind, _ = describe_devices(rc.devices)
+                kind, _ = describe_devices(_devices_needed(rc))
                 if kind == "logical":
-                    kwargs["num_gpus"] = rc.devices
+                    kwargs["num_gpus"] = _devices_needed(rc)
                 # Executors are light on CPU; declare enough logical CPUs for all of them.
                 kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
                 kwargs["include_dashboard"] = rc.dashboard_host is not None
@@ -288,7 +294,11 @@ class Job:
             url = getattr(ctx, "dashboard_url", None) or None
             if rc.address not in (None, "local"):
                 cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
-        self.device_kind, line = describe_devices(rc.devices, cluster_gpus)
+        used = _devices_needed(rc)
+        self.device_kind, line = describe_devices(used, cluster_gpus)
+        note = devices_note(used, rc.devices, rc.mode)
+        if note:
+            line += f"; {note}"
         if cluster_gpus is not None and cluster_gpus < _devices_needed(rc):
             if started:
                 ray.shutdown()
@@ -310,8 +320,7 @@ class Job:
             result.config = self.config.to_dict()
         pre = dict(result.preprocess or {})
         pre["load_s"] = float(load_s) if not pre.get("load_s") else float(pre["load_s"])
-        for key in ("presample_s", "cache_build_s"):
-            pre.setdefault(key, 0.0)
+        pre.setdefault("presample_s", 0.0)
         result.preprocess = pre
         alloc = dict(result.allocation or {})
         alloc.setdefault("device_kind", self.device_kind)

@@ -172,7 +172,9 @@ class Runtime(EpochLoop):
         cfg, ds = self.config, self.dataset
         mode = cfg.runtime.mode
         t0 = time.perf_counter()
+        # time-sharing is the conventional design: its cache ranks by degree (the report says so)
         policy = "degree" if mode == "time-sharing" else cfg.cache.policy
+        self.cache_policy = policy
         if policy == "none":
             self.hotness = None
         else:
@@ -399,7 +401,8 @@ class Runtime(EpochLoop):
             if n_s != 1:
                 self._build_layout(n_s)
         epochs: list[EpochStats] = []
-        best_val, best_state, bad = -1.0, None, 0
+        best_val, best_state, bad, best_epoch = -1.0, None, 0, -1
+        early_stop: Optional[dict[str, Any]] = None
         for epoch in range(start_epoch, tc.epochs):
             stats = self._run_epoch(epoch)
             if k is None and rt.mode == "factored" and stats.sample.total > 0:
@@ -410,7 +413,7 @@ class Runtime(EpochLoop):
             if self.do_evaluate and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1):
                 stats.val_acc = self._accuracy(self.dataset.val_idx)
                 if stats.val_acc > best_val:
-                    best_val, bad = stats.val_acc, 0
+                    best_val, bad, best_epoch = stats.val_acc, 0, epoch
                     best_state = {k_: v.clone() for k_, v in self.model.state_dict().items()}
                 else:
                     bad += 1
@@ -419,6 +422,9 @@ class Runtime(EpochLoop):
             if self.on_epoch is not None:
                 self.on_epoch(stats)
             if tc.patience is not None and bad >= tc.patience:
+                if epoch + 1 < tc.epochs:
+                    early_stop = {"epoch": epoch, "patience": tc.patience,
+                                  "best_val_acc": best_val, "best_epoch": best_epoch}
                 break
         if best_state is not None:
             self.model.load_state_dict(best_state)
@@ -427,7 +433,8 @@ class Runtime(EpochLoop):
             final = {"train_acc": self._accuracy(self.dataset.train_idx),
                      "val_acc": self._accuracy(self.dataset.val_idx),
                      "test_acc": self._accuracy(self.dataset.test_idx)}
-        allocation = {"devices": self.num_devices, "samplers": n_s, "trainers": n_t, "K": k,
+        allocation = {"devices": self.num_devices, "devices_requested": rt.devices,
+                      "samplers": n_s, "trainers": n_t, "K": k, "cache_policy": self.cache_policy,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
                       "budget_bytes": self.budget_bytes, "cache_ratio_s": self.cache_ratio_s,
@@ -437,7 +444,7 @@ class Runtime(EpochLoop):
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
                          preprocess={"load_s": self.load_s, "presample_s": self.presample_s,
                                      "cache_build_s": self.cache_build_s},
-                         epochs=epochs, final=final)
+                         epochs=epochs, final=final, early_stop=early_stop)
 
     def _profile(self) -> tuple[float, float]:
         """The profiling epoch (§5.3): T_s and T_t per mini-batch, gradients discarded."""
