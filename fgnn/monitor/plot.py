@@ -112,6 +112,11 @@ def _epoch_axis(ax: Any, xs: Sequence[int]) -> None:
     ax.set_xlabel("epoch")
 
 
+def _headroom(ax: Any, tops: Sequence[float]) -> None:
+    """Room above the tallest stacked bar (stacked bars pin the autoscaled top to their edge)."""
+    ax.set_ylim(0, 1.1 * max(tops) if tops and max(tops) > 0 else 1.0)
+
+
 def _nothing(ax: Any, what: str) -> None:
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
@@ -149,6 +154,7 @@ def report_figure(report: Mapping[str, Any]) -> Any:
         vals = [float(get(e)) for e in epochs]
         ax_stage.bar(xs, vals, bottom=bottom, color=colour, label=label, width=0.8)
         bottom = [b + v for b, v in zip(bottom, vals)]
+    _headroom(ax_stage, bottom)
     ax_stage.set_ylabel("seconds, summed over executors")
     ax_stage.set_title("stage breakdown per epoch", fontsize=10)
     ax_hit.plot(xs, [100.0 * float(e["hit_rate"]) for e in epochs], color="#d62728",
@@ -164,9 +170,13 @@ def report_figure(report: Mapping[str, Any]) -> Any:
     # wall time of each epoch: training, then its validation
     train_wall = [float(e["time_s"]) for e in epochs]
     ax_wall.bar(xs, train_wall, color="#7f7f7f", width=0.8, label="training")
+    top = train_wall
     if any("eval_s" in e for e in epochs):
-        ax_wall.bar(xs, [float(e.get("eval_s") or 0.0) for e in epochs], bottom=train_wall,
-                    color="#9467bd", width=0.8, label="validation")
+        eval_wall = [float(e.get("eval_s") or 0.0) for e in epochs]
+        ax_wall.bar(xs, eval_wall, bottom=train_wall, color="#9467bd", width=0.8,
+                    label="validation")
+        top = [t + v for t, v in zip(train_wall, eval_wall)]
+    _headroom(ax_wall, top)
     ax_wall.set_ylabel("wall seconds")
     ax_wall.set_title("wall time per epoch", fontsize=10)
     ax_wall.legend(fontsize=7, frameon=False, loc="best")
