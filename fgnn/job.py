@@ -26,7 +26,8 @@ import torch
 
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
-from fgnn.monitor.stats import RunResult
+from fgnn.monitor.stats import RunResult, early_stop_message
+from fgnn.monitor.summary import devices_note, plural, timing_text
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
@@ -106,19 +107,21 @@ def describe_devices(devices: int, cluster_gpus: Optional[float] = None) -> tupl
     """Which devices a job lays out: ``("gpu" | "logical", human-readable line)``.
 
     Args:
-        devices: N_g asked for.
+        devices: N_g the layout uses.
         cluster_gpus: ``GPU`` resources of a joined Ray cluster (``None`` for a local start).
     """
+    n = plural(devices, "device")
     if cluster_gpus is not None:
         kind = "gpu" if torch.cuda.is_available() else "logical"
         what = "GPUs" if kind == "gpu" else "Ray logical GPUs"
-        return kind, (f"{devices} devices: {what} of the Ray cluster "
+        return kind, (f"{n}: {what} of the Ray cluster "
                       f"({cluster_gpus:g} GPU resources in total)")
     n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n_cuda >= devices:
-        return "gpu", f"{devices} devices: CUDA GPUs ({n_cuda} present)"
-    why = "no CUDA device found" if n_cuda == 0 else f"only {n_cuda} CUDA devices present"
-    return "logical", f"{devices} devices: Ray logical GPUs on CPU ({why})"
+        return "gpu", f"{n}: CUDA GPUs ({n_cuda} present)"
+    why = ("no CUDA device found" if n_cuda == 0
+           else f"only {plural(n_cuda, 'CUDA device')} present")
+    return "logical", f"{n}: Ray logical GPUs on CPU ({why})"
 
 
 class Job:
@@ -229,7 +232,8 @@ class Job:
                                 num_train=int(self.dataset.train_idx.numel()),
                                 enabled=self.progress)
             runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
-                              on_batch=progress.on_batch, on_epoch=progress.on_epoch)
+                              on_batch=progress.on_batch, on_epoch=progress.on_epoch,
+                              on_eval_batch=progress.on_eval)
             result = runtime.run()
             self.model = runtime.model
         finally:
@@ -240,6 +244,9 @@ class Job:
 
         self._complete(result, load_s)
         self.result = result
+        if result.early_stop:
+            self._say(f"fgnn: {early_stop_message(result.early_stop)}")
+        self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
         self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
                   f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
@@ -278,7 +285,7 @@ class Job:
             # exceptions anyway.
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
             if rc.address is None or rc.address == "local":
-                kind, _ = describe_devices(rc.devices)
+                kind, _ = describe_devices(rc.gpus_needed)
                 if kind == "logical":
                     kwargs["num_gpus"] = rc.gpus_needed
                 # Executors are light on CPU; declare enough logical CPUs for all of them.
@@ -298,7 +305,11 @@ class Job:
             url = getattr(ctx, "dashboard_url", None) or None
             if rc.address not in (None, "local"):
                 cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
-        self.device_kind, line = describe_devices(rc.devices, cluster_gpus)
+        used = rc.devices_used
+        self.device_kind, line = describe_devices(used, cluster_gpus)
+        note = devices_note(used, rc.devices, rc.mode)
+        if note:
+            line += f"; {note}"
         if cluster_gpus is not None and cluster_gpus < rc.gpus_needed:
             if started:
                 ray.shutdown()

@@ -1,7 +1,11 @@
 """The JSON run report: schema validation, atomic writing, and a table view.
 
 A report is :meth:`fgnn.monitor.stats.RunResult.to_dict` written as JSON (``NaN`` becomes
-``null``), with a PNG of the per-epoch stage breakdown beside it (``r.json`` → ``r.png``).
+``null``), with a PNG beside it (``r.json`` → ``r.png``): the per-epoch stage breakdown, the wall
+time of training and validation, the training loss and the validation accuracy.
+
+Reports from older versions (without the start-up / cache-fill split, ``eval_s``,
+``final_eval_s``, ``early_stop``, ``allocation.cache_policy``) still load and print.
 
 Print one as a table::
 
@@ -20,7 +24,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from fgnn.atomic import atomic_open
 from fgnn.config import MODES
-from fgnn.monitor.stats import RunResult
+from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
+from fgnn.monitor.summary import cache_text, devices_text, timing_text
 
 __all__ = [
     "ReportError",
@@ -35,12 +40,6 @@ __all__ = [
 
 _NUM = (int, float)
 
-#: Preprocessing steps of a report, in run order, with their labels. Worker start-up overlaps
-#: pre-sampling and sizing (the executors start while the driver chooses the cache).
-PREPROCESS_STEPS = {"load_s": "load", "hotness_s": "hotness", "startup_s": "worker start-up",
-                    "sizing_s": "cache sizing", "cache_fill_s": "cache fill",
-                    "relayout_s": "re-layout", "presample_s": "presample",
-                    "cache_build_s": "cache build"}
 
 
 class ReportError(ValueError):
@@ -61,7 +60,7 @@ def _get(d: Mapping[str, Any], key: str, path: str) -> Any:
 def _number(d: Mapping[str, Any], key: str, path: str, *, lo: Optional[float] = 0.0,
             hi: Optional[float] = None, nullable: bool = False, integer: bool = False) -> None:
     v = _get(d, key, path)
-    full = f"{path}.{key}"
+    full = f"{path}.{key}" if path else key
     if v is None:
         if not nullable:
             _fail(full, "must be a number", v)
@@ -83,15 +82,26 @@ def _mapping(d: Mapping[str, Any], key: str, path: str = "") -> Mapping[str, Any
     return v
 
 
+def _optional_number(d: Mapping[str, Any], key: str, path: str, **kw: Any) -> None:
+    if key in d:
+        _number(d, key, path, **kw)
+
+
 def validate_report(report: Mapping[str, Any]) -> None:
     """Check a report dict against the schema.
 
     Required: ``config`` (object); ``mode`` (a runtime mode); ``allocation`` (``devices``,
-    ``samplers``, ``trainers``, ``K``); ``preprocess`` (``load_s``, ``presample_s``,
-    ``cache_build_s``); ``epochs`` (non-empty list; each with ``epoch``, ``time_s``, ``sample_s``
-    holding ``total``, ``S``, ``M``, ``C``, ``extract_s``, ``train_s``, ``hit_rate`` in [0, 1],
+    ``samplers``, ``trainers``, ``K``); ``preprocess`` (``load_s``, ``presample_s``);
+    ``epochs`` (non-empty list; each with ``epoch``, ``time_s``, ``sample_s`` holding ``total``,
+    ``S``, ``M``, ``C``, ``extract_s``, ``train_s``, ``hit_rate`` in [0, 1],
     ``bytes_host_to_device``, ``switches``, ``batches``, ``loss`` (number or null)); ``final``
     (``train_acc``, ``val_acc``, ``test_acc`` in [0, 1]).
+
+    Optional (absent from older reports), checked when present: ``preprocess.startup_s``,
+    ``cache_fill_s`` and the older ``cache_build_s`` (seconds); ``allocation.devices_requested``
+    (integer >= 1) and ``cache_policy`` (string); per epoch ``eval_s`` (seconds) and ``val_acc``
+    (in [0, 1] or null); ``final_eval_s`` (seconds); ``early_stop`` (null or an object with
+    ``epoch``, ``patience``, ``best_val_acc``, ``best_epoch``).
 
     Args:
         report: the decoded JSON (or :meth:`RunResult.to_dict` output).
@@ -111,12 +121,15 @@ def validate_report(report: Mapping[str, Any]) -> None:
     _number(alloc, "samplers", "allocation", lo=0, integer=True)
     _number(alloc, "trainers", "allocation", lo=0, integer=True)
     _number(alloc, "K", "allocation", lo=0, nullable=True)
+    _optional_number(alloc, "devices_requested", "allocation", lo=1, integer=True)
+    if "cache_policy" in alloc and not isinstance(alloc["cache_policy"], str):
+        _fail("allocation.cache_policy", "must be a string", alloc["cache_policy"])
 
     pre = _mapping(report, "preprocess")
     _number(pre, "load_s", "preprocess")
-    for key in PREPROCESS_STEPS:  # reports before these were measured apart lack them
-        if key in pre:
-            _number(pre, key, "preprocess")
+    for key in (*PREPROCESS_KEYS, "presample_s", "cache_build_s"):  # older reports lack some
+        if key != "load_s":
+            _optional_number(pre, key, "preprocess")
 
     epochs = _get(report, "epochs", "")
     if not isinstance(epochs, list) or not epochs:
@@ -135,10 +148,20 @@ def validate_report(report: Mapping[str, Any]) -> None:
         for key in ("bytes_host_to_device", "switches", "batches"):
             _number(ep, key, p, integer=True)
         _number(ep, "loss", p, lo=None, nullable=True)
+        _optional_number(ep, "eval_s", p)
+        _optional_number(ep, "val_acc", p, hi=1.0, nullable=True)
 
     final = _mapping(report, "final")
     for key in ("train_acc", "val_acc", "test_acc"):
         _number(final, key, "final", hi=1.0)
+    _optional_number(report, "final_eval_s", "")
+    stop = report.get("early_stop")
+    if stop is not None:
+        if not isinstance(stop, Mapping):
+            _fail("early_stop", "must be an object or null", stop)
+        for key in ("epoch", "patience", "best_epoch"):
+            _number(stop, key, "early_stop", integer=True)
+        _number(stop, "best_val_acc", "early_stop", hi=1.0)
 
 
 def _finite_or_none(obj: Any) -> Any:
@@ -223,43 +246,56 @@ def _bytes(n: int) -> str:
     return f"{x:.1f} TiB"  # pragma: no cover
 
 
+#: What the per-epoch timing columns measure (printed under the table).
+_COLUMNS_NOTE = ("wall / eval: wall seconds of the epoch's training / validation",
+                 "sample (S+M+C) / extract / train: seconds summed over executors")
+
+
 def format_report(report: Mapping[str, Any]) -> str:
     """The report as a plain-text table (what ``python -m fgnn.report`` prints).
 
     Epochs are shown numbered from 1, as in the progress lines (the JSON ``epoch`` is 0-based).
+    The header states the devices used (and what was asked for, when that differs), the cache
+    policy in force, and where the wall time went; ``val`` is the per-epoch validation accuracy
+    (``-`` where the epoch was not evaluated).
     """
     cfg = report["config"]
-    a, pre, fin = report["allocation"], report["preprocess"], report["final"]
+    a, fin = report["allocation"], report["final"]
     model = cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?"
-    cache = cfg.get("cache", {}) if isinstance(cfg.get("cache"), Mapping) else {}
     lines = [
-        f"dataset  {cfg.get('dataset', '?')}   model {model}   mode {report['mode']}   "
-        f"cache {cache.get('policy', '?')}",
-        f"alloc    devices {a['devices']} ({a.get('device_kind', '?')})   samplers {a['samplers']}"
-        f"   trainers {a['trainers']}   K {_fmt(a['K'], '.2f')}",
-        "prep     " + "   ".join(f"{label} {pre[key]:.2f}s" for key, label in
-                                 PREPROCESS_STEPS.items() if key in pre),
+        f"dataset  {cfg.get('dataset', '?')}",
+        f"run      model {model}   mode {report['mode']}   cache {cache_text(report)}",
+        f"alloc    {devices_text(report)}   samplers {a['samplers']}   trainers {a['trainers']}"
+        f"   K {_fmt(a['K'], '.2f')}",
+        f"time     {timing_text(report)}",
         "",
     ]
-    head = (f"{'epoch':>5} {'time':>7} {'sample':>7} {'S':>7} {'M':>7} {'C':>7} {'extract':>8} "
-            f"{'train':>7} {'hit':>6} {'h2d':>10} {'sw':>4} {'batch':>5} {'loss':>8}")
+    head = (f"{'epoch':>5} {'wall':>7} {'eval':>6} {'sample':>7} {'S':>7} {'M':>7} {'C':>7} "
+            f"{'extract':>8} {'train':>7} {'hit':>6} {'h2d':>10} {'sw':>4} {'batch':>5} "
+            f"{'loss':>8} {'val':>6}")
     lines += [head, "-" * len(head)]
     for e in report["epochs"]:
         s = e["sample_s"]
         lines.append(
-            f"{e['epoch'] + 1:>5} {e['time_s']:>7.3f} {s['total']:>7.3f} {s['S']:>7.3f} {s['M']:>7.3f} "
-            f"{s['C']:>7.3f} {e['extract_s']:>8.3f} {e['train_s']:>7.3f} "
+            f"{e['epoch'] + 1:>5} {e['time_s']:>7.3f} {_fmt(e.get('eval_s'), '>6.3f'):>6} "
+            f"{s['total']:>7.3f} {s['S']:>7.3f} {s['M']:>7.3f} {s['C']:>7.3f} "
+            f"{e['extract_s']:>8.3f} {e['train_s']:>7.3f} "
             f"{100 * e['hit_rate']:>5.1f}% {_bytes(e['bytes_host_to_device']):>10} "
-            f"{e['switches']:>4} {e['batches']:>5} {_fmt(e['loss'], '>8.4f'):>8}")
-    total = sum(e["time_s"] for e in report["epochs"])
-    lines += ["", f"total    {len(report['epochs'])} epochs in {total:.2f}s",
-              f"final    train {_fmt(fin['train_acc'], '.4f')}   val {_fmt(fin['val_acc'], '.4f')}"
-              f"   test {_fmt(fin['test_acc'], '.4f')}"]
+            f"{e['switches']:>4} {e['batches']:>5} {_fmt(e['loss'], '>8.4f'):>8} "
+            f"{_fmt(e.get('val_acc'), '>6.4f'):>6}")
+    lines += ["-" * len(head), *_COLUMNS_NOTE, ""]
+    if report.get("early_stop"):
+        lines.append(early_stop_message(report["early_stop"]))
+    lines.append(f"final    train {_fmt(fin['train_acc'], '.4f')}   "
+                 f"val {_fmt(fin['val_acc'], '.4f')}   test {_fmt(fin['test_acc'], '.4f')}")
     return "\n".join(lines)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m fgnn.report REPORT.json``: validate and print a report; 1 on a bad file."""
+    """``python -m fgnn.report REPORT.json``: validate and print a report; 1 on a bad file.
+
+    Safe in a pipe: when the reader goes away (``| head``) it stops quietly.
+    """
     parser = argparse.ArgumentParser(prog="python -m fgnn.report",
                                      description="Print an fgnn run report as a table.")
     parser.add_argument("report", help="path of the JSON report written by launch.py --report")
@@ -271,7 +307,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ReportError as e:
         print(f"fgnn.report: error: {e}", file=sys.stderr)
         return 1
-    print("ok" if args.check else format_report(report))
+    try:
+        print("ok" if args.check else format_report(report), flush=True)
+    except BrokenPipeError:
+        # the reader closed the pipe: point stdout at devnull so the interpreter's final flush
+        # does not fail again, and stop without a traceback (as the Python docs advise)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -523,7 +523,8 @@ class Runtime(EpochLoop):
                      if e.role == "sampler"])
         k: Optional[float] = None
         epochs: list[EpochStats] = []
-        best_val, best_state, bad = -1.0, None, 0
+        best_val, best_state, bad, best_epoch = -1.0, None, 0, -1
+        early_stop: Optional[dict[str, Any]] = None
         for epoch in range(start_epoch, tc.epochs):
             stats = self._run_epoch(epoch, measure=epoch == start_epoch)
             stats.warmup = epoch < warm_end
@@ -553,7 +554,7 @@ class Runtime(EpochLoop):
                 scored = self._evaluate(("val",))
                 stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
                 if stats.val_acc > best_val:
-                    best_val, bad = stats.val_acc, 0
+                    best_val, bad, best_epoch = stats.val_acc, 0, epoch
                     best_state = {k_: v.clone() for k_, v in self.model.state_dict().items()}
                 else:
                     bad += 1
@@ -562,6 +563,9 @@ class Runtime(EpochLoop):
             if self.on_epoch is not None:
                 self.on_epoch(stats)
             if tc.patience is not None and bad >= tc.patience:
+                if epoch + 1 < tc.epochs:
+                    early_stop = {"epoch": epoch, "patience": tc.patience,
+                                  "best_val_acc": best_val, "best_epoch": best_epoch}
                 break
         if best_state is not None:
             self.model.load_state_dict(best_state)
@@ -572,7 +576,8 @@ class Runtime(EpochLoop):
             scored = self._evaluate(("train", "val", "test"), weights=best)
             final = {f"{s}_acc": scored.accuracy(s) for s in ("train", "val", "test")}
             self.final_eval_s = scored.time_s
-        allocation = {"devices": self.num_devices, "samplers": n_s, "trainers": n_t, "K": k,
+        allocation = {"devices": self.num_devices, "devices_requested": rt.devices,
+                      "samplers": n_s, "trainers": n_t, "K": k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "cache_policy": self.policy, "warmup_epochs": self.warmup_epochs,
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
@@ -586,7 +591,8 @@ class Runtime(EpochLoop):
                                      "cache_fill_s": self.cache_fill_s,
                                      "relayout_s": self.relayout_s},
                          epochs=epochs, final=final,
-                         final_eval_s=getattr(self, "final_eval_s", 0.0))
+                         final_eval_s=getattr(self, "final_eval_s", 0.0),
+                         early_stop=early_stop)
 
     # ------------------------------------------------------------------ model, eval, ckpt
     def _pull_weights(self) -> None:

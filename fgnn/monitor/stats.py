@@ -1,11 +1,24 @@
-"""Per-epoch and per-run statistics: the records the runtime fills and the report writes."""
+"""Per-epoch and per-run statistics: the records the runtime fills and the report writes.
+
+Every timing says what it covers: executor stage seconds (``sample``, ``extract_s``, ``train_s``)
+are summed over executors; ``time_s`` and ``eval_s`` are wall seconds on the driver, training
+and validation apart; the run's preprocessing wall seconds sit in ``RunResult.preprocess``
+(:data:`PREPROCESS_KEYS`) and the final scoring in ``RunResult.final_eval_s``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-__all__ = ["SampleTimes", "EpochStats", "RunResult"]
+__all__ = ["SampleTimes", "EpochStats", "RunResult", "PREPROCESS_KEYS", "early_stop_message"]
+
+#: Preprocessing wall seconds of a run, in the order they happen: loading the dataset, a
+#: sampling-free hotness map on the driver (degree / PageRank / random; PreSC counts visits in
+#: the warm-up epochs instead), starting the executor processes (overlapping the hotness),
+#: planning each device's cache after the warm-up, filling the caches, and starting the
+#: executors the allocation adds. Older reports hold ``presample_s`` and ``cache_build_s``.
+PREPROCESS_KEYS = ("load_s", "hotness_s", "startup_s", "sizing_s", "cache_fill_s", "relayout_s")
 
 
 @dataclass
@@ -25,7 +38,11 @@ class SampleTimes:
 
 @dataclass
 class EpochStats:
-    """What one epoch did; one entry of the report's ``epochs`` list."""
+    """What one epoch did; one entry of the report's ``epochs`` list.
+
+    ``time_s`` is the epoch's training wall time and ``eval_s`` the wall time of its validation
+    (0.0 when it had none); the stage times are summed over executors.
+    """
 
     epoch: int
     time_s: float = 0.0
@@ -66,14 +83,16 @@ class RunResult:
     allocation: dict[str, Any]
     """``devices``, ``samplers``, ``trainers``, ``K``, ``device_kind`` (``gpu``/``logical``)."""
     preprocess: dict[str, float]
-    """``load_s``, ``hotness_s`` (a sampling-free hotness map on the driver), ``startup_s``
-    (executor start-up, overlapping the hotness), ``sizing_s`` (cache plans after the warm-up),
-    ``cache_fill_s``, ``relayout_s`` (executors started after the allocation)."""
+    """Wall seconds per preprocessing step, keyed by :data:`PREPROCESS_KEYS`."""
     epochs: list[EpochStats]
     final: dict[str, float]
     """``train_acc``, ``val_acc``, ``test_acc``."""
     final_eval_s: float = 0.0
     """Wall seconds of the final train/val/test scoring pass."""
+    early_stop: Optional[dict[str, Any]] = None
+    """Why training stopped before ``train.epochs`` (``None`` when it ran them all):
+    ``epoch`` (the last one run, 0-based), ``patience`` (evaluations without a better validation
+    accuracy), ``best_val_acc`` and ``best_epoch`` (0-based). See :func:`early_stop_message`."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
@@ -85,4 +104,19 @@ class RunResult:
             "epochs": [e.to_dict() for e in self.epochs],
             "final": self.final,
             "final_eval_s": self.final_eval_s,
+            "early_stop": self.early_stop,
         }
+
+
+def early_stop_message(early_stop: dict[str, Any]) -> str:
+    """Why a run stopped early, in one line with epochs numbered from 1 (as on the console).
+
+    Example:
+        ``early stop after epoch 7: no better validation accuracy in 3 evaluations
+        (best 0.8120 at epoch 4)``
+    """
+    p = int(early_stop["patience"])
+    return (f"early stop after epoch {int(early_stop['epoch']) + 1}: no better validation "
+            f"accuracy in {p} evaluation{'' if p == 1 else 's'} "
+            f"(best {float(early_stop['best_val_acc']):.4f} "
+            f"at epoch {int(early_stop['best_epoch']) + 1})")
