@@ -102,7 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=4096)
     p.add_argument("--memory-budget-gib", type=float, default=1.0)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads (1: the CI cores are shared; more spin under load)")
     p.add_argument("--check", type=int, default=64, help="vertices scored per vertex")
     p.add_argument("--check-batch", type=int, default=16)
     p.add_argument("--progress", action="store_true")

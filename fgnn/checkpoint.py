@@ -230,11 +230,11 @@ def read_torch_file(path: Union[str, os.PathLike], what: str = "checkpoint", *,
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        refused = [ln for ln in str(e).splitlines() if "GLOBAL" in ln]
+        refused = re.search(r"GLOBAL ([\w.]+)", str(e))
         if refused:
             raise CheckpointError(path, f"{what} {path} holds pickled Python objects that fgnn "
-                                        f"refuses to load (weights_only=True): "
-                                        f"{refused[0].strip().rstrip('.')}") from e
+                                        f"refuses to load (weights_only=True): it references "
+                                        f"{refused.group(1)}") from e
         raise CheckpointError(path, f"{what} {path} is corrupt (its pickled data does not "
                                     f"load: {_first_sentence(e)})") from e
     except Exception as e:  # torch's zip reader: RuntimeError, EOFError, OSError, ...

@@ -213,7 +213,8 @@ def layerwise_inference(model: nn.Module, graph: CSRGraph, features: Features,
             ``layer=num_layers`` is the final embedding before the classification head.
         batch_size: most destination vertices per batch.
         batch_edges: most edges per batch (bounds the message buffers of one batch).
-        device: where the model runs; layer outputs are kept on the CPU.
+        device: where the model runs (its parameters must be there); layer outputs are kept
+            on the CPU.
         neighbours: see :data:`Neighbours` and the module docstring.
         memory_budget: bytes for two layers' outputs in memory; a layer larger than half of it
             is written to a memory-mapped file under ``tmp_dir``.
