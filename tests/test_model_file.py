@@ -151,3 +151,14 @@ def test_a_file_that_is_not_a_model(tmp_path):
         fgnn.load_model(tmp_path / "x.pt")
     with pytest.raises(FileNotFoundError, match="no model file at"):
         fgnn.load_model(tmp_path / "missing.pt")
+
+
+def test_save_model_into_a_directory_fails_before_anything_runs(tmp_path, capsys):
+    from fgnn.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--dataset", TINY, "--save-model", str(tmp_path), "--no-progress"])
+    assert e.value.code == 2
+    assert _one_line_error(capsys) == (
+        f"launch.py: error: argument --save-model: is a directory; give a file such as "
+        f"model.pt. Received --save-model={str(tmp_path)!r}.")
