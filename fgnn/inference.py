@@ -1,4 +1,4 @@
-"""Layer-wise full-graph inference: logits or embeddings for all (or given) vertices, every neighbour.
+"""Layer-wise full-graph inference: logits or embeddings of all (or given) vertices, all neighbours.
 
 Scoring a vertex with every neighbour through mini-batches of its L-hop neighbourhood recomputes
 the inner layers of shared neighbours over and over, and the L-hop neighbourhood of a batch can be

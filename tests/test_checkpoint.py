@@ -204,8 +204,8 @@ def test_pickle_payload_is_refused_in_one_line_without_running(tmp_path):
     assert not victim.exists()  # nothing in the file ran
 
 
-@pytest.mark.parametrize("content, why", [(b"", "is empty"),
-                                          (b"not a torch file at all", "not a torch file \\(no zip header\\)")])
+@pytest.mark.parametrize("content, why", [
+    (b"", "is empty"), (b"not a torch file at all", r"not a torch file \(no zip header\)")])
 def test_empty_and_foreign_files(tmp_path, content, why):
     path = tmp_path / "ck.pt"
     path.write_bytes(content)

@@ -1,4 +1,4 @@
-"""Model export: ``launch.py --save-model`` -> ``fgnn.load_model`` -> the reported accuracy, exactly.
+"""Model export: ``launch.py --save-model`` -> ``fgnn.load_model`` -> the reported accuracy.
 
 One Ray instance for the module (2 logical GPUs); ``launch.py``'s ``main`` joins it.
 """

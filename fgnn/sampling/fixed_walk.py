@@ -4,11 +4,11 @@
 neighbourhood changes from batch to batch, which is right for training. Inference needs one fixed
 neighbourhood per vertex and layer, as PinSAGE's own inference uses (Ying et al., KDD 2018,
 "Node embeddings via MapReduce": neighbourhoods are fixed, then each layer's embeddings are
-computed once for all vertices). Here the walks of vertex ``v`` for model layer ``i`` take their steps from a counter-based
-hash of ``(seed, i, v, walk, step)`` (SplitMix64), not from a generator's stream. The result does
-not depend on which other vertices share a batch or in what order they come. Per-vertex
-inference over a :class:`FixedRandomWalk` sample and layer-wise inference
-(:func:`fgnn.inference.layerwise_inference`) therefore see the same neighbourhoods.
+computed once for all vertices). Here the walks of vertex ``v`` for model layer ``i`` take their
+steps from a counter-based hash of ``(seed, i, v, walk, step)`` (SplitMix64), not from a
+generator's stream. The result does not depend on which other vertices share a batch or in
+what order they come. Per-vertex inference over a :class:`FixedRandomWalk` sample and layer-wise
+inference (:func:`fgnn.inference.layerwise_inference`) therefore see the same neighbourhoods.
 
 Walk steps and the top-k follow :mod:`fgnn.sampling.random_walk`: uniform steps, a walk that
 reaches a vertex without neighbours stops, the ``top_k`` most visited vertices (the start vertex
