@@ -217,7 +217,8 @@ class Job:
         self.validate()
         cfg = self.config
         t0 = time.perf_counter()
-        if self.dataset is None:
+        from_spec = self.dataset is None
+        if from_spec:
             self.dataset = self._load()
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
@@ -227,7 +228,7 @@ class Job:
         from fgnn.monitor.progress import Progress
         progress = Progress(cfg.train.epochs, cfg.train.batch_size,
                             num_train=int(self.dataset.train_idx.numel()), enabled=self.progress)
-        runtime = self._runtime(progress)
+        runtime = self._runtime(progress, from_spec)
         started = self._init_ray()
         try:
             result = runtime.run()
@@ -259,15 +260,18 @@ class Job:
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
 
-    def _runtime(self, progress: Any) -> Any:
+    def _runtime(self, progress: Any, from_spec: bool) -> Any:
         """Build the runtime and read its resume checkpoint: no Ray yet, so a checkpoint that
-        cannot be used fails here, in one line."""
+        cannot be used fails here, in one line. ``from_spec``: the dataset was loaded from
+        ``config.dataset`` (otherwise the spec is not recorded as the dataset's)."""
         from fgnn.checkpoint import CheckpointError
         from fgnn.executors.runtime import Runtime
 
         cfg = self.config
         runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
                           on_batch=progress.on_batch, on_epoch=progress.on_epoch)
+        if not from_spec:
+            runtime.identity["dataset"]["spec"] = None
         try:
             runtime.load_resume()
         except CheckpointError as e:
