@@ -1,6 +1,6 @@
 """Layer-wise inference on a 2^20-vertex graph in bounded memory (``bench/inference.py``).
 
-Slow: about 4 minutes on the shared 2-core CI machine (docs/benchmarks.md has the numbers). The
+Slow: 4 to 8 minutes on the shared 2-core CI machine (docs/benchmarks.md has the numbers). The
 bench runs in its own process, so ``resource.getrusage`` measures its peak alone.
 """
 
