@@ -8,7 +8,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator, Union
 
-__all__ = ["atomic_open"]
+__all__ = ["atomic_open", "WriteError"]
+
+
+class WriteError(OSError):
+    """A file could not be written (full disk, no permission, ...); nothing was left behind.
+
+    ``str(err)`` is one line naming the path and the reason, e.g.
+    ``cannot write runs/r.json: No space left on device (errno 28)``.
+
+    Attributes:
+        path: the destination that could not be written.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], cause: OSError) -> None:
+        reason = cause.strerror or str(cause) or type(cause).__name__
+        code = f" (errno {cause.errno})" if cause.errno else ""
+        super().__init__(cause.errno, f"cannot write {path}: {reason}{code}")
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 @contextmanager
@@ -19,12 +39,19 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = "wb") -> Iterator[IO]
     Args:
         path: destination; its parent directory is created.
         mode: ``"wb"`` or ``"w"``.
+
+    Raises:
+        WriteError: an ``OSError`` while creating, writing, syncing or renaming the file (a full
+            disk, say), re-raised as one line naming ``path``; the temp file is removed.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_open: mode must be 'wb' or 'w', got {mode!r}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise WriteError(path, e) from e
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600
         with os.fdopen(fd, mode) as f:
@@ -32,9 +59,11 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = "wb") -> Iterator[IO]
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, WriteError):
+            raise WriteError(path, e) from e
         raise
     _fsync_dir(path.parent)
 

@@ -8,13 +8,19 @@ in the destination directory, fsynced and moved into place with :func:`os.replac
 never leaves a half-written checkpoint under the final name.
 
 Loading uses ``torch.load(weights_only=True)``: everything stored is tensors and plain Python
-values, so no pickled code runs.
+values, so no pickled code runs. Every way a file can fail to load (missing, truncated, not a
+torch file, a pickle payload that ``weights_only`` refuses, another model) raises one
+:class:`CheckpointError` whose message is one line naming the file.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import random
+import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -25,15 +31,30 @@ from torch import nn
 
 from fgnn.atomic import atomic_open
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "model_signature",
+__all__ = ["Checkpoint", "CheckpointError", "save_checkpoint", "load_checkpoint",
+           "read_checkpoint", "read_torch_file", "write_torch_file", "model_signature",
            "capture_rng_state", "restore_rng_state"]
 
 _FORMAT = "fgnn-checkpoint"
+#: First bytes of every file ``torch.save`` writes (a zip archive).
+_ZIP_MAGIC = b"PK\x03\x04"
 _VERSION = 1
 #: Constructor dimensions recorded in the signature when the model has them.
 _DIM_ATTRS = ("in_dim", "num_classes", "num_layers", "hidden")
 
 Generators = Union[torch.Generator, Mapping[str, torch.Generator], None]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or model file that cannot be used; the message is one line naming the file.
+
+    Attributes:
+        path: the file.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], message: str) -> None:
+        self.path = Path(path)
+        super().__init__(" ".join(message.split()))  # one line, whatever the cause said
 
 
 @dataclass
@@ -66,24 +87,26 @@ def model_signature(model: nn.Module) -> dict[str, Any]:
 
 
 def _check_signature(saved: Mapping[str, Any], model: nn.Module, path: Path) -> None:
-    """Raise ``ValueError`` naming both sides when ``model`` is not the checkpoint's model."""
+    """Raise :class:`CheckpointError` naming both sides when ``model`` is not the file's model."""
     now = model_signature(model)
     if saved.get("class") != now["class"]:
-        raise ValueError(f"checkpoint {path} was saved from model {saved.get('class')}, but the "
-                         f"model given is {now['class']}")
+        raise CheckpointError(path, f"checkpoint {path} was saved from model "
+                                    f"{saved.get('class')}, but the model given is {now['class']}")
     if saved.get("dims") != now["dims"]:
-        raise ValueError(f"checkpoint {path} was saved from {saved.get('class')} with dims "
-                         f"{saved.get('dims')}, but the model given has dims {now['dims']}")
+        raise CheckpointError(path, f"checkpoint {path} was saved from {saved.get('class')} "
+                                    f"with dims {saved.get('dims')}, but the model given has "
+                                    f"dims {now['dims']}")
     old, new = saved.get("shapes", {}), now["shapes"]
     if old != new:
         missing = sorted(set(old) - set(new))
         unexpected = sorted(set(new) - set(old))
         if missing or unexpected:
-            raise ValueError(f"checkpoint {path} does not match the model's parameters: in the "
-                             f"checkpoint only {missing}, in the model only {unexpected}")
+            raise CheckpointError(path, f"checkpoint {path} does not match the model's "
+                                        f"parameters: in the checkpoint only {missing}, in the "
+                                        f"model only {unexpected}")
         name = next(k for k in old if old[k] != new[k])
-        raise ValueError(f"checkpoint {path} has {name} of shape {tuple(old[name])}, the model "
-                         f"given has shape {tuple(new[name])}")
+        raise CheckpointError(path, f"checkpoint {path} has {name} of shape {tuple(old[name])}, "
+                                    f"the model given has shape {tuple(new[name])}")
 
 
 # ---------------------------------------------------------------------------- RNG state
@@ -154,6 +177,77 @@ def _plain_to_python_state(plain: list) -> tuple:
     return (version, tuple(int(v) for v in internal.cpu().tolist()), gauss_next)
 
 
+# ---------------------------------------------------------------------------- files
+def write_torch_file(path: Union[str, os.PathLike], payload: Any) -> Path:
+    """``torch.save`` ``payload`` to ``path`` atomically.
+
+    The payload is serialised in memory first, so a full disk surfaces as one
+    :class:`~fgnn.atomic.WriteError` naming ``path`` (not as an error of torch's zip writer), and
+    no partial or temporary file is left.
+
+    Raises:
+        WriteError: the file could not be written.
+    """
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    path = Path(path)
+    with atomic_open(path, "wb") as f:
+        f.write(buf.getbuffer())
+    return path
+
+
+def read_torch_file(path: Union[str, os.PathLike], what: str = "checkpoint", *,
+                    map_location: Union[str, torch.device, None] = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)`` with every failure as one :class:`CheckpointError`.
+
+    Args:
+        path: the file.
+        what: how to call the file in messages (``checkpoint``, ``model file``).
+        map_location: where tensors are loaded.
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        CheckpointError: unreadable, empty, truncated or corrupt, not a torch file, or holding
+            pickled objects that ``weights_only`` loading refuses (nothing in the file runs).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, f"no {what} at {path}", str(path))
+    if path.is_dir():
+        raise CheckpointError(path, f"{what} {path} is a directory, not a file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise CheckpointError(path, f"cannot read {what} {path}: {e.strerror or e}") from e
+    if not head:
+        raise CheckpointError(path, f"{what} {path} is empty (0 bytes)")
+    if head != _ZIP_MAGIC:
+        raise CheckpointError(path, f"{what} {path} is not a torch file (no zip header)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(path, f"{what} {path} is truncated (its zip central directory is "
+                                    f"missing; torch would fail finding central directory)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        refused = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if refused:
+            raise CheckpointError(path, f"{what} {path} holds pickled Python objects that fgnn "
+                                        f"refuses to load (weights_only=True): it references "
+                                        f"{refused.group(1)}") from e
+        raise CheckpointError(path, f"{what} {path} is corrupt (its pickled data does not "
+                                    f"load: {_first_sentence(e)})") from e
+    except Exception as e:  # torch's zip reader: RuntimeError, EOFError, OSError, ...
+        raise CheckpointError(path, f"{what} {path} is truncated or corrupt "
+                                    f"({_first_sentence(e)})") from e
+
+
+def _first_sentence(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0] if text else ""
+    return first.rstrip(".") or type(err).__name__
+
+
 # ---------------------------------------------------------------------------- save / load
 def save_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
                     optimizer: Optional[torch.optim.Optimizer] = None, epoch: int = 0, *,
@@ -174,11 +268,10 @@ def save_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
 
     Raises:
         ValueError: for a negative ``epoch``.
+        WriteError: the file could not be written (e.g. a full disk); no file is left behind.
     """
     if int(epoch) < 0:
         raise ValueError(f"epoch must be >= 0, got epoch={epoch!r}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": _FORMAT,
         "version": _VERSION,
@@ -189,15 +282,32 @@ def save_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
         "rng": capture_rng_state(generator),
         "extra": dict(extra or {}),
     }
-    with atomic_open(path, "wb") as f:
-        torch.save(payload, f)
-    return path
+    return write_torch_file(path, payload)
+
+
+def read_checkpoint(path: Union[str, os.PathLike],
+                    map_location: Union[str, torch.device, None] = "cpu") -> dict[str, Any]:
+    """Read a checkpoint's payload without restoring anything (see :func:`load_checkpoint`).
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        CheckpointError: an unreadable file, or not an fgnn checkpoint of this version.
+    """
+    path = Path(path)
+    payload = read_torch_file(path, "checkpoint", map_location=map_location)
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+        raise CheckpointError(path, f"{path} is not an fgnn checkpoint (no {_FORMAT!r} header)")
+    if payload.get("version") != _VERSION:
+        raise CheckpointError(path, f"{path} has checkpoint version {payload.get('version')}, "
+                                    f"this fgnn reads version {_VERSION}")
+    return payload
 
 
 def load_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
                     optimizer: Optional[torch.optim.Optimizer] = None, *,
                     generator: Generators = None, restore_rng: bool = True,
-                    map_location: Union[str, torch.device, None] = "cpu") -> Checkpoint:
+                    map_location: Union[str, torch.device, None] = "cpu",
+                    payload: Optional[Mapping[str, Any]] = None) -> Checkpoint:
     """Check that a checkpoint belongs to ``model`` and restore it in place.
 
     Args:
@@ -208,29 +318,27 @@ def load_checkpoint(path: Union[str, os.PathLike], model: nn.Module,
         restore_rng: also restore the torch/CUDA/numpy/Python global RNG states (generators
             given are restored either way).
         map_location: where tensors are loaded (model/optimizer loading moves them on).
+        payload: the file's content when already read with :func:`read_checkpoint`.
 
     Returns:
         The epoch, ``extra`` and signature stored.
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
-        ValueError: when the file is not an fgnn checkpoint, was saved from another model (the
-            message names both), or holds no optimizer state while one is requested.
+        CheckpointError: (a ``ValueError``, one line) when the file cannot be read, is not an
+            fgnn checkpoint, was saved from another model (the message names both), or holds no
+            optimizer state while one is requested.
     """
     path = Path(path)
-    payload = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-        raise ValueError(f"{path} is not an fgnn checkpoint (no {_FORMAT!r} header)")
-    if payload.get("version") != _VERSION:
-        raise ValueError(f"{path} has checkpoint version {payload.get('version')}, this fgnn "
-                         f"reads version {_VERSION}")
+    if payload is None:
+        payload = read_checkpoint(path, map_location)
     _check_signature(payload["signature"], model, path)
     if optimizer is not None and payload["optimizer"] is None:
-        raise ValueError(f"checkpoint {path} holds no optimizer state but an optimizer was given")
+        raise CheckpointError(path, f"checkpoint {path} holds no optimizer state but an "
+                                    f"optimizer was given")
     model.load_state_dict(payload["model"])
     if optimizer is not None:
         optimizer.load_state_dict(payload["optimizer"])
     restore_rng_state(payload["rng"], generator, global_rngs=restore_rng)
     return Checkpoint(epoch=int(payload["epoch"]), extra=payload["extra"],
                       signature=payload["signature"], path=path)
-

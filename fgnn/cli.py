@@ -69,6 +69,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--checkpoint-dir": "train.checkpoint_dir",
     "--resume": "train.resume",
     "--report": "report",
+    "--save-model": "save_model",
 }
 _FIELD_FLAGS = {v: k for k, v in FLAG_FIELDS.items()}
 _CLASS_PREFIX = {"SamplerConfig": "sampler", "CacheConfig": "cache", "ModelConfig": "model",
@@ -266,6 +267,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--report", default=job.report, metavar="OUT.json",
                    help="write the JSON run report here and its plot beside it (OUT.png); "
                         "unset writes none (default: %(default)s)")
+    g.add_argument("--save-model", default=job.save_model, metavar="PATH",
+                   help="write the best-validation weights with the model, sampler and dataset "
+                        "metadata and the final scores here; fgnn.load_model(PATH) reads it "
+                        "(default: %(default)s)")
     g.add_argument("--no-progress", action="store_true", default=False,
                    help="no progress bars or per-epoch lines (default: %(default)s)")
     return p
@@ -308,6 +313,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               gpus_per_device=args.gpus_per_device,
                               sample_transport=args.sample_transport),
         report=args.report,
+        save_model=args.save_model,
     )
 
 
@@ -371,12 +377,16 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except ValueError as e:
         parser.error(flag_for_error(e))
 
+    from fgnn.atomic import WriteError
     from fgnn.job import Job, JobConfigError
     job = Job(config, progress=not args.no_progress)
     try:
         job.run()  # validates first: fast checks before any data is loaded or Ray starts
     except JobConfigError as e:
         parser.error(flag_for_error(e))
+    except WriteError as e:  # a full disk under the checkpoint, model or report path
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
         return 130

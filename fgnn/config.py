@@ -220,6 +220,9 @@ class JobConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     report: Optional[str] = None
     """Path of the JSON run report (a PNG is written beside it)."""
+    save_model: Optional[str] = None
+    """Path of the model file written after the run (best-validation weights and metadata,
+    read by :func:`fgnn.load_model`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view (for the report)."""

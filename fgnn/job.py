@@ -94,8 +94,9 @@ def _check_writable(field: str, path: Optional[str]) -> None:
     if path is None:
         return
     p = Path(path).absolute()
-    if p.is_dir() and field == "report":
-        raise JobConfigError(field, path, "is a directory; give a file such as run.json")
+    if p.is_dir() and field in ("report", "save_model"):
+        example = "run.json" if field == "report" else "model.pt"
+        raise JobConfigError(field, path, f"is a directory; give a file such as {example}")
     anc = p if p.is_dir() else p.parent
     while not anc.exists():
         anc = anc.parent
@@ -174,8 +175,9 @@ class Job:
         """Cheap checks that need neither the data nor Ray; :meth:`run` calls it first.
 
         Raises:
-            JobConfigError: naming the field and value (dataset spec, data root, report path,
-                checkpoint directory, Ray address).
+            JobConfigError: naming the field and value (dataset spec, data root, report and
+                model paths, checkpoint directory or a missing checkpoint to resume, Ray
+                address).
         """
         cfg = self.config
         if self.dataset is None:
@@ -187,9 +189,15 @@ class Job:
             _check_dir_readable("data_root", cfg.data_root)
             _check_data_spec(cfg.dataset, cfg.data_root)
         _check_writable("report", cfg.report)
+        _check_writable("save_model", cfg.save_model)
         _check_writable("train.checkpoint_dir", cfg.train.checkpoint_dir)
         if cfg.train.resume:
+            from fgnn.executors.runtime import CHECKPOINT_NAME
+
             _check_dir_readable("train.checkpoint_dir", cfg.train.checkpoint_dir)
+            if not (Path(cfg.train.checkpoint_dir) / CHECKPOINT_NAME).is_file():
+                raise JobConfigError("train.checkpoint_dir", cfg.train.checkpoint_dir,
+                                     f"holds no checkpoint {CHECKPOINT_NAME} to resume from")
         rc = cfg.runtime
         if rc.address in (None, "local") and torch.cuda.is_available():
             n_cuda = torch.cuda.device_count()
@@ -202,18 +210,24 @@ class Job:
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
-        """Validate, load the dataset, start or join Ray, train, and write the report.
+        """Validate, load the dataset, check the resume checkpoint, start or join Ray, train,
+        and write the model file and the report.
 
         Returns:
             The run's :class:`~fgnn.monitor.stats.RunResult` (also ``self.result``).
 
         Raises:
-            JobConfigError: a setting that cannot work; nothing is written.
+            JobConfigError: a setting that cannot work, including a resume checkpoint that is
+                unreadable or from another model or dataset; raised before Ray starts, nothing
+                is written.
+            fgnn.atomic.WriteError: a checkpoint, model file or report could not be written
+                (a full disk); no partial file is left.
         """
         self.validate()
         cfg = self.config
         t0 = time.perf_counter()
-        if self.dataset is None:
+        from_spec = self.dataset is None
+        if from_spec:
             self.dataset = self._load()
         try:
             self.dataset.check_trainable()
@@ -223,22 +237,17 @@ class Job:
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
 
         import ray
+
+        from fgnn.monitor.progress import Progress
+        progress = Progress(cfg.train.epochs, cfg.train.batch_size,
+                            num_train=int(self.dataset.train_idx.numel()), enabled=self.progress)
+        runtime = self._runtime(progress, from_spec)
         started = self._init_ray()
-        progress = None
         try:
-            from fgnn.executors.runtime import Runtime
-            from fgnn.monitor.progress import Progress
-            progress = Progress(cfg.train.epochs, cfg.train.batch_size,
-                                num_train=int(self.dataset.train_idx.numel()),
-                                enabled=self.progress)
-            runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
-                              on_batch=progress.on_batch, on_epoch=progress.on_epoch,
-                              on_eval_batch=progress.on_eval)
             result = runtime.run()
             self.model = runtime.model
         finally:
-            if progress is not None:
-                progress.close()
+            progress.close()
             if started:
                 ray.shutdown()
 
@@ -251,6 +260,12 @@ class Job:
         self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
                   f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
                   f"test_acc {fin.get('test_acc', float('nan')):.4f}")
+        if cfg.save_model:
+            from fgnn.model_file import save_model
+            best = {"epoch": runtime.best["epoch"], "val_acc": runtime.best["val_acc"]}
+            path = save_model(cfg.save_model, runtime.model, runtime.identity,
+                              final=result.final, best=best)
+            self._say(f"fgnn: model {path} (fgnn.load_model reads it)")
         if cfg.report:
             from fgnn.report import png_path_for, write_report
             path = write_report(result, cfg.report)
@@ -260,6 +275,26 @@ class Job:
     # ------------------------------------------------------------------ internals
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
+
+    def _runtime(self, progress: Any, from_spec: bool) -> Any:
+        """Build the runtime and read its resume checkpoint: no Ray yet, so a checkpoint that
+        cannot be used fails here, in one line. ``from_spec``: the dataset was loaded from
+        ``config.dataset`` (otherwise the spec is not recorded as the dataset's)."""
+        from fgnn.checkpoint import CheckpointError
+        from fgnn.executors.runtime import Runtime
+
+        cfg = self.config
+        runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
+                          on_batch=progress.on_batch, on_epoch=progress.on_epoch,
+                          on_eval_batch=progress.on_eval)
+        if not from_spec:
+            runtime.identity["dataset"]["spec"] = None
+        try:
+            runtime.load_resume()
+        except CheckpointError as e:
+            raise JobConfigError("train.checkpoint_dir", cfg.train.checkpoint_dir,
+                                 str(e).rstrip(".")) from e
+        return runtime
 
     def _load(self):
         from fgnn.data import load_dataset

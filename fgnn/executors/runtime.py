@@ -116,6 +116,10 @@ class Runtime(EpochLoop):
     Attributes:
         model: the trained model (CPU) after :meth:`run` (best validation weights, like
             :func:`fgnn.training.fit`).
+        identity: model, sampler, dataset and scoring recipe
+            (:func:`fgnn.model_file.job_identity`), stored in checkpoints and model files.
+        best: ``val_acc``, ``epoch`` and ``state`` (weights) of the best validation so far, and
+            ``bad``, the validations since (patience).
         details: per-epoch extras beyond :class:`EpochStats` (overheads, ledger, standby batches).
         actor_names: names of the executor actors of the last epoch.
     """
@@ -134,6 +138,12 @@ class Runtime(EpochLoop):
         self.sampler = sampler if sampler is not None else _build_sampler(config)
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
+        from fgnn.model_file import job_identity
+
+        self.identity = job_identity(config, dataset, self.model, self.sampler)
+        self._start_epoch: Optional[int] = None
+        self._resume_optimizer: Optional[dict[str, Any]] = None
+        self.best: dict[str, Any] = {"val_acc": -1.0, "epoch": None, "state": None, "bad": 0}
         self.on_batch, self.on_epoch = on_batch, on_epoch
         self.on_eval_batch = on_eval_batch
         self._eval_passes = 0
@@ -157,10 +167,12 @@ class Runtime(EpochLoop):
 
         Raises:
             RuntimeFailure: when the job cannot continue (a checkpoint was written).
+            CheckpointError: ``train.resume`` without a usable checkpoint (before Ray starts).
             ValueError: when Ray offers fewer devices than ``runtime.devices``.
         """
         import ray
 
+        self.load_resume()
         self._init_ray()
         try:
             return self._run()
@@ -490,7 +502,7 @@ class Runtime(EpochLoop):
         if rt.mode == "factored" and rt.devices == 1 and not rt.switching:
             raise ValueError("runtime.switching=False with runtime.devices=1 leaves no Trainer in "
                              "factored mode; use mode='single' or enable switching")
-        start_epoch = self._maybe_resume()
+        start_epoch = self.load_resume()
         self.startup_s = self.cache_fill_s = self.sizing_s = self.relayout_s = 0.0
         self.memory_reports: dict[str, Any] = {}
         self.alpha_full = self.alpha_resident = 0.0
@@ -523,7 +535,7 @@ class Runtime(EpochLoop):
                      if e.role == "sampler"])
         k: Optional[float] = None
         epochs: list[EpochStats] = []
-        best_val, best_state, bad, best_epoch = -1.0, None, 0, -1
+        best = self.best
         early_stop: Optional[dict[str, Any]] = None
         for epoch in range(start_epoch, tc.epochs):
             stats = self._run_epoch(epoch, measure=epoch == start_epoch)
@@ -553,27 +565,27 @@ class Runtime(EpochLoop):
                     and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
                 scored = self._evaluate(("val",))
                 stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
-                if stats.val_acc > best_val:
-                    best_val, bad, best_epoch = stats.val_acc, 0, epoch
-                    best_state = {k_: v.clone() for k_, v in self.model.state_dict().items()}
+                if stats.val_acc > best["val_acc"]:
+                    best.update(val_acc=stats.val_acc, epoch=epoch, bad=0, state={
+                        k_: v.clone() for k_, v in self.model.state_dict().items()})
                 else:
-                    bad += 1
+                    best["bad"] += 1
             epochs.append(stats)
             self._save_checkpoint(epoch)
             if self.on_epoch is not None:
                 self.on_epoch(stats)
-            if tc.patience is not None and bad >= tc.patience:
+            if tc.patience is not None and best["bad"] >= tc.patience:
                 if epoch + 1 < tc.epochs:
                     early_stop = {"epoch": epoch, "patience": tc.patience,
-                                  "best_val_acc": best_val, "best_epoch": best_epoch}
+                                  "best_val_acc": best["val_acc"], "best_epoch": best["epoch"]}
                 break
-        if best_state is not None:
-            self.model.load_state_dict(best_state)
+        if best["state"] is not None:
+            self.model.load_state_dict(best["state"])
         final = {"train_acc": float("nan"), "val_acc": float("nan"), "test_acc": float("nan")}
         if self.do_evaluate:
             # the weights final reports are the best-validation ones, scored by every Trainer
-            best = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
-            scored = self._evaluate(("train", "val", "test"), weights=best)
+            weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
+            scored = self._evaluate(("train", "val", "test"), weights=weights)
             final = {f"{s}_acc": scored.accuracy(s) for s in ("train", "val", "test")}
             self.final_eval_s = scored.time_s
         allocation = {"devices": self.num_devices, "devices_requested": rt.devices,
@@ -625,7 +637,8 @@ class Runtime(EpochLoop):
         return Path(d) / CHECKPOINT_NAME
 
     def _save_checkpoint(self, epoch: int, force: bool = False) -> Optional[Path]:
-        """Write model + optimizer from the parameter server (atomic, resumable)."""
+        """Write model + optimizer from the parameter server, the best-validation weights so far
+        and the job's identity (atomic, resumable; :func:`fgnn.load_model` reads it too)."""
         import ray
 
         path = self._checkpoint_path(force)
@@ -639,24 +652,58 @@ class Runtime(EpochLoop):
         opt = torch.optim.Adam(model.parameters(), lr=self.config.train.lr)
         opt.load_state_dict(state["optimizer"])
         return save_checkpoint(path, model, opt, max(epoch, 0),
-                               extra={"runtime": {"finished_epoch": epoch}})
+                               extra=self._checkpoint_extra(epoch))
 
-    def _maybe_resume(self) -> int:
-        """Load the checkpoint when ``train.resume``; returns the first epoch to run."""
-        self._resume_optimizer = None
+    def _checkpoint_extra(self, epoch: int) -> dict[str, Any]:
+        """What a checkpoint stores beside the weights: the finished epoch, the best validation
+        so far (with its weights) and the job's identity."""
+        best = self.best
+        extra = {"runtime": {"finished_epoch": epoch, "best_val_acc": best["val_acc"],
+                             "best_epoch": best["epoch"], "bad_evals": best["bad"]},
+                 "job": self.identity}
+        if best["state"] is not None:
+            extra["best_state"] = best["state"]
+        return extra
+
+    def load_resume(self) -> int:
+        """With ``train.resume``, read and check the checkpoint and restore the model, optimizer
+        state and best-validation weights; returns the first epoch to run. Needs no Ray (the
+        job calls it before Ray starts); later calls return the first result.
+
+        Raises:
+            CheckpointError: one line naming the file: no checkpoint in ``checkpoint_dir``, an
+                unreadable, truncated or pickle-carrying file, or a checkpoint of another model
+                or dataset (naming both).
+        """
+        if self._start_epoch is not None:
+            return self._start_epoch
         tc = self.config.train
+        self._start_epoch = 0
         if not tc.resume:
             return 0
-        path = Path(tc.checkpoint_dir) / CHECKPOINT_NAME
-        if not path.exists():
-            return 0
-        from fgnn.checkpoint import load_checkpoint
+        from fgnn.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
+        from fgnn.model_file import check_identity
 
-        opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
-        ckpt = load_checkpoint(path, self.model, opt, restore_rng=False)
+        path = Path(tc.checkpoint_dir) / CHECKPOINT_NAME
+        if not path.is_file():
+            self._start_epoch = None
+            raise CheckpointError(path, f"no checkpoint {CHECKPOINT_NAME} to resume from in "
+                                        f"{tc.checkpoint_dir}")
+        try:
+            payload = read_checkpoint(path)
+            check_identity(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
+            opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
+            ckpt = load_checkpoint(path, self.model, opt, restore_rng=False, payload=payload)
+        except BaseException:
+            self._start_epoch = None
+            raise
         self._resume_optimizer = opt.state_dict()
-        finished = int(ckpt.extra.get("runtime", {}).get("finished_epoch", ckpt.epoch))
-        return finished + 1
+        run = ckpt.extra.get("runtime", {})
+        self.best.update(val_acc=float(run.get("best_val_acc", -1.0)),
+                         epoch=run.get("best_epoch"), bad=int(run.get("bad_evals", 0)),
+                         state=ckpt.extra.get("best_state"))
+        self._start_epoch = int(run.get("finished_epoch", ckpt.epoch)) + 1
+        return self._start_epoch
 
 
 class _LocalSampling(SamplerExecutor):
