@@ -245,7 +245,8 @@ class EpochLoop:
                 if g == s.gen:
                     self._executor_failed(s, err)
         elapsed = time.perf_counter() - t_start
-        ledger = ray.get(self.ps.ledger.remote())
+        ledger, qledger = ray.get([self.ps.ledger.remote(), self.queue.ledger.remote()])
+        ledger = {**ledger, **qledger}
         acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
         return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
                                  profiling)
@@ -354,7 +355,11 @@ class EpochLoop:
             "sample_bytes": int(sum(r.get("nbytes", 0) for r in recs)),
             "task_ids": sorted(r["task_id"] for r in recs),
             "lost_samples": acc.lost, "reissued": acc.reissued,
-            "applied": ledger["applied"], "rejected": ledger["rejected"],
+            # exactly-once ledger, task id -> count: gradients pushed / applied / turned away on
+            # the server, leases handed out and acknowledgements (every call) on the queue
+            "attempts": ledger["attempts"], "applied": ledger["applied"],
+            "rejected": ledger["rejected"], "applied_by": ledger["by"],
+            "deliveries": ledger["deliveries"], "acks": ledger["acks"],
             "ps_busy_s": ledger["busy_s"],
         })
         return stats

@@ -94,6 +94,8 @@ class Runtime(EpochLoop):
         on_epoch: called with each epoch's :class:`~fgnn.monitor.stats.EpochStats`.
         slow_trainers: fault injection for tests and benchmarks: Trainer index -> extra seconds
             per mini-batch.
+        crash_after_apply: fault injection: indices of Trainers that die once, right after the
+            server applied a gradient of theirs and before its task is acknowledged.
         evaluate: score validation/train/test accuracy (off in throughput benchmarks).
 
     Attributes:
@@ -107,6 +109,7 @@ class Runtime(EpochLoop):
                  model: Optional[nn.Module] = None, on_batch: Optional[OnBatch] = None,
                  on_epoch: Optional[OnEpoch] = None,
                  slow_trainers: Optional[dict[int, float]] = None,
+                 crash_after_apply: Optional[set[int]] = None,
                  evaluate: bool = True) -> None:
         if not isinstance(config, JobConfig):
             raise ValueError(f"config must be a JobConfig, got {type(config).__name__}")
@@ -118,6 +121,7 @@ class Runtime(EpochLoop):
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         self.on_batch, self.on_epoch = on_batch, on_epoch
         self.slow_trainers = dict(slow_trainers or {})
+        self.crash_after_apply = set(crash_after_apply or ())
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
         self.actor_names: list[str] = []
@@ -300,7 +304,8 @@ class Runtime(EpochLoop):
                         self._refs["features"], self._refs["labels"],
                         copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
                         self.queue, name, self.torch_device, role, local,
-                        self.slow_trainers.get(index, 0.0))
+                        self.slow_trainers.get(index, 0.0),
+                        crash_after_apply=not standby and index in self.crash_after_apply)
         return _Exec(name, role, device, h)
 
     def _build_layout(self, n_s: int) -> None:

@@ -19,6 +19,7 @@ leases back in the queue.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -85,12 +86,16 @@ class TrainerExecutor:
         local_sampler: a :class:`~fgnn.executors.sampler.SamplerExecutor` (in-process) to sample
             raw tasks itself (time-sharing mode), else None.
         delay_s: extra seconds per mini-batch (fault injection: a deliberately slow Trainer).
+        crash_after_apply: fault injection: the process exits right after the server applied its
+            first gradient and before the task is acknowledged; the restarted incarnation (Ray
+            ``max_restarts``) trains normally.
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
                  hotness: Optional[Any], alpha: float, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
-                 local_sampler: Any = None, delay_s: float = 0.0) -> None:
+                 local_sampler: Any = None, delay_s: float = 0.0,
+                 crash_after_apply: bool = False) -> None:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
@@ -107,6 +112,7 @@ class TrainerExecutor:
         self.ps, self.queue = ps, queue
         self.local_sampler = local_sampler
         self.delay_s = float(delay_s)
+        self.crash_after_apply = bool(crash_after_apply)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
 
@@ -184,6 +190,9 @@ class TrainerExecutor:
             time.sleep(self.delay_s)
         t1 = time.perf_counter()
         applied, _, flat = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name))
+        if applied and self.crash_after_apply and \
+                not ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         unflatten_into(flat.to(self.device), self.params)
         t2 = time.perf_counter()
         rec = dict(batch.rec)
