@@ -19,6 +19,7 @@ from fgnn.config import (
     DEFAULT_FANOUTS,
     MODELS,
     MODES,
+    REORDERINGS,
     CacheConfig,
     JobConfig,
     ModelConfig,
@@ -49,6 +50,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--presample-epochs": "cache.presample_epochs",
     "--cache-ratio": "cache.cache_ratio",
     "--device-memory": "cache.device_memory_gib",
+    "--reorder": "cache.reorder",
     "--sampler": "sampler.kind",
     "--fanouts": "sampler.fanouts",
     "--num-walks": "sampler.num_walks",
@@ -207,6 +209,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    default="auto", metavar="GiB",
                    help="device memory budget in GiB; auto uses the free device memory, 1 GiB "
                         "on CPU (default: %(default)s)")
+    g.add_argument("--reorder", default=cache.reorder, choices=REORDERINGS,
+                   help="hot-first: renumber graph, features, labels and splits by descending "
+                        "hotness of the cache policy at load (DataTiering Algorithm 2), so the "
+                        "cached rows are the first ids (default: %(default)s)")
 
     g = p.add_argument_group("sampling")
     g.add_argument("--sampler", default=None, choices=_SAMPLER_KINDS,
@@ -275,7 +281,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               num_layers=args.num_layers),
         cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
                           cache_ratio=_auto(args.cache_ratio),
-                          device_memory_gib=_auto(args.device_memory)),
+                          device_memory_gib=_auto(args.device_memory), reorder=args.reorder),
         model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,

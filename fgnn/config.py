@@ -21,6 +21,7 @@ __all__ = [
 MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
+REORDERINGS = ("none", "hot-first")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -75,10 +76,19 @@ class CacheConfig:
     """α, the cached share of vertices; ``None`` chooses it from ``device_memory_gib``."""
     device_memory_gib: Optional[float] = None
     """Device memory budget; ``None`` uses the device's free memory (or 1 GiB on CPU)."""
+    reorder: str = "none"
+    """``hot-first``: renumber graph, features, labels and splits by descending hotness at load
+    (DataTiering Algorithm 2), so the cached rows are the ids ``[0, C)``; ``none`` keeps ids."""
 
     def __post_init__(self) -> None:
         if self.policy not in CACHE_POLICIES:
             _fail("CacheConfig", "policy", self.policy, f"must be one of {', '.join(CACHE_POLICIES)}")
+        if self.reorder not in REORDERINGS:
+            _fail("CacheConfig", "reorder", self.reorder, f"must be one of {', '.join(REORDERINGS)}")
+        if self.reorder != "none" and self.policy == "none":
+            _fail("CacheConfig", "reorder", self.reorder,
+                  "orders vertices by the cache policy's hotness, so it needs a policy other "
+                  "than none")
         if self.presample_epochs < 1:
             _fail("CacheConfig", "presample_epochs", self.presample_epochs, "must be >= 1")
         if self.cache_ratio is not None and not 0.0 <= self.cache_ratio <= 1.0:

@@ -39,11 +39,13 @@ checkpoint (:mod:`fgnn.checkpoint`).
 from __future__ import annotations
 
 import copy
+import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -128,6 +130,9 @@ class Runtime(EpochLoop):
         self.load_s = 0.0
         self._execs: list[_Exec] = []
         self._started_ray = False
+        self.reordering = None
+        self.reorder_info: Optional[dict[str, Any]] = None
+        self._reorder_dir: Optional[str] = None
 
     # ================================================================== public
     def run(self) -> RunResult:
@@ -191,6 +196,9 @@ class Runtime(EpochLoop):
                 kw = {"generator": gen}
             self.hotness = compute_hotness(policy, ds.graph, ds.train_idx, **kw).float().cpu()
         self.presample_s = time.perf_counter() - t0
+        if cfg.cache.reorder == "hot-first":
+            self._reorder(policy)
+            ds = self.dataset
         t1 = time.perf_counter()
         self.alpha_full, self.alpha_resident, self.budget_bytes = self._cache_ratios()
         self.cache_ratio_s = time.perf_counter() - t1
@@ -214,6 +222,29 @@ class Runtime(EpochLoop):
             mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
             mask[hot_order(self.hotness)[:c]] = True
             self.cache_mask = mask
+        if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
+            c = 0 if self.cache_mask is None else int(self.cache_mask.sum())
+            self.reorder_info["cached_prefix"] = c
+            self.reorder_info["cache_is_prefix"] = bool(
+                self.cache_mask is None or bool(self.cache_mask[:c].all()))
+
+    def _reorder(self, policy: str) -> None:
+        """Hot-first renumbering at load (DataTiering Algorithm 2): from here on every id the
+        job uses -- topology, features, labels, splits, hotness, cache map, the Samplers' seeds
+        and the evaluation -- is a new id; ``self.reordering`` maps them back."""
+        from fgnn.cache.reorder import reorder_dataset
+
+        if self.hotness is None:
+            raise ValueError("cache.reorder='hot-first' orders vertices by hotness, but the cache "
+                             f"policy in force is {policy!r}")
+        t0 = time.perf_counter()
+        workdir = None
+        if isinstance(self.dataset.features, np.memmap):  # on disk: a reordered copy on disk
+            self._reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
+        self.dataset, self.reordering = reorder_dataset(self.dataset, self.hotness, workdir)
+        self.hotness = self.hotness[self.reordering.perm]
+        self.reorder_info = {"kind": "hot-first", "score": policy,
+                             "seconds": time.perf_counter() - t0}
 
     def _cache_ratios(self) -> tuple[float, float, int]:
         """α of a Trainer (whole budget) and of a device that also holds the topology (standby,
@@ -366,6 +397,8 @@ class Runtime(EpochLoop):
                 remove_placement_group(pg)
             except Exception:
                 pass
+        if self._reorder_dir is not None:
+            shutil.rmtree(self._reorder_dir, ignore_errors=True)
 
     # ================================================================== the run
     def _run(self) -> RunResult:
@@ -439,9 +472,13 @@ class Runtime(EpochLoop):
                       "step_peak_bytes": getattr(self, "step_peak_bytes", None)}
         if hasattr(self, "profile_times"):
             allocation.update(self.profile_times)
+        preprocess = {"load_s": self.load_s, "presample_s": self.presample_s,
+                      "cache_build_s": self.cache_build_s}
+        if self.reorder_info is not None:
+            allocation["reorder"] = {k: v for k, v in self.reorder_info.items() if k != "seconds"}
+            preprocess["reorder_s"] = self.reorder_info["seconds"]
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
-                         preprocess={"load_s": self.load_s, "presample_s": self.presample_s,
-                                     "cache_build_s": self.cache_build_s},
+                         preprocess=preprocess,
                          epochs=epochs, final=final)
 
     def _profile(self) -> tuple[float, float]:
