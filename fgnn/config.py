@@ -12,6 +12,7 @@ from typing import Any, Optional
 __all__ = [
     "SamplerConfig",
     "CacheConfig",
+    "DiskConfig",
     "ModelConfig",
     "TrainConfig",
     "RuntimeConfig",
@@ -22,6 +23,9 @@ MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
 REORDERINGS = ("none", "hot-first")
+FEATURE_TIERS = ("memory", "disk")
+DISK_CACHES = ("window", "lru", "random")
+DISK_IO = ("direct", "buffered")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -95,6 +99,46 @@ class CacheConfig:
             _fail("CacheConfig", "cache_ratio", self.cache_ratio, "must lie in [0, 1]")
         if self.device_memory_gib is not None and self.device_memory_gib <= 0:
             _fail("CacheConfig", "device_memory_gib", self.device_memory_gib, "must be > 0")
+
+
+@dataclass
+class DiskConfig:
+    """Where Trainers read feature rows that miss their device cache (GIDS, Park et al.)."""
+
+    feature_tier: str = "memory"
+    """``memory``: the host feature matrix (an ``ondisk:`` file is memory-mapped, the OS page
+    cache serves repeats); ``disk``: the GIDS tiers of an ``ondisk:`` dataset -- a device software
+    cache of the cache budget, a constant CPU buffer of hot rows, and 4 KiB-page reads of
+    ``features.npy``."""
+    cpu_buffer: float = 0.0
+    """Share of the rows kept in the constant CPU buffer by hotness (GIDS §3.3)."""
+    cache: str = "window"
+    """Eviction of the device software cache: ``window`` (window buffering, GIDS §3.4), ``lru``
+    or ``random`` (BaM's default)."""
+    window: int = 8
+    """W: mini-batches a Trainer leases ahead from the queue and registers with the cache's
+    future-reuse counters (``window`` eviction)."""
+    accumulator: bool = False
+    """Merge the storage reads of several leased mini-batches until the GIDS access accumulator's
+    threshold (§3.2, Eq. 2-3)."""
+    io: str = "direct"
+    """``direct``: ``O_DIRECT`` reads that bypass the OS page cache (the tiers are the only cache);
+    ``buffered``: plain reads, the page cache may serve repeats."""
+    threads: int = 4
+    """Reads in flight per Trainer (page-run reads spread over a thread pool)."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("feature_tier", FEATURE_TIERS), ("cache", DISK_CACHES),
+                              ("io", DISK_IO)):
+            if getattr(self, name) not in allowed:
+                _fail("DiskConfig", name, getattr(self, name),
+                      f"must be one of {', '.join(allowed)}")
+        if not 0.0 <= self.cpu_buffer <= 1.0:
+            _fail("DiskConfig", "cpu_buffer", self.cpu_buffer, "must lie in [0, 1]")
+        if self.window < 0:
+            _fail("DiskConfig", "window", self.window, "must be >= 0")
+        if self.threads < 1:
+            _fail("DiskConfig", "threads", self.threads, "must be >= 1")
 
 
 @dataclass
@@ -188,11 +232,20 @@ class JobConfig:
     data_root: Optional[str] = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    disk: DiskConfig = field(default_factory=DiskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     report: Optional[str] = None
     """Path of the JSON run report (a PNG is written beside it)."""
+
+    def __post_init__(self) -> None:
+        d = self.disk
+        if (d.feature_tier == "disk" and d.cpu_buffer > 0 and self.cache.policy == "none"
+                and self.runtime.mode != "time-sharing"):
+            _fail("DiskConfig", "cpu_buffer", d.cpu_buffer,
+                  "keeps the hottest rows by the cache policy's hotness, so it needs a cache "
+                  "policy other than none")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view (for the report)."""

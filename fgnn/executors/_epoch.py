@@ -333,6 +333,7 @@ class EpochLoop:
                       else sum(1 for t in trainers if t.alive)),
             queue_wait_s=sum(r["wait_s"] for r in recs),
             queue_depth=acc.depth,
+            disk=_sum_counts([r["disk"] for r in recs if "disk" in r]),
         )
         self.details.append({
             "epoch": epoch, "profiling": profiling,
@@ -363,6 +364,13 @@ class EpochLoop:
             "ps_busy_s": ledger["busy_s"],
         })
         return stats
+
+
+def _sum_counts(dicts: list[dict[str, int]]) -> Optional[dict[str, int]]:
+    """Key-wise sum of per-batch counters (None when there are none)."""
+    if not dicts:
+        return None
+    return {k: int(sum(d.get(k, 0) for d in dicts)) for k in dicts[0]}
 
 
 def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:

@@ -132,6 +132,7 @@ class Runtime(EpochLoop):
         self._started_ray = False
         self.reordering = None
         self.reorder_info: Optional[dict[str, Any]] = None
+        self._disk_tier = config.disk.feature_tier == "disk"
         self._reorder_dir: Optional[str] = None
 
     # ================================================================== public
@@ -205,6 +206,9 @@ class Runtime(EpochLoop):
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
         feats = features_payload(ds.features)
+        if self._disk_tier and not isinstance(feats, MemmapFeatures):
+            raise ValueError(f"disk.feature_tier='disk' reads the features.npy of an ondisk:DIR "
+                             f"dataset; {ds.name!r} holds its features in memory")
         self._refs = {
             "graph": ray.put(graph_payload(ds.graph)),
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
@@ -212,8 +216,8 @@ class Runtime(EpochLoop):
             "train_idx": ray.put(ds.train_idx.cpu().numpy()),
             "hotness": None if self.hotness is None else ray.put(self.hotness.numpy()),
         }
-        if self.hotness is None or self.alpha_full <= 0:
-            self.cache_mask = None
+        if self.hotness is None or self.alpha_full <= 0 or self._disk_tier:
+            self.cache_mask = None  # the disk tier's device cache is dynamic: nothing to mark
         else:
             from fgnn.cache.feature_store import num_cached_rows
             from fgnn.cache.placement import hot_order
@@ -336,7 +340,8 @@ class Runtime(EpochLoop):
                         copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0),
-                        crash_after_apply=not standby and index in self.crash_after_apply)
+                        crash_after_apply=not standby and index in self.crash_after_apply,
+                        disk=cfg.disk if self._disk_tier else None)
         return _Exec(name, role, device, h)
 
     def _build_layout(self, n_s: int) -> None:
@@ -477,9 +482,22 @@ class Runtime(EpochLoop):
         if self.reorder_info is not None:
             allocation["reorder"] = {k: v for k, v in self.reorder_info.items() if k != "seconds"}
             preprocess["reorder_s"] = self.reorder_info["seconds"]
+        if self._disk_tier:
+            allocation["disk"] = self._disk_layout()
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
                          preprocess=preprocess,
                          epochs=epochs, final=final)
+
+    def _disk_layout(self) -> dict[str, Any]:
+        """The disk tier of each Trainer (GIDS): the report's ``allocation.disk``."""
+        from fgnn.cache.feature_store import num_cached_rows
+
+        d, n = self.config.disk, self.dataset.num_nodes
+        row = self.dataset.feature_row_bytes
+        return {"io": d.io, "cache": d.cache, "window": d.window, "accumulator": d.accumulator,
+                "cache_rows": num_cached_rows(self.alpha_full, n),
+                "cpu_buffer_rows": int(d.cpu_buffer * n), "row_bytes": row,
+                "file_bytes": n * row, "path": self._refs["features"].path}
 
     def _profile(self) -> tuple[float, float]:
         """The profiling epoch (§5.3): T_s and T_t per mini-batch, gradients discarded."""

@@ -43,6 +43,10 @@ class EpochStats:
     queue_depth: list[int] = field(default_factory=list)
     """Global-queue depth sampled over the epoch."""
     val_acc: Optional[float] = None
+    disk: Optional[dict[str, int]] = None
+    """Disk-tier counters of the epoch (``--feature-tier disk``): rows per tier
+    (``device_rows``, ``cpu_rows``, ``storage_rows``), storage ``bytes_read`` / ``read_calls`` /
+    ``pages``, cache ``evictions``, ...; None with the memory tier."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""
