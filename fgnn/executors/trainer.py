@@ -114,8 +114,10 @@ class TrainerExecutor:
         self.store, self.tiers, self.lookahead = None, None, 0
         if disk is not None and disk.feature_tier == "disk":
             self.tiers = open_disk_tiers(features, h, self.alpha, str(self.device), disk)
-            # a standby fetches one task at a time (its profit decides each fetch, §5.3)
-            self.lookahead = 0 if role == "standby" else disk.window
+            # leased look-ahead serves window buffering and the accumulator; a standby fetches
+            # one task at a time (its profit decides each fetch, §5.3)
+            ahead = disk.cache == "window" or disk.accumulator
+            self.lookahead = disk.window if ahead and role != "standby" else 0
         else:
             self.store = build_store(open_features(features), h, self.alpha, str(self.device))
         self._ahead: deque[tuple[int, Sample, dict[str, Any]]] = deque()
