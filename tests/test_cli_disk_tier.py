@@ -160,3 +160,19 @@ def test_disk_tier_needs_an_ondisk_dataset():
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "--feature-tier" in err[0] and "ondisk" in err[0], proc.stderr
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--feature-tier", "disk", "--cpu-buffer", "0.1", "--cache-policy", "none"], "--cpu-buffer"),
+    (["--cpu-buffer", "1.5"], "--cpu-buffer"),
+    (["--window", "-1"], "--window"),
+    (["--disk-io", "mmap"], "--disk-io"),
+])
+def test_bad_disk_tier_flags_exit_2_with_one_line(argv, flag, capsys):
+    from fgnn.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--dataset", "ondisk:/nonexistent"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0], err
