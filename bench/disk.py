@@ -20,8 +20,15 @@ cpu+X           CPU buffer and the cache X (the cache admits only rows read from
 cpu+window+acc  + the dynamic storage access accumulator (§3.2, Eq. 2-3)
 ==============  =============================================================================
 
-Before each configuration the file's pages are dropped from the OS page cache
-(``posix_fadvise(DONTNEED)``) unless ``--warm``, so extract time includes real storage reads.
+Storage reads bypass the OS page cache: the file is opened with ``O_DIRECT`` (``--io direct``,
+the default), so every byte counted was read from the device and the tiers are the only cache;
+a file system without direct I/O stops the bench with a message (nothing is substituted). With
+``--io buffered`` the file's pages are dropped from the page cache before each configuration
+(``posix_fadvise(DONTNEED)``) unless ``--warm``, and read-ahead is off, but pages read twice
+within a configuration may come from the page cache (times are then optimistic; byte counts are
+what the tiers asked storage for either way). The sampler (fgnn ``KHop``) and the CPU buffer's
+hotness (``--hotness``, weighted reverse PageRank by default, as in GIDS §3.3) are exactly the ones
+named; any failure stops the bench.
 """
 
 from __future__ import annotations
@@ -43,53 +50,14 @@ from fgnn.cache.disk_cpu_buffer import CPUBufferedSource  # noqa: E402
 from fgnn.cache.disk_loader import DiskFeatureLoader  # noqa: E402
 from fgnn.cache.disk_source import DiskFeatureSource  # noqa: E402
 from fgnn.cache.disk_window_cache import DeviceSoftwareCache  # noqa: E402
+from fgnn.cache.hotness import compute_hotness  # noqa: E402
 from fgnn.data import load_dataset, save_dataset  # noqa: E402
 from fgnn.graph import CSRGraph  # noqa: E402
-from fgnn.sampling.base import Sample, Sampler  # noqa: E402
+from fgnn.sampling import KHop  # noqa: E402
+from fgnn.sampling.base import Sampler  # noqa: E402
 
 CONFIGS = ("none", "lru", "random", "window", "cpu", "cpu+lru", "cpu+random", "cpu+window",
            "cpu+window+acc")
-
-
-class _InputNodesKHop(Sampler):
-    """Fallback uniform k-hop (with replacement) producing only ``input_nodes``."""
-
-    def __init__(self, fanouts: list[int]) -> None:
-        self.fanouts, self.num_layers = fanouts, len(fanouts)
-
-    def sample(self, graph: CSRGraph, seeds: torch.Tensor, generator=None) -> Sample:
-        nodes, frontier = seeds, seeds
-        for k in self.fanouts:
-            deg = graph.degrees()[frontier]
-            r = (torch.rand(frontier.numel(), k, generator=generator) * deg[:, None]).long()
-            nbr = graph.indices[(graph.indptr[frontier][:, None] + r)[deg > 0]].long().flatten()
-            new = torch.unique(nbr)
-            new = new[~torch.isin(new, nodes)]
-            nodes, frontier = torch.cat([nodes, new]), new
-        return Sample(seeds, [], nodes)
-
-
-def _sampler(fanouts: list[int], graph: CSRGraph, probe: torch.Tensor) -> tuple[Sampler, str]:
-    try:
-        from fgnn.sampling import KHop
-
-        s = KHop(fanouts)
-        s.sample(graph, probe, torch.Generator().manual_seed(0))
-        return s, "KHop"
-    except Exception as err:  # noqa: BLE001 - fall back while the sampler is in flux
-        print(f"note: fgnn KHop unavailable ({type(err).__name__}: {err}); using a local one",
-              file=sys.stderr)
-        return _InputNodesKHop(fanouts), "local-khop"
-
-
-def _hotness(graph: CSRGraph, train_idx: torch.Tensor) -> tuple[torch.Tensor, str]:
-    try:
-        from fgnn.cache.hotness import compute_hotness
-
-        return compute_hotness("wrpr", graph, train_idx), "wrpr"
-    except Exception as err:  # noqa: BLE001
-        print(f"note: wrpr unavailable ({err}); using in-degree", file=sys.stderr)
-        return graph.in_degrees().float(), "degree"
 
 
 def _drop_page_cache(path: str) -> None:
@@ -113,16 +81,19 @@ def run(args: argparse.Namespace) -> dict:
         save_dataset(ds, directory)
     graph, train_idx = ds.graph, ds.train_idx
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    sampler, sampler_name = _sampler(fanouts, graph, train_idx[:4])
-    hot, hot_name = _hotness(graph, train_idx)
+    sampler, sampler_name = KHop(fanouts), "KHop"
+    hot, hot_name = compute_hotness(args.hotness, graph, train_idx).float(), args.hotness
     perm = torch.randperm(train_idx.numel(), generator=torch.Generator().manual_seed(args.seed))
     batches = list(train_idx[perm].split(args.batch_size)) * args.epochs
     n = graph.num_nodes
     report = {"dataset": args.dataset, "num_nodes": n, "sampler": sampler_name,
               "hotness": hot_name, "fanouts": fanouts, "batch_size": args.batch_size,
               "epochs": args.epochs, "cpu_buffer": args.cpu_buffer, "window": args.window,
-              "cache_ratio": args.cache_ratio, "threads": args.threads,
-              "cold": not args.warm, "configs": {}}
+              "cache_ratio": args.cache_ratio, "threads": args.threads, "io": args.io,
+              "page_cache": ("bypassed (O_DIRECT)" if args.io == "direct" else
+                             "dropped before each config (POSIX_FADV_DONTNEED)" if not args.warm
+                             else "warm"),
+              "configs": {}}
     for name in args.configs.split(","):
         if name not in CONFIGS:
             raise ValueError(f"bench/disk.py: --configs holds {name!r}, expected {CONFIGS}")
@@ -160,8 +131,9 @@ def _run_config(name: str, directory: Path, graph: CSRGraph, sampler: Sampler,
                 batches: list[torch.Tensor], hot: torch.Tensor, args: argparse.Namespace):
     """One epoch set through fresh tiers of configuration ``name``; (report, disk, wall)."""
     n = graph.num_nodes
-    disk = DiskFeatureSource.from_ondisk(directory, num_threads=args.threads)
-    if not args.warm:
+    disk = DiskFeatureSource.from_ondisk(directory, num_threads=args.threads,
+                                         direct=args.io == "direct")
+    if args.io == "buffered" and not args.warm:
         _drop_page_cache(disk.path)
     parts = set(name.split("+"))
     source = disk
@@ -216,7 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-merge", type=int, default=16)
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--repeats", type=int, default=3, help="runs per config (median time)")
-    p.add_argument("--warm", action="store_true", help="keep the OS page cache (no DONTNEED)")
+    p.add_argument("--io", choices=("direct", "buffered"), default="direct",
+                   help="direct: O_DIRECT reads that bypass the OS page cache (default); "
+                        "buffered: page cache dropped before each config unless --warm")
+    p.add_argument("--warm", action="store_true",
+                   help="with --io buffered: keep the OS page cache (no DONTNEED)")
+    p.add_argument("--hotness", default="wrpr",
+                   help="hotness policy of the CPU buffer (default wrpr, GIDS §3.3)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op threads (1 avoids OpenMP spinning on a shared host)")
     p.add_argument("--seed", type=int, default=0)
@@ -227,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')} must lie in [0, 1], got {getattr(args, name)}")
     if args.window < 0:
         p.error(f"--window must be >= 0, got {args.window}")
+    if args.warm and args.io == "direct":
+        p.error("--warm only applies to --io buffered (direct I/O has no page cache to keep)")
     torch.set_num_threads(args.torch_threads)
     report = run(args)
     if args.json:

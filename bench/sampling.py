@@ -1,12 +1,17 @@
-"""Sample-stage throughput: fgnn's k-hop sampler against PyG's NeighborLoader, side by side.
+"""Sample-stage throughput: fgnn's samplers, and its k-hop sampler against PyG's NeighborLoader.
 
 Measures sampled edges per second over the whole Sample stage (neighbour selection + dedup +
 remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--batch-size``:
 
-* ``fgnn``: :class:`fgnn.sampling.KHop` at ``--threads`` torch threads (default 1, as PyG's
-  sampler runs one thread per loader), and at all of torch's threads as ``fgnn_max_threads``;
-* ``pyg``: ``torch_geometric.loader.NeighborLoader`` on the same graph, fanouts and batches
-  (``null`` when torch_geometric with a sampling backend - pyg-lib or torch-sparse - is absent);
+* ``fgnn``: the ``--sampler`` (``khop``: :class:`fgnn.sampling.KHop`; ``weighted``: edge-weight
+  proportional k-hop; ``walk``: PinSAGE random walks, FGNN §7.1's 4 walks of length 3, top 5,
+  3 layers; ``locality``: Song & Jiang's locality-aware k-hop with the ``--local-frac``
+  highest-degree vertices as the local set and scale ``--scale``) at ``--threads`` torch threads
+  (default 1, as PyG's sampler runs one thread per loader), and at all of torch's threads as
+  ``fgnn_max_threads``;
+* ``pyg``: ``torch_geometric.loader.NeighborLoader`` on the same graph, fanouts and batches, for
+  ``--sampler khop`` only. Without torch_geometric and a sampling backend (pyg-lib or
+  torch-sparse) the bench stops with the reason; ``--no-pyg`` measures fgnn alone;
 * the machine's limit: random reads of the CSR ``indices`` per second (a gather at random
   positions), every sampled edge needing at least one; fgnn's rate is reported as a fraction.
 
@@ -32,7 +37,7 @@ import torch
 
 from fgnn.data import load_dataset
 from fgnn.graph import CSRGraph
-from fgnn.sampling import KHop
+from fgnn.sampling import KHop, LocalityAwareKHop, RandomWalk, Sampler
 
 DEFAULT_SPEC = "rmat:scale=20,edge_factor=16,feat_dim=1,seed=0"
 
@@ -45,10 +50,35 @@ def _timed(fn: Callable[[], int]) -> dict[str, float]:
             "edges_per_s": edges / wall if wall > 0 else float("nan")}
 
 
+SAMPLERS = ("khop", "weighted", "walk", "locality")
+
+
+def make_sampler(kind: str, fanouts: list[int], graph: CSRGraph, local_frac: float = 0.1,
+                 scale: float = 2.0) -> Sampler:
+    """The fgnn sampler ``kind`` names (see the module docstring).
+
+    Raises:
+        ValueError: an unknown kind, or ``weighted`` on a graph without edge weights.
+    """
+    if kind == "khop":
+        return KHop(fanouts)
+    if kind == "weighted":
+        if graph.weights is None:
+            raise ValueError("--sampler weighted needs edge weights; the dataset has none")
+        return KHop(fanouts, weighted=True)
+    if kind == "walk":
+        return RandomWalk()
+    if kind == "locality":
+        k = int(local_frac * graph.num_nodes)
+        local = torch.argsort(graph.degrees(), descending=True, stable=True)[:k]
+        return LocalityAwareKHop(fanouts, local=local, scale=scale)
+    raise ValueError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {kind!r}")
+
+
 def fgnn_epoch(graph: CSRGraph, seeds: torch.Tensor, fanouts: list[int], batch_size: int,
-               seed: int) -> int:
-    """Sample one epoch with KHop; return the number of sampled edges."""
-    sampler = KHop(fanouts)
+               seed: int, sampler: Optional[Sampler] = None) -> int:
+    """Sample one epoch (``sampler``, KHop by default); return the number of sampled edges."""
+    sampler = sampler if sampler is not None else KHop(fanouts)
     gen = torch.Generator().manual_seed(seed)
     edges = 0
     for lo in range(0, seeds.numel(), batch_size):
@@ -56,8 +86,9 @@ def fgnn_epoch(graph: CSRGraph, seeds: torch.Tensor, fanouts: list[int], batch_s
     return edges
 
 
-def pyg_backend() -> Optional[str]:
-    """``"pyg-lib"`` / ``"torch-sparse"`` when NeighborLoader can sample, else ``None``.
+def pyg_backend() -> tuple[Optional[str], str]:
+    """``("pyg-lib" | "torch-sparse" | ..., "")`` when NeighborLoader can sample, else
+    ``(None, why not)``.
 
     When the ``torch_sparse`` package is installed but its Python module cannot be imported (it
     needs ``torch_scatter``, which the peer install script does not build), its compiled
@@ -66,30 +97,30 @@ def pyg_backend() -> Optional[str]:
     """
     try:
         import torch_geometric.typing as tgt
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
-        return None
+    except Exception as err:  # noqa: BLE001 - any import failure means "not available"
+        return None, f"torch_geometric cannot be imported ({type(err).__name__}: {err})"
     if getattr(tgt, "WITH_PYG_LIB", False):
-        return "pyg-lib"
+        return "pyg-lib", ""
     if getattr(tgt, "WITH_TORCH_SPARSE", False):
-        return "torch-sparse"
+        return "torch-sparse", ""
     import glob
     import importlib.util
     import os
 
     spec = importlib.util.find_spec("torch_sparse")
     if spec is None or not spec.submodule_search_locations:
-        return None
+        return None, "torch_geometric has no sampling backend (neither pyg-lib nor torch-sparse)"
     libs = glob.glob(os.path.join(list(spec.submodule_search_locations)[0],
                                   "_neighbor_sample_cpu*.so"))
     if not libs:
-        return None
+        return None, "torch-sparse has no compiled neighbor_sample op"
     try:
         torch.ops.load_library(libs[0])
         torch.ops.torch_sparse.neighbor_sample  # noqa: B018 - raises if not registered
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception as err:  # noqa: BLE001
+        return None, f"torch-sparse's neighbor_sample op cannot be loaded ({err})"
     tgt.WITH_TORCH_SPARSE = True
-    return "torch-sparse (ops only)"
+    return "torch-sparse (ops only)", ""
 
 
 def make_pyg_loader(graph: CSRGraph, seeds: torch.Tensor, fanouts: list[int],
@@ -136,7 +167,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads of the headline fgnn figure (default 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-pyg", action="store_true", help="skip PyG even when installed")
+    p.add_argument("--sampler", choices=SAMPLERS, default="khop",
+                   help="fgnn sampler to measure (PyG is compared for khop only)")
+    p.add_argument("--local-frac", type=float, default=0.1,
+                   help="locality: share of vertices (highest degree) in the local set")
+    p.add_argument("--scale", type=float, default=2.0, help="locality: scale factor s >= 1")
+    p.add_argument("--no-pyg", action="store_true", help="measure fgnn alone (no PyG)")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
 
@@ -162,7 +198,15 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     print(f"{ds.name}: {graph}  (loaded in {load_s:.1f}s); threads={threads}/{max_threads}",
           flush=True)
 
-    backend = None if args.no_pyg else pyg_backend()
+    if args.sampler != "khop" and not args.no_pyg:
+        p.error(f"PyG is compared for --sampler khop only; pass --no-pyg to measure "
+                f"--sampler {args.sampler}")
+    sampler = make_sampler(args.sampler, fanouts, graph, args.local_frac, args.scale)
+    backend = None
+    if not args.no_pyg:
+        backend, why = pyg_backend()
+        if backend is None:
+            p.error(f"PyG NeighborLoader unavailable: {why}; install it or pass --no-pyg")
     loader = None
     if backend is not None:
         t = time.perf_counter()
@@ -174,12 +218,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         prev = torch.get_num_threads()
         torch.set_num_threads(nthreads)
         try:
-            return _timed(lambda: fgnn_epoch(graph, seeds, fanouts, args.batch_size, args.seed))
+            return _timed(lambda: fgnn_epoch(graph, seeds, fanouts, args.batch_size, args.seed,
+                                             sampler))
         finally:
             torch.set_num_threads(prev)
 
     # warm-up (allocates the remap scratch array, faults pages of the topology in)
-    fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed)
+    fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed, sampler)
     if loader is not None:
         next(iter(loader))
     ours, ours1, theirs = [], [], []
@@ -210,6 +255,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "bench": "sampling",
         "dataset": args.dataset,
+        "sampler": args.sampler,
+        "sampler_repr": repr(sampler),
         "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges,
         "fanouts": fanouts,
@@ -230,7 +277,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                     "platform": platform.platform(), "cpus": torch.get_num_threads()},
     }
 
-    rows = [(f"fgnn KHop ({threads} thr)", res_fgnn), (f"fgnn KHop ({max_threads} thr)", res_fgnn1),
+    name = type(sampler).__name__
+    rows = [(f"fgnn {name} ({threads} thr)", res_fgnn),
+            (f"fgnn {name} ({max_threads} thr)", res_fgnn1),
             (f"PyG NeighborLoader ({backend or 'n/a'})", res_pyg)]
     nb = -(-args.num_seeds // args.batch_size)
     print(f"\n{'sampler':34s} {'edges':>12s} {'wall s':>8s} {'cpu s':>8s} {'M edges/s':>10s} "

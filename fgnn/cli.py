@@ -17,10 +17,15 @@ from typing import Any, NoReturn, Optional, Sequence
 from fgnn.config import (
     CACHE_POLICIES,
     DEFAULT_FANOUTS,
+    DISK_CACHES,
+    DISK_IO,
+    FEATURE_TIERS,
     MODELS,
     MODES,
     SAMPLE_TRANSPORTS,
+    REORDERINGS,
     CacheConfig,
+    DiskConfig,
     JobConfig,
     ModelConfig,
     RuntimeConfig,
@@ -52,6 +57,14 @@ FLAG_FIELDS: dict[str, str] = {
     "--presample-epochs": "cache.presample_epochs",
     "--cache-ratio": "cache.cache_ratio",
     "--device-memory": "cache.device_memory_gib",
+    "--reorder": "cache.reorder",
+    "--feature-tier": "disk.feature_tier",
+    "--cpu-buffer": "disk.cpu_buffer",
+    "--disk-cache": "disk.cache",
+    "--window": "disk.window",
+    "--accumulator": "disk.accumulator",
+    "--disk-io": "disk.io",
+    "--disk-threads": "disk.threads",
     "--sampler": "sampler.kind",
     "--fanouts": "sampler.fanouts",
     "--num-walks": "sampler.num_walks",
@@ -72,7 +85,8 @@ FLAG_FIELDS: dict[str, str] = {
     "--save-model": "save_model",
 }
 _FIELD_FLAGS = {v: k for k, v in FLAG_FIELDS.items()}
-_CLASS_PREFIX = {"SamplerConfig": "sampler", "CacheConfig": "cache", "ModelConfig": "model",
+_CLASS_PREFIX = {"SamplerConfig": "sampler", "CacheConfig": "cache", "DiskConfig": "disk",
+                 "ModelConfig": "model",
                  "TrainConfig": "train", "RuntimeConfig": "runtime", "JobConfig": ""}
 _SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
 
@@ -145,7 +159,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The ``launch.py`` parser; every default shown in ``--help`` comes from the configs."""
-    job, smp, cache = JobConfig(), SamplerConfig(), CacheConfig()
+    job, smp, cache, disk = JobConfig(), SamplerConfig(), CacheConfig(), DiskConfig()
     mdl, trn, rt = ModelConfig(), TrainConfig(), RuntimeConfig()
     fan = ", ".join(f"{m} {','.join(map(str, f)) or '(random walks)'}"
                     for m, f in DEFAULT_FANOUTS.items())
@@ -224,6 +238,34 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    default="auto", metavar="GiB",
                    help="device memory budget in GiB; auto uses the free device memory, 1 GiB "
                         "on CPU (default: %(default)s)")
+    g.add_argument("--reorder", default=cache.reorder, choices=REORDERINGS,
+                   help="hot-first: renumber graph, features, labels and splits by descending "
+                        "hotness of the cache policy at load (DataTiering Algorithm 2), so the "
+                        "cached rows are the first ids (default: %(default)s)")
+
+    g = p.add_argument_group("disk tier (GIDS)")
+    g.add_argument("--feature-tier", default=disk.feature_tier, choices=FEATURE_TIERS,
+                   help="where Trainers read rows that miss the device cache: memory (the host "
+                        "matrix; an ondisk: file is memory-mapped) or disk (ondisk: datasets "
+                        "only: device software cache, constant CPU buffer, 4 KiB page reads of "
+                        "features.npy) (default: %(default)s)")
+    g.add_argument("--cpu-buffer", type=_float_in(0.0, 1.0), default=disk.cpu_buffer,
+                   metavar="A", help="disk tier: share of rows in the constant CPU buffer, by "
+                                     "hotness (default: %(default)s)")
+    g.add_argument("--disk-cache", default=disk.cache, choices=DISK_CACHES,
+                   help="disk tier: eviction of the device software cache (window buffering, "
+                        "LRU, random) (default: %(default)s)")
+    g.add_argument("--window", type=_int_at_least(0), default=disk.window, metavar="W",
+                   help="disk tier: mini-batches a Trainer leases ahead for window buffering "
+                        "(default: %(default)s)")
+    g.add_argument("--accumulator", action="store_true", default=disk.accumulator,
+                   help="disk tier: merge storage reads of leased mini-batches up to the GIDS "
+                        "access accumulator's threshold (default: %(default)s)")
+    g.add_argument("--disk-io", default=disk.io, choices=DISK_IO,
+                   help="disk tier: direct (O_DIRECT, bypasses the OS page cache; fails on a "
+                        "file system without it) or buffered (default: %(default)s)")
+    g.add_argument("--disk-threads", type=_int_at_least(1), default=disk.threads, metavar="T",
+                   help="disk tier: reads in flight per Trainer (default: %(default)s)")
 
     g = p.add_argument_group("sampling")
     g.add_argument("--sampler", default=None, choices=_SAMPLER_KINDS,
@@ -299,7 +341,10 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               num_layers=args.num_layers),
         cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
                           cache_ratio=_auto(args.cache_ratio),
-                          device_memory_gib=_auto(args.device_memory)),
+                          device_memory_gib=_auto(args.device_memory), reorder=args.reorder),
+        disk=DiskConfig(feature_tier=args.feature_tier, cpu_buffer=args.cpu_buffer,
+                        cache=args.disk_cache, window=args.window, accumulator=args.accumulator,
+                        io=args.disk_io, threads=args.disk_threads),
         model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,

@@ -13,6 +13,7 @@ from typing import Any, Optional
 __all__ = [
     "SamplerConfig",
     "CacheConfig",
+    "DiskConfig",
     "ModelConfig",
     "TrainConfig",
     "RuntimeConfig",
@@ -23,6 +24,10 @@ MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
 SAMPLE_TRANSPORTS = ("auto", "object_store", "cuda_ipc")
+REORDERINGS = ("none", "hot-first")
+FEATURE_TIERS = ("memory", "disk")
+DISK_CACHES = ("window", "lru", "random")
+DISK_IO = ("direct", "buffered")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -77,16 +82,65 @@ class CacheConfig:
     """α, the cached share of vertices; ``None`` chooses it from ``device_memory_gib``."""
     device_memory_gib: Optional[float] = None
     """Device memory budget; ``None`` uses the device's free memory (or 1 GiB on CPU)."""
+    reorder: str = "none"
+    """``hot-first``: renumber graph, features, labels and splits by descending hotness at load
+    (DataTiering Algorithm 2), so the cached rows are the ids ``[0, C)``; ``none`` keeps ids."""
 
     def __post_init__(self) -> None:
         if self.policy not in CACHE_POLICIES:
             _fail("CacheConfig", "policy", self.policy, f"must be one of {', '.join(CACHE_POLICIES)}")
+        if self.reorder not in REORDERINGS:
+            _fail("CacheConfig", "reorder", self.reorder, f"must be one of {', '.join(REORDERINGS)}")
+        if self.reorder != "none" and self.policy == "none":
+            _fail("CacheConfig", "reorder", self.reorder,
+                  "orders vertices by the cache policy's hotness, so it needs a policy other "
+                  "than none")
         if self.presample_epochs < 1:
             _fail("CacheConfig", "presample_epochs", self.presample_epochs, "must be >= 1")
         if self.cache_ratio is not None and not 0.0 <= self.cache_ratio <= 1.0:
             _fail("CacheConfig", "cache_ratio", self.cache_ratio, "must lie in [0, 1]")
         if self.device_memory_gib is not None and self.device_memory_gib <= 0:
             _fail("CacheConfig", "device_memory_gib", self.device_memory_gib, "must be > 0")
+
+
+@dataclass
+class DiskConfig:
+    """Where Trainers read feature rows that miss their device cache (GIDS, Park et al.)."""
+
+    feature_tier: str = "memory"
+    """``memory``: the host feature matrix (an ``ondisk:`` file is memory-mapped, the OS page
+    cache serves repeats); ``disk``: the GIDS tiers of an ``ondisk:`` dataset -- a device software
+    cache of the cache budget, a constant CPU buffer of hot rows, and 4 KiB-page reads of
+    ``features.npy``."""
+    cpu_buffer: float = 0.0
+    """Share of the rows kept in the constant CPU buffer by hotness (GIDS §3.3)."""
+    cache: str = "window"
+    """Eviction of the device software cache: ``window`` (window buffering, GIDS §3.4), ``lru``
+    or ``random`` (BaM's default)."""
+    window: int = 8
+    """W: mini-batches a Trainer leases ahead from the queue and registers with the cache's
+    future-reuse counters (``window`` eviction)."""
+    accumulator: bool = False
+    """Merge the storage reads of several leased mini-batches until the GIDS access accumulator's
+    threshold (§3.2, Eq. 2-3)."""
+    io: str = "direct"
+    """``direct``: ``O_DIRECT`` reads that bypass the OS page cache (the tiers are the only cache);
+    ``buffered``: plain reads, the page cache may serve repeats."""
+    threads: int = 4
+    """Reads in flight per Trainer (page-run reads spread over a thread pool)."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("feature_tier", FEATURE_TIERS), ("cache", DISK_CACHES),
+                              ("io", DISK_IO)):
+            if getattr(self, name) not in allowed:
+                _fail("DiskConfig", name, getattr(self, name),
+                      f"must be one of {', '.join(allowed)}")
+        if not 0.0 <= self.cpu_buffer <= 1.0:
+            _fail("DiskConfig", "cpu_buffer", self.cpu_buffer, "must lie in [0, 1]")
+        if self.window < 0:
+            _fail("DiskConfig", "window", self.window, "must be >= 0")
+        if self.threads < 1:
+            _fail("DiskConfig", "threads", self.threads, "must be >= 1")
 
 
 @dataclass
@@ -215,6 +269,7 @@ class JobConfig:
     data_root: Optional[str] = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    disk: DiskConfig = field(default_factory=DiskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
@@ -223,6 +278,14 @@ class JobConfig:
     save_model: Optional[str] = None
     """Path of the model file written after the run (best-validation weights and metadata,
     read by :func:`fgnn.load_model`)."""
+
+    def __post_init__(self) -> None:
+        d = self.disk
+        if (d.feature_tier == "disk" and d.cpu_buffer > 0 and self.cache.policy == "none"
+                and self.runtime.mode != "time-sharing"):
+            _fail("DiskConfig", "cpu_buffer", d.cpu_buffer,
+                  "keeps the hottest rows by the cache policy's hotness, so it needs a cache "
+                  "policy other than none")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view (for the report)."""

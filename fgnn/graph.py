@@ -23,7 +23,8 @@ class CSRGraph:
 
     Attributes:
         indptr: ``(N + 1,)`` int64 row pointers, ``indptr[0] == 0``, non-decreasing.
-        indices: ``(E,)`` int32 or int64 neighbour ids, each in ``[0, N)``; sorted within a row.
+        indices: ``(E,)`` int32 or int64 neighbour ids, each in ``[0, N)``; the loaders sort
+            them within a row (a hot-first reordering keeps each row's order, relabelled).
         weights: optional ``(E,)`` float32 positive edge weights (for weighted sampling).
     """
 

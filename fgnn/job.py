@@ -183,9 +183,13 @@ class Job:
         if self.dataset is None:
             from fgnn.data import parse_spec
             try:
-                parse_spec(cfg.dataset)
+                kind, _ = parse_spec(cfg.dataset)
             except ValueError as e:
                 raise JobConfigError("dataset", cfg.dataset, str(e).rstrip(".")) from e
+            if cfg.disk.feature_tier == "disk" and kind != "ondisk":
+                raise JobConfigError("disk.feature_tier", cfg.disk.feature_tier,
+                                     f"reads features.npy from storage, so it needs an "
+                                     f"ondisk:DIR dataset, not {cfg.dataset!r}")
             _check_dir_readable("data_root", cfg.data_root)
             _check_data_spec(cfg.dataset, cfg.data_root)
         _check_writable("report", cfg.report)

@@ -8,6 +8,12 @@ import torch
 
 from conftest import random_graph
 from fgnn.cache import hot_first_permutation, load_cache, reorder, reorder_graph
+from fgnn.cache.reorder import reorder_dataset
+from fgnn.data import load_dataset, save_dataset
+from fgnn.data.synthetic import rmat_dataset
+from fgnn.models import GraphSAGE
+from fgnn.sampling import KHop
+from fgnn.training import evaluate
 
 
 def test_permutation_matches_paper_example():
@@ -39,10 +45,15 @@ def test_reordering_preserves_graph_and_features(weighted):
         key_new = {(int(s), int(d)): float(w) for s, d, w in zip(*back, r.graph.weights)}
         assert key_old == key_new
     assert sorted(zip(*back.tolist())) == sorted(zip(*old_ei.tolist()))
-    # Rows stay sorted within each row.
-    for v in range(0, 300, 37):
-        row = r.graph.indices[r.graph.indptr[v]:r.graph.indptr[v + 1]]
-        assert torch.equal(row, torch.sort(row).values)
+    # Each row is its old row relabelled, neighbours in their old order (Algorithm 2 copies the
+    # lists), weights alongside.
+    for v in range(300):
+        o = int(r.perm[v])
+        old = slice(int(g.indptr[o]), int(g.indptr[o + 1]))
+        new = slice(int(r.graph.indptr[v]), int(r.graph.indptr[v + 1]))
+        assert torch.equal(r.graph.indices[new].long(), r.inv[g.indices[old].long()])
+        if weighted:
+            assert torch.equal(r.graph.weights[new], g.weights[old])
     # Features follow their vertices.
     assert torch.equal(r.features[r.to_new(torch.arange(300))], feats)
     assert torch.equal(r.to_old(r.to_new(torch.arange(300))), torch.arange(300))
@@ -75,3 +86,57 @@ def test_bad_input():
         reorder_graph(g, torch.zeros(10, dtype=torch.long))
     with pytest.raises(ValueError, match="rows has 9 rows"):
         reorder(g, torch.zeros(10), torch.zeros(9, 2))
+
+
+@pytest.fixture(scope="module")
+def small():
+    return rmat_dataset(scale=8, edge_factor=6, feat_dim=8, num_classes=3, train_frac=0.3,
+                        val_frac=0.2, test_frac=0.2, seed=3)
+
+
+def _check_same_dataset(ds, new, re):
+    """``new`` is ``ds`` renumbered by ``re``: every per-vertex array follows its vertex."""
+    assert torch.equal(new.labels[re.inv], ds.labels)
+    assert np.array_equal(np.asarray(new.features)[re.inv.numpy()], np.asarray(ds.features))
+    for split in ("train_idx", "val_idx", "test_idx"):  # same vertices, same order
+        assert torch.equal(re.perm[getattr(new, split)], getattr(ds, split))
+
+
+def test_reorder_dataset_keeps_sampling_and_evaluation_identical(small):
+    score = small.graph.in_degrees().float()
+    new, re = reorder_dataset(small, score)
+    _check_same_dataset(small, new, re)
+    assert bool((score[re.perm][:-1] >= score[re.perm][1:]).all())  # hot first
+    # k-hop sampling draws the same neighbours (relabelled) from the same random numbers
+    seeds = small.train_idx[:16]
+    a = KHop([4, 3]).sample(small.graph, seeds, torch.Generator().manual_seed(5))
+    b = KHop([4, 3]).sample(new.graph, re.inv[seeds], torch.Generator().manual_seed(5))
+    assert torch.equal(re.perm[b.input_nodes], a.input_nodes)
+    assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst)
+               for x, y in zip(a.blocks, b.blocks))
+    # the same weights score the same on both numberings (full-neighbour and sampled)
+    torch.manual_seed(0)
+    model = GraphSAGE(small.feat_dim, small.num_classes, num_layers=2, hidden=16)
+    for how in (None, [4, 3]):
+        assert evaluate(model, small, how, small.test_idx) == \
+            evaluate(model, new, how, new.test_idx)
+
+
+def test_a_reordering_that_forgets_the_labels_is_caught(small):
+    # The consistency check above must notice a renumbering that leaves labels behind.
+    new, re = reorder_dataset(small, small.graph.in_degrees().float())
+    forgetful = new.__class__(**{**new.__dict__, "labels": small.labels})
+    with pytest.raises(AssertionError):
+        _check_same_dataset(small, forgetful, re)
+
+
+def test_reorder_dataset_streams_on_disk_features_to_a_new_file(small, tmp_path):
+    save_dataset(small, tmp_path / "ds")
+    ds = load_dataset(f"ondisk:{tmp_path / 'ds'}")
+    assert isinstance(ds.features, np.memmap)
+    with pytest.raises(ValueError, match="workdir"):
+        reorder_dataset(ds, ds.graph.in_degrees().float())
+    new, re = reorder_dataset(ds, ds.graph.in_degrees().float(), tmp_path / "re")
+    assert isinstance(new.features, np.memmap)
+    assert str(new.features.filename) == str((tmp_path / "re" / "features.npy").resolve())
+    _check_same_dataset(ds, new, re)

@@ -159,11 +159,48 @@ def test_parameter_server_applies_each_task_once():
     assert not ps.step(3, 8, g)[0]                   # stale epoch
     led = ps.ledger()
     assert led["applied"] == {7: 1} and led["rejected"] == {7: 1, 8: 1} and led["by"] == {7: "t0"}
+    assert led["attempts"] == {7: 2, 8: 1}            # every push counted, admitted or not
     ps.begin_epoch(1, discard=True)                  # profiling: counted, not applied
     applied, v3, w3 = ps.step(1, 0, g)
     assert applied and v3 == v2 and torch.equal(w3, w2)
     st = ps.state()
     assert set(st) == {"model", "optimizer", "version"}
+
+
+def test_parameter_server_counts_applications_apart_from_its_decision():
+    # A server whose exactly-once check is broken applies the duplicate, and its own ledger says
+    # so (the count is of applications, not capped by the check).
+    class Broken(ParameterServer):
+        def _admit(self, epoch, task_id):
+            return epoch == self.epoch
+
+    ps = Broken(_lin(), lr=0.1)
+    ps.begin_epoch(0)
+    g = torch.ones_like(ps.weights()[1])
+    assert ps.step(0, 7, g, "t0")[0] and ps.step(0, 7, g, "t1")[0]
+    led = ps.ledger()
+    assert led["applied"] == {7: 2} and led["attempts"] == {7: 2} and led["by"] == {7: "t0"}
+
+
+def test_queue_ledger_counts_every_ack_and_delivery_and_polls_without_waiting():
+    async def body():
+        q = GlobalQueue(maxsize=4)
+        await q.begin_epoch(0, 2)
+        g = await q.register("t0")
+        assert await q.get("t0", g, timeout=0) == ("timeout", None, 0.0)  # empty: no wait
+        await q.put(QueueItem(0, 0))
+        st, item, _ = await q.get("t0", g, timeout=0)
+        assert st == "item" and item.task_id == 0
+        assert await q.ack("t0", 0) and not await q.ack("t0", 0)
+        await q.put(QueueItem(0, 1))
+        await q.get("t0", g)
+        await q.retire("t0")                            # leased task 1 goes back
+        g = await q.register("t0")
+        await q.get("t0", g)
+        assert q.ledger() == {"deliveries": {0: 1, 1: 2}, "acks": {0: 2}}
+        await q.begin_epoch(1, 1)
+        assert q.ledger() == {"deliveries": {}, "acks": {}}
+    run(body())
 
 
 # ---------------------------------------------------------------------------- sampler

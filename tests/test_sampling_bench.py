@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -22,3 +24,31 @@ def test_bench_sampling_smoke(tmp_path):
     assert saved["pyg"] is None and saved["ratio_fgnn_over_pyg"] is None
     assert saved["random_reads_per_s"] > 0 and saved["fanouts"] == [3, 2]
     assert saved["threads"] == 1
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_sampling", REPO / "bench" / "sampling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("kind", ["weighted", "walk", "locality"])
+def test_bench_sampling_measures_every_fgnn_sampler(tmp_path, kind):
+    res = _bench().main(["--dataset", "rmat:scale=9,edge_factor=4,feat_dim=1", "--fanouts", "3,2",
+                         "--batch-size", "64", "--num-seeds", "256", "--rounds", "1",
+                         "--no-pyg", "--sampler", kind])
+    assert res["sampler"] == kind and res["fgnn"]["edges"] > 0 and res["pyg"] is None
+    assert {"weighted": "KHop", "walk": "RandomWalk",
+            "locality": "LocalityAwareKHop"}[kind] in res["sampler_repr"]
+
+
+def test_bench_sampling_stops_when_pyg_is_missing_instead_of_leaving_it_out(monkeypatch):
+    mod = _bench()
+    monkeypatch.setattr(mod, "pyg_backend", lambda: (None, "no backend here"))
+    with pytest.raises(SystemExit) as info:
+        mod.main(["--dataset", "rmat:scale=8,edge_factor=4,feat_dim=1", "--num-seeds", "64",
+                  "--batch-size", "32", "--rounds", "1"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit):  # PyG compares k-hop only
+        mod.main(["--dataset", "rmat:scale=8,edge_factor=4,feat_dim=1", "--sampler", "walk"])

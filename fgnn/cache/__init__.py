@@ -7,16 +7,17 @@ from fgnn.cache.budget import (CacheBudget, CudaPeakMeter, PeakMeter, TensorAllo
                                choose_cache_ratio, measure_step_peak, resident_bytes)
 from fgnn.cache.disk import (EVICTION_POLICIES, PAGE_SIZE, AccessAccumulator, CacheStats,
                              CPUBufferedSource, CPUBufferStats, DeviceSoftwareCache,
-                             DiskFeatureLoader, DiskFeatureSource, DiskStats, StorageAccessModel,
-                             eq2_num_accesses, eq3_steady_time, read_npy_layout)
+                             DiskFeatureLoader, DiskFeatureSource, DiskStats, DiskTiers,
+                             StorageAccessModel, direct_io_supported, eq2_num_accesses,
+                             eq3_steady_time, read_npy_layout)
 from fgnn.cache.feature_store import (FeatureCache, FeatureStore, TensorSource, TierStats,
                                       as_source, load_cache, num_cached_rows)
 from fgnn.cache.hotness import (POLICIES, compute_hotness, degree_hotness, parse_policy,
                                 presample_counts, presc_hotness, random_hotness, wrpr_hotness)
 from fgnn.cache.placement import (Placement, clique_placement, hot_order,
                                   interleaved_placement, replicate_placement)
-from fgnn.cache.reorder import (Reordering, hot_first_permutation, reorder, reorder_graph,
-                                reorder_rows)
+from fgnn.cache.reorder import (Reordering, hot_first_permutation, reorder, reorder_dataset,
+                                reorder_graph, reorder_rows)
 from fgnn.cache.source import FeatureSource
 
 __all__ = [
@@ -28,10 +29,11 @@ __all__ = [
     "presc_hotness", "random_hotness", "wrpr_hotness",
     "Placement", "clique_placement", "hot_order", "interleaved_placement",
     "replicate_placement",
-    "Reordering", "hot_first_permutation", "reorder", "reorder_graph", "reorder_rows",
+    "Reordering", "hot_first_permutation", "reorder", "reorder_dataset", "reorder_graph",
+    "reorder_rows",
     "FeatureSource",
     "AccessAccumulator", "CacheStats", "CPUBufferStats", "CPUBufferedSource",
-    "DeviceSoftwareCache", "DiskFeatureLoader", "DiskFeatureSource", "DiskStats",
+    "DeviceSoftwareCache", "DiskFeatureLoader", "DiskFeatureSource", "DiskStats", "DiskTiers",
     "EVICTION_POLICIES", "PAGE_SIZE", "StorageAccessModel", "eq2_num_accesses",
-    "eq3_steady_time", "read_npy_layout",
+    "eq3_steady_time", "direct_io_supported", "read_npy_layout",
 ]

@@ -1,22 +1,16 @@
 """A GIDS-style loader: sampling ahead, window buffering and accumulated disk reads (§3.2-3.4).
 
 For every seed batch it yields ``(sample, features)``; ``features[i]`` is the row of
-``sample.input_nodes[i]`` on the training device. Rows come from three tiers, fastest first:
-
-1. the device software cache (:class:`~fgnn.cache.disk_window_cache.DeviceSoftwareCache`, §3.4),
-2. the constant CPU buffer (:class:`~fgnn.cache.disk_cpu_buffer.CPUBufferedSource`, §3.3),
-3. storage (:class:`~fgnn.cache.disk_source.DiskFeatureSource`).
-
-As in GIDS, where the software cache sits in front of storage to conserve storage bandwidth
-(§3.4) and CPU-buffer accesses are redirected around it (§3.3), the cache admits only rows read
-from storage; the two memory tiers hold disjoint rows.
+``sample.input_nodes[i]`` on the training device, read through :class:`~fgnn.cache.disk_tiers.
+DiskTiers` (device software cache, constant CPU buffer, storage).
 
 Sampling runs ahead of aggregation (training never changes what is sampled, §3.2): the next
 ``window`` mini-batches are kept in the window buffer and registered with the cache's future-reuse
 counters. With an :class:`~fgnn.cache.disk_accumulator.AccessAccumulator` the loader samples further
-ahead until the gathered node accesses reach the accumulator's threshold and reads the storage rows
-of that whole group with one batched, page-coalesced request (many reads in flight); without it,
-each mini-batch is read on its own.
+ahead until the gathered node accesses reach the accumulator's threshold, and the tiers read the
+storage rows of that whole group with one batched, page-coalesced request (many reads in flight);
+without it, each mini-batch is read on its own. The runtime's Trainers use the same tiers with the
+global queue as their look-ahead (:mod:`fgnn.executors.trainer`).
 """
 
 from __future__ import annotations
@@ -28,8 +22,7 @@ from typing import Iterable, Iterator, Optional
 import torch
 
 from fgnn.cache.disk_accumulator import AccessAccumulator
-from fgnn.cache.disk_cpu_buffer import CPUBufferedSource
-from fgnn.cache.disk_source import DiskFeatureSource
+from fgnn.cache.disk_tiers import DiskTiers
 from fgnn.cache.disk_window_cache import DeviceSoftwareCache
 from fgnn.cache.source import FeatureSource
 from fgnn.graph import CSRGraph
@@ -73,18 +66,20 @@ class DiskFeatureLoader:
             raise ValueError(f"DiskFeatureLoader: max_merge must be >= 1, got {max_merge}")
         self.sampler, self.graph = sampler, graph
         self.batches = list(batches)
+        self.tiers = DiskTiers(source, cache, window=window, accumulator=accumulator,
+                               max_merge=max_merge, device=device)
         self.source, self.cache = source, cache
         self.window, self.accumulator, self.max_merge = int(window), accumulator, int(max_merge)
         self.generator = generator
-        self.device = cache.device if cache is not None else torch.device(device)
-        self.disk = _find_disk(source)
-        self.cpu_buffer = source if isinstance(source, CPUBufferedSource) else None
-        self.row_bytes = source.dim * torch.empty((), dtype=source.dtype).element_size()
+        self.device = self.tiers.device
+        self.disk, self.cpu_buffer = self.tiers.disk, self.tiers.cpu_buffer
+        self.row_bytes = self.tiers.row_bytes
         self.reset_stats()
 
     def reset_stats(self) -> None:
         """Zero the loader's own counters (tier counters live on the tiers)."""
         self.timing = {"sample_s": 0.0, "extract_s": 0.0}
+        self.tiers.extract_s = 0.0
         self.counts = {"batches": 0, "groups": 0, "node_accesses": 0, "cpu_rows": 0,
                        "storage_rows": 0, "fallback_rows": 0}
 
@@ -95,112 +90,35 @@ class DiskFeatureLoader:
     def __iter__(self) -> Iterator[tuple[Sample, torch.Tensor]]:
         ahead: deque[Sample] = deque()
         next_batch = 0  # index of the next seed batch to sample
-        registered = 0  # batches registered with the window counters so far
-        consumed = 0
-        staged_ids = torch.empty(0, dtype=torch.int64)
-        staged_rows: Optional[torch.Tensor] = None
-        group_left = 0
+        tiers = self.tiers
+        tiers.drop_staged()
 
-        def sample_until(k: int) -> None:
+        def sample_one() -> bool:
             nonlocal next_batch
-            while len(ahead) < k and next_batch < len(self.batches):
-                t0 = time.perf_counter()
-                s = self.sampler.sample(self.graph, self.batches[next_batch], self.generator)
-                s.task_id = next_batch
-                self.timing["sample_s"] += time.perf_counter() - t0
-                ahead.append(s)
-                next_batch += 1
+            if next_batch >= len(self.batches):
+                return False
+            t0 = time.perf_counter()
+            s = self.sampler.sample(self.graph, self.batches[next_batch], self.generator)
+            s.task_id = next_batch
+            self.timing["sample_s"] += time.perf_counter() - t0
+            ahead.append(s)
+            tiers.enter_window(s.input_nodes)  # the window buffer (§3.4)
+            next_batch += 1
+            return True
 
-        while consumed < len(self.batches):
-            sample_until(1 + self.window)
-            if self.cache is not None and self.window > 0:
-                # Window buffer: the current batch and the next W hold future-reuse counts.
-                while registered < min(consumed + 1 + self.window, next_batch):
-                    self.cache.add_future(ahead[registered - consumed].input_nodes,
-                                          assume_unique=True)
-                    registered += 1
-            t0, sampled0 = time.perf_counter(), self.timing["sample_s"]
-            if group_left == 0:
-                group = self._group_size(ahead, sample_until)
-                staged_ids, staged_rows = self._stage(list(ahead)[:group])
-                group_left = group
-                self.counts["groups"] += 1
+        while ahead or next_batch < len(self.batches):
+            while len(ahead) < 1 + self.window and sample_one():
+                pass
+            # the accumulator may want more mini-batches than the window holds (§3.2)
+            while tiers.group_size([s.input_nodes.numel() for s in ahead]) is None \
+                    and sample_one():
+                pass
             sample = ahead.popleft()
-            feats = self._extract(sample.input_nodes, staged_ids, staged_rows)
-            if self.cache is not None and self.window > 0:
-                self.cache.consume(sample.input_nodes, assume_unique=True)
-            # Extract time excludes the look-ahead sampling the accumulator triggers.
-            self.timing["extract_s"] += (time.perf_counter() - t0
-                                         - (self.timing["sample_s"] - sampled0))
-            group_left -= 1
-            consumed += 1
-            self.counts["batches"] += 1
-            self.counts["node_accesses"] += int(sample.input_nodes.numel())
+            feats = tiers.extract([sample.input_nodes] + [s.input_nodes for s in ahead])
+            st = tiers.take_stats()
+            for key in self.counts:
+                self.counts[key] += st[key]
             yield sample, feats
-
-    def _group_size(self, ahead: deque, sample_until) -> int:
-        """Mini-batches to merge: 1, or (accumulator) until the threshold of node accesses."""
-        if self.accumulator is None:
-            return 1
-        threshold = self.accumulator.threshold()
-        group, total = 0, 0
-        while group < self.max_merge:
-            sample_until(group + 1)
-            if group >= len(ahead):
-                break
-            total += int(ahead[group].input_nodes.numel())
-            group += 1
-            if total >= threshold:
-                break
-        return max(group, 1)
-
-    def _stage(self, group: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Read once, from CPU buffer / disk, the rows of ``group`` not in the device cache."""
-        ids = torch.unique(torch.cat([s.input_nodes.cpu().long() for s in group]))
-        node_accesses = int(sum(s.input_nodes.numel() for s in group))
-        if self.cache is not None and self.cache.capacity > 0:
-            resident = self.cache.slot_of[ids.to(self.cache.device)].cpu() >= 0
-            ids = ids[~resident]
-        pages0 = self.disk.stats.pages if self.disk is not None else 0
-        cpu0 = self.cpu_buffer.stats.hits if self.cpu_buffer is not None else 0
-        rows = self.source.read(ids)
-        if self.accumulator is not None:
-            storage = (self.disk.stats.pages - pages0) if self.disk is not None else 0
-            cpu_hits = (self.cpu_buffer.stats.hits - cpu0) if self.cpu_buffer is not None else 0
-            disk_rows = ids.numel() - cpu_hits
-            self.accumulator.update(node_accesses, node_accesses - disk_rows, storage)
-        return ids, rows
-
-    def _extract(self, input_nodes: torch.Tensor, staged_ids: torch.Tensor,
-                 staged_rows: torch.Tensor) -> torch.Tensor:
-        """Rows of ``input_nodes`` (unique ids) on the training device."""
-
-        def from_host(ids: torch.Tensor) -> torch.Tensor:
-            ids = ids.cpu()
-            cpu = int(self.cpu_buffer.contains(ids).sum()) if self.cpu_buffer is not None else 0
-            self.counts["cpu_rows"] += cpu
-            self.counts["storage_rows"] += ids.numel() - cpu
-            pos = torch.searchsorted(staged_ids, ids).clamp_(max=max(staged_ids.numel() - 1, 0))
-            found = (staged_ids[pos] == ids) if staged_ids.numel() else torch.zeros_like(
-                ids, dtype=torch.bool)
-            if bool(found.all()):
-                return staged_rows[pos]
-            out = torch.empty((ids.numel(), self.source.dim), dtype=self.source.dtype)
-            out[found] = staged_rows[pos[found]]
-            missing = ~found
-            # Rows resident at staging time but evicted before their batch ran.
-            self.counts["fallback_rows"] += int(missing.sum())
-            out[missing] = self.source.read(ids[missing])
-            return out
-
-        if self.cache is None:
-            return from_host(input_nodes).to(self.device, non_blocking=True)
-        admit = None
-        if self.cpu_buffer is not None and self.cpu_buffer.capacity > 0:
-            # The device cache conserves *storage* bandwidth (§3.4): rows the constant CPU
-            # buffer holds are served from it and never take a cache line.
-            admit = lambda ids: ~self.cpu_buffer.contains(ids)  # noqa: E731
-        return self.cache.fetch(input_nodes, from_host, admit)
 
     # ------------------------------------------------------------------ report
     def report(self) -> dict:
@@ -214,7 +132,8 @@ class DiskFeatureLoader:
         c = self.counts
         n = c["node_accesses"]
         device = n - c["cpu_rows"] - c["storage_rows"]
-        out: dict = {**c, **self.timing, "row_bytes": self.row_bytes}
+        timing = {**self.timing, "extract_s": self.tiers.extract_s}
+        out: dict = {**c, **timing, "row_bytes": self.row_bytes}
         rate = (lambda k: k / n) if n else (lambda k: 0.0)
         out["tiers"] = {
             "device": {"rows": device, "bytes": device * self.row_bytes, "hit_rate": rate(device)},
@@ -232,12 +151,3 @@ class DiskFeatureLoader:
             out["disk"] = self.disk.stats.as_dict()
             out["disk_bytes"] = self.disk.stats.bytes_read
         return out
-
-
-def _find_disk(source: FeatureSource) -> Optional[DiskFeatureSource]:
-    """The DiskFeatureSource at the bottom of ``source`` (through CPU buffers), if any."""
-    while source is not None:
-        if isinstance(source, DiskFeatureSource):
-            return source
-        source = getattr(source, "backing", None)
-    return None

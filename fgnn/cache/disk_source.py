@@ -8,6 +8,12 @@ thread pool, sorted by page and coalesced into runs of consecutive pages, with s
 flight. The whole matrix is never loaded: a read of ``M`` rows touches at most the pages those rows
 cover.
 
+With ``direct=True`` the file is opened with ``O_DIRECT``: every read goes to the device and the
+OS page cache holds none of the file, so the tiers in front of this source (CPU buffer, device
+cache) are the only caches and the bytes read are bytes that came from storage. Staging buffers
+are then aligned to 4 KiB, as direct I/O requires. A buffered source asks the kernel for no
+read-ahead (``POSIX_FADV_RANDOM``), but repeated pages may still come from the page cache.
+
 The file is a standard C-order 2-D ``.npy`` (the ``features.npy`` of the fgnn on-disk format,
 ``fgnn/data/ondisk.py``). Its header is parsed with :mod:`numpy.lib.format` to find the data offset;
 the file size, the header shape and (for :meth:`DiskFeatureSource.from_ondisk`) the manifest's
@@ -27,7 +33,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-__all__ = ["DiskStats", "DiskFeatureSource", "NpyLayout", "read_npy_layout", "PAGE_SIZE"]
+__all__ = ["DiskStats", "DiskFeatureSource", "NpyLayout", "read_npy_layout", "PAGE_SIZE",
+           "direct_io_supported"]
 
 #: Storage access granularity: BaM's 4 KiB cache line (GIDS §3.2, §4.2).
 PAGE_SIZE = 4096
@@ -149,14 +156,17 @@ class DiskFeatureSource:
         page_size: storage access granularity in bytes (4096, GIDS §4.2).
         max_run_pages: longest coalesced read, in pages.
         pin_memory: return pinned rows; ``None`` pins when CUDA is available.
+        direct: open with ``O_DIRECT`` (bypass the OS page cache); needs ``page_size`` a
+            multiple of 4096 and a file system that supports it.
 
     Raises:
-        ValueError: on a bad file (see :func:`read_npy_layout`) or bad argument values.
+        ValueError: on a bad file (see :func:`read_npy_layout`), bad argument values, or a file
+            that cannot be opened for direct I/O.
     """
 
     def __init__(self, path: Union[str, os.PathLike], *, num_threads: int = 4,
                  page_size: int = PAGE_SIZE, max_run_pages: int = 64,
-                 pin_memory: Optional[bool] = None) -> None:
+                 pin_memory: Optional[bool] = None, direct: bool = False) -> None:
         if num_threads < 1:
             raise ValueError(f"DiskFeatureSource: num_threads must be >= 1, got {num_threads}")
         if page_size < 512 or page_size & (page_size - 1):
@@ -173,7 +183,10 @@ class DiskFeatureSource:
         self.pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self.stats = DiskStats()
         self._lock = threading.Lock()
-        self._fd = os.open(self.path, os.O_RDONLY)
+        self.direct = bool(direct)
+        self._fd: Optional[int] = None  # set first: close() must work if opening fails
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._fd = _open(self.path, self.direct, self.page_size)
         self._pool = (ThreadPoolExecutor(max_workers=self.num_threads,
                                          thread_name_prefix="fgnn-disk")
                       if self.num_threads > 1 else None)
@@ -280,7 +293,8 @@ class DiskFeatureSource:
             cuts = [np.arange(s, e, self.max_run_pages) for s, e in zip(starts, ends)]
             starts = np.concatenate(cuts)
             ends = np.concatenate([starts[1:], [pages.size]])
-        staging = np.empty(pages.size * psz, dtype=np.uint8)
+        staging = _aligned_empty(pages.size * psz) if self.direct else \
+            np.empty(pages.size * psz, dtype=np.uint8)
         run_starts, run_ends = starts.tolist(), ends.tolist()
         run_offsets = (pages[starts] * psz).tolist()
         file_size, fd, mv = self.layout.file_size, self._fd, memoryview(staging)
@@ -363,7 +377,55 @@ class DiskFeatureSource:
 
     def __repr__(self) -> str:
         return (f"DiskFeatureSource({self.path!r}, shape={self.layout.shape}, "
-                f"dtype={self.layout.dtype}, threads={self.num_threads})")
+                f"dtype={self.layout.dtype}, threads={self.num_threads}, direct={self.direct})")
+
+
+#: Alignment of buffers, offsets and lengths for ``O_DIRECT`` (covers 512 B and 4 KiB sectors).
+DIRECT_ALIGN = 4096
+
+
+def _open(path: str, direct: bool, page_size: int) -> int:
+    """A read-only descriptor of ``path``: ``O_DIRECT`` when ``direct``, else buffered reads
+    with read-ahead off (``POSIX_FADV_RANDOM``)."""
+    if not direct:
+        fd = os.open(path, os.O_RDONLY)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        return fd
+    if not hasattr(os, "O_DIRECT"):
+        raise ValueError(f"feature file {path!r}: direct I/O (O_DIRECT) is not available on "
+                         f"this platform; read it buffered instead (io='buffered', "
+                         f"--disk-io buffered)")
+    if page_size % DIRECT_ALIGN:
+        raise ValueError(f"DiskFeatureSource: direct I/O needs page_size a multiple of "
+                         f"{DIRECT_ALIGN}, got {page_size}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        os.preadv(fd, [memoryview(_aligned_empty(DIRECT_ALIGN))], 0)  # some FS fail on read
+    except OSError as err:
+        if "fd" in locals():
+            os.close(fd)
+        raise ValueError(f"feature file {path!r} cannot be read with direct I/O (O_DIRECT: "
+                         f"{err.strerror}); its file system may not support it. Read it "
+                         f"buffered instead (io='buffered', --disk-io buffered)") from err
+    return fd
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialised ``uint8`` buffer of ``nbytes`` starting at a DIRECT_ALIGN boundary."""
+    raw = np.empty(nbytes + DIRECT_ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % DIRECT_ALIGN
+    return raw[off:off + nbytes]
+
+
+def direct_io_supported(path: Union[str, os.PathLike]) -> bool:
+    """Whether ``path`` can be read with ``O_DIRECT`` here (for tests and benches that must
+    say which I/O they measured)."""
+    try:
+        os.close(_open(str(path), True, PAGE_SIZE))
+    except ValueError:
+        return False
+    return True
 
 
 def _unique_pages(first: np.ndarray, last: np.ndarray) -> np.ndarray:

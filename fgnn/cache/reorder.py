@@ -5,13 +5,20 @@ Renumbering vertices by descending score puts the hot rows at the front of the f
 reason for reordering the graph as well as the features). Algorithm 2 computes ``srt_idx`` (old id
 → new id), scatters the row lengths to their new rows, takes a prefix sum for the new row
 pointers, relabels every edge endpoint through ``srt_idx`` and copies each neighbour list to its
-new place. Every step is a gather/scatter, vectorised here.
+new place, in its old order. Every step is a gather/scatter, vectorised here.
+
+Because each neighbour list keeps its order, a sampler that picks neighbours by position draws the
+same neighbours (relabelled) from the same random numbers: a reordered run trains on the very same
+mini-batches as the plain one. :func:`reorder_dataset` applies the renumbering to everything a
+job uses -- topology, features, labels and the three splits (kept in their order).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -19,7 +26,7 @@ import torch
 from fgnn.graph import CSRGraph
 
 __all__ = ["Reordering", "hot_first_permutation", "reorder", "reorder_graph",
-           "reorder_rows"]
+           "reorder_rows", "reorder_dataset"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -60,7 +67,8 @@ def reorder_graph(graph: CSRGraph, perm: torch.Tensor,
     """Renumber ``graph`` so new vertex ``i`` is old vertex ``perm[i]`` (Algorithm 2).
 
     Row ``i`` of the result is old row ``perm[i]`` with every neighbour relabelled through
-    ``inv`` and re-sorted within the row; edge weights follow their edges.
+    ``inv``, in the row's old order (Algorithm 2 copies the neighbour lists as they are); edge
+    weights follow their edges.
     """
     n = graph.num_nodes
     dev = graph.device
@@ -79,10 +87,7 @@ def reorder_graph(graph: CSRGraph, perm: torch.Tensor,
                                     output_size=e)
     src_pos = torch.arange(e, device=dev) + shift
     cols = inv[graph.indices.long()[src_pos]]  # edg[i] = srt_idx[edg[i]]
-    rows = torch.repeat_interleave(torch.arange(n, device=dev), new_deg, output_size=e)
-    order = torch.argsort(rows * max(n, 1) + cols, stable=True)  # keep rows sorted
-    cols = cols[order]
-    w = None if graph.weights is None else graph.weights[src_pos][order].contiguous()
+    w = None if graph.weights is None else graph.weights[src_pos].contiguous()
     return CSRGraph(indptr, cols.to(graph.indices.dtype).contiguous(), w)
 
 
@@ -145,3 +150,85 @@ def reorder(graph: CSRGraph, score: torch.Tensor,
     g = reorder_graph(graph, perm, inv)
     f = None if features is None else reorder_rows(features, perm)
     return Reordering(g, perm, inv, f)
+
+
+class _PermutedRows:
+    """Rows of ``src`` in the order ``perm``, read a slice at a time (for the chunked writer)."""
+
+    def __init__(self, src: np.ndarray, perm: np.ndarray) -> None:
+        self.src, self.perm = src, perm
+        self.shape, self.ndim, self.dtype = src.shape, src.ndim, src.dtype
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        ids = self.perm[rows]
+        order = np.argsort(ids, kind="stable")  # read the old rows in file order
+        out = np.empty((ids.size, self.shape[1]), dtype=self.dtype)
+        out[order] = self.src[ids[order]]
+        return out
+
+
+def reorder_features_to_file(features: np.ndarray, perm: torch.Tensor,
+                             path: Union[str, os.PathLike]) -> np.ndarray:
+    """Write ``features`` in the new order to the ``.npy`` file ``path`` and map it read-only.
+
+    The matrix is streamed a chunk of rows at a time (:func:`fgnn.data.ondisk.
+    write_features_npy_chunked`), so an on-disk feature file larger than memory can be reordered.
+
+    Returns:
+        The ``(N, F)`` memory map of the new file: row ``i`` is old row ``perm[i]``.
+    """
+    from fgnn.data.ondisk import write_features_npy_chunked
+
+    p = np.asarray(torch.as_tensor(perm).cpu().numpy(), dtype=np.int64)
+    if features.shape[0] != p.size:
+        raise ValueError(f"features has {features.shape[0]} rows, expected {p.size}")
+    write_features_npy_chunked(path, _PermutedRows(features, p))
+    return np.load(path, mmap_mode="r")
+
+
+def reorder_dataset(dataset: Any, score: torch.Tensor,
+                    workdir: Optional[Union[str, os.PathLike]] = None) -> tuple[Any, Reordering]:
+    """Hot-first renumber a whole :class:`~fgnn.data.Dataset` by descending ``score``.
+
+    Topology (Algorithm 2), features and labels move to the new ids; ``train_idx``, ``val_idx``
+    and ``test_idx`` hold the new ids of the same vertices in the same order, so mini-batches,
+    evaluation chunks and every per-vertex array of the new dataset describe the same vertices as
+    before. Features that are a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset) are written
+    in the new order to ``workdir/features.npy`` and mapped from there (never loaded whole);
+    in-memory features are permuted in memory.
+
+    Args:
+        dataset: the dataset in its original numbering.
+        score: ``(N,)`` hotness; ties keep the smaller old id first.
+        workdir: directory for reordered on-disk features (required when the features are a
+            file-backed memmap).
+
+    Returns:
+        ``(reordered dataset, the Reordering)``; the Reordering's ``features`` is left ``None``
+        (they live in the dataset).
+
+    Raises:
+        ValueError: on a score of the wrong shape, or on-disk features without ``workdir``.
+    """
+    g = dataset.graph
+    s = torch.as_tensor(score)
+    if s.dim() != 1 or s.numel() != g.num_nodes:
+        raise ValueError(f"score has shape {tuple(s.shape)}, expected ({g.num_nodes},)")
+    perm, inv = hot_first_permutation(s.cpu())
+    graph = reorder_graph(g, perm.to(g.device), inv.to(g.device))
+    feats = dataset.features
+    if isinstance(feats, np.memmap) and feats.filename is not None:
+        if workdir is None:
+            raise ValueError("reorder_dataset: on-disk (memory-mapped) features need a workdir "
+                             "for the reordered copy")
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        features: Any = reorder_features_to_file(feats, perm, Path(workdir) / "features.npy")
+    else:
+        features = reorder_rows(feats, perm)
+    to_new = (lambda idx: inv.to(idx.device)[idx.long()])  # noqa: E731
+    meta = {**dataset.meta, "reorder": {"kind": "hot-first"}}
+    new = replace(dataset, graph=graph, features=features,
+                  labels=dataset.labels[perm.to(dataset.labels.device)],
+                  train_idx=to_new(dataset.train_idx), val_idx=to_new(dataset.val_idx),
+                  test_idx=to_new(dataset.test_idx), meta=meta)
+    return new, Reordering(graph, perm, inv)

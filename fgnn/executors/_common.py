@@ -15,7 +15,8 @@ import torch
 from fgnn.graph import CSRGraph
 
 __all__ = ["graph_payload", "graph_from_payload", "tensor_from", "task_generator", "metrics_for",
-           "NullMetrics", "MemmapFeatures", "features_payload", "open_features"]
+           "NullMetrics", "MemmapFeatures", "features_payload", "open_features",
+           "open_disk_tiers"]
 
 
 def graph_payload(graph: CSRGraph) -> dict[str, Optional[np.ndarray]]:
@@ -101,6 +102,62 @@ def open_features(payload: Any) -> Any:
     if isinstance(payload, MemmapFeatures):
         return payload.open()
     return payload
+
+
+def open_disk_tiers(payload: Any, hotness: Optional[torch.Tensor], alpha: float, device: str,
+                    disk: Any, seed: int = 0) -> Any:
+    """A Trainer's GIDS tiers over an on-disk feature file (``DiskConfig.feature_tier="disk"``).
+
+    Storage: 4 KiB-page reads of the file (``O_DIRECT`` when ``disk.io == "direct"``); in front
+    of it the constant CPU buffer of the ``disk.cpu_buffer`` hottest rows by ``hotness`` (GIDS
+    §3.3; filled once here, which is not counted as per-epoch traffic); in front of that a device
+    software cache of ``floor(alpha N)`` rows with ``disk.cache`` eviction (window buffering with
+    ``disk.window`` look-ahead, LRU or random, §3.4); with ``disk.accumulator`` the storage reads
+    of consecutive mini-batches are merged up to the Eq. 2-3 threshold (§3.2).
+
+    Args:
+        payload: the :class:`MemmapFeatures` descriptor of the file.
+        hotness: ``(N,)`` hotness of the job's cache policy (orders the CPU buffer).
+        alpha: this Trainer's cache ratio (the device cache's share of rows).
+        device: the training device.
+        disk: the :class:`~fgnn.config.DiskConfig`.
+        seed: seed of the cache's random eviction.
+
+    Returns:
+        A :class:`~fgnn.cache.disk_tiers.DiskTiers`.
+
+    Raises:
+        ValueError: in-memory features, a file that disagrees with the descriptor, a CPU buffer
+            without hotness, or a file that cannot be read with direct I/O.
+    """
+    from fgnn.cache.disk import (AccessAccumulator, CPUBufferedSource, DeviceSoftwareCache,
+                                 DiskFeatureSource, DiskTiers, StorageAccessModel)
+    from fgnn.cache.feature_store import num_cached_rows
+
+    if not isinstance(payload, MemmapFeatures):
+        raise ValueError("the disk feature tier reads the features.npy of an ondisk:DIR dataset; "
+                         f"these features are in memory ({type(payload).__name__})")
+    src = DiskFeatureSource(payload.path, num_threads=disk.threads, direct=disk.io == "direct")
+    if (src.layout.data_offset, src.layout.shape) != (payload.offset, tuple(payload.shape)):
+        src.close()
+        raise ValueError(f"feature file {payload.path}: the disk tier reads the whole .npy matrix "
+                         f"(rows from offset {src.layout.data_offset}, shape {src.layout.shape}), "
+                         f"but the dataset maps offset {payload.offset}, shape {payload.shape}")
+    n = src.num_rows
+    source: Any = src
+    if disk.cpu_buffer > 0:
+        if hotness is None:
+            raise ValueError(f"DiskConfig.cpu_buffer={disk.cpu_buffer} keeps the hottest rows, but "
+                             f"the job has no hotness (cache policy none)")
+        source = CPUBufferedSource(src, hotness, ratio=disk.cpu_buffer)
+        src.reset_stats()  # the one-time fill is preprocessing, not per-epoch traffic
+    rows = num_cached_rows(alpha, n)
+    cache = (DeviceSoftwareCache(n, rows, src.dim, src.dtype, device, policy=disk.cache,
+                                 seed=seed) if rows > 0 else None)
+    acc = (AccessAccumulator.from_model(StorageAccessModel(), src.row_bytes, src.page_size)
+           if disk.accumulator else None)
+    return DiskTiers(source, cache, window=disk.window if disk.cache == "window" else 0,
+                     accumulator=acc, device=device)
 
 
 def tensor_from(array: Any) -> torch.Tensor:

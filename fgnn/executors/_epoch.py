@@ -257,7 +257,8 @@ class EpochLoop:
         elapsed = time.perf_counter() - t_start
         if plan is not None:
             return _eval_outcome(plan, acc.records, elapsed)
-        ledger = ray.get(self.ps.ledger.remote())
+        ledger, qledger = ray.get([self.ps.ledger.remote(), self.queue.ledger.remote()])
+        ledger = {**ledger, **qledger}
         acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
         return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
                                  measure)
@@ -353,6 +354,7 @@ class EpochLoop:
                       else sum(1 for t in trainers if t.alive)),
             queue_wait_s=sum(r["wait_s"] for r in recs),
             queue_depth=acc.depth,
+            disk=_sum_counts([r["disk"] for r in recs if "disk" in r]),
         )
         self.details.append({
             "epoch": epoch, "warmup": warmup,
@@ -375,7 +377,11 @@ class EpochLoop:
             "sample_bytes": int(sum(r.get("nbytes", 0) for r in recs)),
             "task_ids": sorted(r["task_id"] for r in recs),
             "lost_samples": acc.lost, "reissued": acc.reissued,
-            "applied": ledger["applied"], "rejected": ledger["rejected"],
+            # exactly-once ledger, task id -> count: gradients pushed / applied / turned away on
+            # the server, leases handed out and acknowledgements (every call) on the queue
+            "attempts": ledger["attempts"], "applied": ledger["applied"],
+            "rejected": ledger["rejected"], "applied_by": ledger["by"],
+            "deliveries": ledger["deliveries"], "acks": ledger["acks"],
             "ps_busy_s": ledger["busy_s"],
         })
         return stats
@@ -412,6 +418,13 @@ def _eval_outcome(plan: EvalPlan, recs: list[dict[str, Any]], elapsed: float) ->
         scores[r["split"]].add(SplitScore(r["correct"], r["count"], r["loss_sum"]))
     return EvalOutcome(scores, elapsed, len(recs), sum(r["extract_s"] for r in recs),
                        sum(r["eval_s"] for r in recs))
+
+
+def _sum_counts(dicts: list[dict[str, int]]) -> Optional[dict[str, int]]:
+    """Key-wise sum of per-batch counters (None when there are none)."""
+    if not dicts:
+        return None
+    return {k: int(sum(d.get(k, 0) for d in dicts)) for k in dicts[0]}
 
 
 def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:

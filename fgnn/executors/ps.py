@@ -65,17 +65,28 @@ class ParameterServer:
         self.version = 0
         self.epoch = -1
         self.discard = False
-        self._applied: Counter[int] = Counter()
-        self._rejected: Counter[int] = Counter()
-        self._by: dict[int, str] = {}
-        self._busy_s = 0.0
+        self._new_ledger()
 
     def begin_epoch(self, epoch: int, discard: bool = False) -> None:
         """Start a ledger for ``epoch``; with ``discard`` (the profiling epoch) gradients are
         counted but not applied."""
         self.epoch, self.discard = int(epoch), bool(discard)
-        self._applied, self._rejected, self._by = Counter(), Counter(), {}
+        self._new_ledger()
+
+    def _new_ledger(self) -> None:
+        # Every step() call is counted where it happens, apart from the admission decision, so
+        # a duplicate that gets through (or is turned away) shows in the counts: attempts =
+        # applied + rejected per task, and applied > 1 means a gradient was applied twice.
+        self._attempts: Counter[int] = Counter()
+        self._applied: Counter[int] = Counter()
+        self._rejected: Counter[int] = Counter()
+        self._by: dict[int, str] = {}
         self._busy_s = 0.0
+
+    def _admit(self, epoch: int, task_id: int) -> bool:
+        """Whether a gradient of ``task_id`` may be applied: it belongs to this epoch and no
+        gradient of that task was applied in it yet (the exactly-once rule)."""
+        return epoch == self.epoch and self._applied[task_id] == 0
 
     def weights(self) -> tuple[int, torch.Tensor]:
         """``(version, flat weights)``."""
@@ -95,10 +106,11 @@ class ParameterServer:
             ``(applied, version, flat weights)``: the caller continues from these weights.
         """
         t0 = time.perf_counter()
-        applied = epoch == self.epoch and self._applied[task_id] == 0
+        self._attempts[task_id] += 1
+        applied = self._admit(epoch, task_id)
         if applied:
             self._applied[task_id] += 1
-            self._by[task_id] = consumer
+            self._by.setdefault(task_id, consumer)
             if not self.discard:
                 offset = 0
                 for p in self.params:
@@ -115,10 +127,13 @@ class ParameterServer:
         return applied, self.version, out
 
     def ledger(self) -> dict[str, Any]:
-        """This epoch's exactly-once ledger: ``applied`` (task id -> count, always 1),
-        ``rejected`` duplicates, ``by`` (task id -> trainer) and ``busy_s``."""
-        return {"epoch": self.epoch, "applied": dict(self._applied),
-                "rejected": dict(self._rejected), "by": dict(self._by), "busy_s": self._busy_s}
+        """This epoch's exactly-once ledger, task id -> count: ``attempts`` (every gradient
+        pushed for the task), ``applied`` (gradients applied: 1 when exactly-once holds),
+        ``rejected`` (duplicates and stale epochs turned away); ``by`` (task id -> the trainer
+        whose gradient was applied first) and ``busy_s``."""
+        return {"epoch": self.epoch, "attempts": dict(self._attempts),
+                "applied": dict(self._applied), "rejected": dict(self._rejected),
+                "by": dict(self._by), "busy_s": self._busy_s}
 
     def state(self) -> dict[str, Any]:
         """Model and optimizer state dicts (CPU), for checkpoints and the final model."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -64,6 +64,8 @@ class GlobalQueue:
         self._gen: dict[str, int] = {}
         self._done: set[int] = set()
         self._log: list[dict[str, Any]] = []
+        self._acks: Counter[int] = Counter()
+        self._deliveries: Counter[int] = Counter()
         self._lost: list[int] = []
         self._epoch = -1
         self._total = 0
@@ -109,6 +111,7 @@ class GlobalQueue:
         self._items.clear()
         self._leases = {c: {} for c in self._leases}
         self._done, self._log, self._lost = set(), [], []
+        self._acks, self._deliveries = Counter(), Counter()
         self._aborted, self._delivered = None, 0
         await self._notify()
 
@@ -176,6 +179,12 @@ class GlobalQueue:
                   ) -> tuple[str, Optional[QueueItem], float]:
         """Dequeue the next task for ``consumer`` and lease it.
 
+        Args:
+            consumer: the Trainer's name.
+            generation: its generation from :meth:`register`.
+            timeout: seconds to wait for an item; ``None`` waits for ever, ``<= 0`` only looks
+                (a Trainer filling its look-ahead window must not wait on tasks it leases itself).
+
         Returns:
             ``(status, item, waited)``: status ``"item"``; ``"done"`` (item None) when every task
             of the epoch is acknowledged, the epoch was aborted or the caller's generation is
@@ -190,10 +199,14 @@ class GlobalQueue:
                     or self._gen.get(consumer, 0) != generation)
 
         async with cond:
-            try:
-                await asyncio.wait_for(cond.wait_for(ready), timeout)
-            except asyncio.TimeoutError:
-                return "timeout", None, time.perf_counter() - t0
+            if timeout is not None and timeout <= 0:
+                if not ready():
+                    return "timeout", None, 0.0
+            else:
+                try:
+                    await asyncio.wait_for(cond.wait_for(ready), timeout)
+                except asyncio.TimeoutError:
+                    return "timeout", None, time.perf_counter() - t0
             waited = time.perf_counter() - t0
             while self._items and self._gen.get(consumer, 0) == generation:
                 item = self._items.popleft()
@@ -202,15 +215,19 @@ class GlobalQueue:
                     continue  # a duplicate of a finished task (re-delivery after a fault)
                 self._leases.setdefault(consumer, {})[item.task_id] = item
                 self._delivered += 1
+                self._deliveries[item.task_id] += 1
                 return "item", item, waited
             return "done", None, waited
 
     async def ack(self, consumer: str, task_id: int, record: Optional[dict] = None) -> bool:
         """Complete ``task_id``: drop the lease, count it once, log ``record`` (batch stats).
 
+        Every call is counted (:meth:`ledger`), the first one only is logged.
+
         Returns:
             True the first time ``task_id`` is acknowledged in this epoch, else False.
         """
+        self._acks[task_id] += 1
         self._leases.get(consumer, {}).pop(task_id, None)
         first = task_id not in self._done
         if first:
@@ -233,6 +250,11 @@ class GlobalQueue:
     def qsize(self) -> int:
         """M_r: tasks waiting in the queue."""
         return len(self._items)
+
+    def ledger(self) -> dict[str, dict[int, int]]:
+        """This epoch's counts per task id: ``deliveries`` (leases handed out by :meth:`get`)
+        and ``acks`` (every :meth:`ack` call, duplicates included)."""
+        return {"deliveries": dict(self._deliveries), "acks": dict(self._acks)}
 
     def poll(self, since: int = 0) -> dict[str, Any]:
         """State for the driver: depth, progress, new log records, lost tasks (taken).

@@ -52,11 +52,13 @@ checkpoint (:mod:`fgnn.checkpoint`).
 from __future__ import annotations
 
 import copy
+import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -109,6 +111,8 @@ class Runtime(EpochLoop):
         on_epoch: called with each epoch's :class:`~fgnn.monitor.stats.EpochStats`.
         slow_trainers: fault injection for tests and benchmarks: Trainer index -> extra seconds
             per mini-batch.
+        crash_after_apply: fault injection: indices of Trainers that die once, right after the
+            server applied a gradient of theirs and before its task is acknowledged.
         evaluate: score validation/train/test accuracy (off in throughput benchmarks).
         on_eval_batch: ``on_eval_batch(splits, chunks_done, chunks_total)`` on the driver as
             evaluation chunks complete (progress bars).
@@ -128,6 +132,7 @@ class Runtime(EpochLoop):
                  model: Optional[nn.Module] = None, on_batch: Optional[OnBatch] = None,
                  on_epoch: Optional[OnEpoch] = None,
                  slow_trainers: Optional[dict[int, float]] = None,
+                 crash_after_apply: Optional[set[int]] = None,
                  evaluate: bool = True,
                  on_eval_batch: Optional[OnEvalBatch] = None) -> None:
         if not isinstance(config, JobConfig):
@@ -148,6 +153,7 @@ class Runtime(EpochLoop):
         self.on_eval_batch = on_eval_batch
         self._eval_passes = 0
         self.slow_trainers = dict(slow_trainers or {})
+        self.crash_after_apply = set(crash_after_apply or ())
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
         self.actor_names: list[str] = []
@@ -157,6 +163,10 @@ class Runtime(EpochLoop):
         self._started_at = 0.0
         self.executor_devices: set[str] = set()
         self._started_ray = False
+        self.reordering = None
+        self.reorder_info: Optional[dict[str, Any]] = None
+        self._disk_tier = config.disk.feature_tier == "disk"
+        self._reorder_dir: Optional[str] = None
 
     # ================================================================== public
     def run(self) -> RunResult:
@@ -209,6 +219,9 @@ class Runtime(EpochLoop):
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
         feats = features_payload(ds.features)
+        if self._disk_tier and not isinstance(feats, MemmapFeatures):
+            raise ValueError(f"disk.feature_tier='disk' reads the features.npy of an ondisk:DIR "
+                             f"dataset; {ds.name!r} holds its features in memory")
         self._refs = {
             "graph": ray.put(graph_payload(ds.graph)),
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
@@ -219,18 +232,23 @@ class Runtime(EpochLoop):
             "hotness": None,
         }
 
-    def _policy_hotness(self) -> None:
+    def _policy_hotness(self, presample: bool = False) -> None:
         """The hotness map of a policy that needs no sampling (degree, WRPR, random), on the
         driver while the executors start (``hotness_s``); PreSC counts visits in the warm-up
-        epochs instead (FGNN §6.3)."""
+        epochs instead (FGNN §6.3) -- unless ``presample``, when the driver pre-samples it
+        (hot-first reordering needs the order before any epoch)."""
         cfg, ds = self.config, self.dataset
+        if self.hotness is not None:  # computed already (for the reordering)
+            return
         t0 = time.perf_counter()
-        self.hotness = None
-        if self.policy not in ("none", "presc"):
+        if self.policy != "none" and (self.policy != "presc" or presample):
             from fgnn.cache.hotness import compute_hotness
 
             gen = torch.Generator().manual_seed(cfg.train.seed + 7919)
             kw: dict[str, Any] = {"generator": gen} if self.policy == "random" else {}
+            if self.policy == "presc":
+                kw.update(sampler=self.sampler, epochs=self.warmup_epochs,
+                          batch_size=cfg.train.batch_size)
             self.hotness = compute_hotness(self.policy, ds.graph, ds.train_idx, **kw).float()
         self.hotness_s = time.perf_counter() - t0
 
@@ -319,7 +337,7 @@ class Runtime(EpochLoop):
 
         ds = self.dataset
         t0 = time.perf_counter()
-        if self.policy == "presc":
+        if self.policy == "presc" and self.reorder_info is None:
             samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
             counts = [c for c in ray.get([e.handle.take_visits.remote() for e in samplers])
                       if c is not None]
@@ -336,9 +354,36 @@ class Runtime(EpochLoop):
             self.cache_mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
             self.cache_mask[hot_order(self.hotness)[:c]] = True
         self._refs["cache_mask"] = None if self.cache_mask is None else ray.put(self.cache_mask)
+        if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
+            c = 0 if self.cache_mask is None else int(self.cache_mask.sum())
+            self.reorder_info["cached_prefix"] = c
+            self.reorder_info["cache_is_prefix"] = bool(
+                self.cache_mask is None or bool(self.cache_mask[:c].all()))
         self.sizing_s = time.perf_counter() - t0
         self._cache_chosen = True
         self._fill_caches(self._execs)
+
+    def _reorder(self) -> None:
+        """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
+        from here on every id the job uses -- topology, features, labels, splits, hotness, cache
+        map, the Samplers' seeds and the evaluation -- is a new id; ``self.reordering`` maps
+        them back. The order is the hotness of the policy in force, computed first (PreSC#K
+        pre-samples on the driver for it, since the order must exist before any epoch)."""
+        from fgnn.cache.reorder import reorder_dataset
+
+        policy = self.policy
+        self._policy_hotness(presample=True)
+        if self.hotness is None:
+            raise ValueError("cache.reorder='hot-first' orders vertices by hotness, but the cache "
+                             f"policy in force is {policy!r}")
+        t0 = time.perf_counter()
+        workdir = None
+        if isinstance(self.dataset.features, np.memmap):  # on disk: a reordered copy on disk
+            self._reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
+        self.dataset, self.reordering = reorder_dataset(self.dataset, self.hotness, workdir)
+        self.hotness = self.hotness[self.reordering.perm]
+        self.reorder_info = {"kind": "hot-first", "score": policy,
+                             "seconds": time.perf_counter() - t0}
 
     def _start_services(self) -> None:
         import ray
@@ -385,7 +430,9 @@ class Runtime(EpochLoop):
                         self._refs["features"], self._refs["labels"],
                         copy.deepcopy(self.model).cpu(), None, 0.0, self.ps,
                         self.queue, name, self.torch_device, role, local,
-                        self.slow_trainers.get(index, 0.0))
+                        self.slow_trainers.get(index, 0.0),
+                        crash_after_apply=not standby and index in self.crash_after_apply,
+                        disk=cfg.disk if self._disk_tier else None)
         return _Exec(name, role, device, h)
 
     def _install_cache(self, execs: list[_Exec]) -> list[Any]:
@@ -492,6 +539,8 @@ class Runtime(EpochLoop):
                 remove_placement_group(pg)
             except Exception:
                 pass
+        if self._reorder_dir is not None:
+            shutil.rmtree(self._reorder_dir, ignore_errors=True)
 
     # ================================================================== the run
     def _run(self) -> RunResult:
@@ -508,6 +557,9 @@ class Runtime(EpochLoop):
         self.alpha_full = self.alpha_resident = 0.0
         self.budget_bytes, self.step_peak_bytes = 0, None
         self.hotness, self.cache_mask, self._cache_chosen = None, None, False
+        self.hotness_s = 0.0
+        if self.config.cache.reorder == "hot-first":
+            self._reorder()
         # The executors start (processes, imports, topology and features mapped) while the
         # driver computes a sampling-free hotness map.
         self._start_services()
@@ -529,7 +581,7 @@ class Runtime(EpochLoop):
         # (§5.3) and each Trainer's memory (§6.1), and PreSC counts visits (§6.3). Then the
         # caches are sized and filled.
         warm_end = start_epoch + self.warmup_epochs
-        self._counting = self.policy == "presc"
+        self._counting = self.policy == "presc" and self.hotness is None
         if self._counting:
             ray.get([e.handle.count_visits.remote() for e in self._execs
                      if e.role == "sampler"])
@@ -597,14 +649,30 @@ class Runtime(EpochLoop):
                       "cache_plans": {k_: p.to_dict() for k_, p in
                                       getattr(self, "cache_plans", {}).items()}}
         allocation.update(getattr(self, "profile_times", {}))
+        preprocess = {"load_s": self.load_s, "hotness_s": self.hotness_s,
+                      "startup_s": self.startup_s, "sizing_s": self.sizing_s,
+                      "cache_fill_s": self.cache_fill_s, "relayout_s": self.relayout_s}
+        if self.reorder_info is not None:
+            allocation["reorder"] = {k: v for k, v in self.reorder_info.items() if k != "seconds"}
+            preprocess["reorder_s"] = self.reorder_info["seconds"]
+        if self._disk_tier:
+            allocation["disk"] = self._disk_layout()
         return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
-                         preprocess={"load_s": self.load_s, "hotness_s": self.hotness_s,
-                                     "startup_s": self.startup_s, "sizing_s": self.sizing_s,
-                                     "cache_fill_s": self.cache_fill_s,
-                                     "relayout_s": self.relayout_s},
-                         epochs=epochs, final=final,
+                         preprocess=preprocess, epochs=epochs, final=final,
                          final_eval_s=getattr(self, "final_eval_s", 0.0),
                          early_stop=early_stop)
+
+    def _disk_layout(self) -> dict[str, Any]:
+        """The disk tier of each Trainer (GIDS): the report's ``allocation.disk``."""
+        from fgnn.cache.feature_store import num_cached_rows
+
+        d, n = self.config.disk, self.dataset.num_nodes
+        row = self.dataset.feature_row_bytes
+        return {"io": d.io, "cache": d.cache, "window": d.window, "accumulator": d.accumulator,
+                "cache_rows": num_cached_rows(self.alpha_full, n),
+                "cpu_buffer_rows": int(d.cpu_buffer * n), "row_bytes": row,
+                "file_bytes": n * row, "path": self._refs["features"].path}
+
 
     # ------------------------------------------------------------------ model, eval, ckpt
     def _pull_weights(self) -> None:

@@ -19,8 +19,10 @@ leases back in the queue.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -30,8 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fgnn.evaluation import EvalPlan, score_logits
-from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, open_features,
-                                    tensor_from)
+from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for,
+                                    open_disk_tiers, open_features, tensor_from)
 from fgnn.executors._device import actor_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
@@ -109,19 +111,30 @@ class TrainerExecutor:
         local_sampler: a :class:`~fgnn.executors.sampler.SamplerExecutor` (in-process) to sample
             raw tasks itself (time-sharing mode), else None.
         delay_s: extra seconds per mini-batch (fault injection: a deliberately slow Trainer).
+        crash_after_apply: fault injection: the process exits right after the server applied its
+            first gradient and before the task is acknowledged; the restarted incarnation (Ray
+            ``max_restarts``) trains normally.
+        disk: a :class:`~fgnn.config.DiskConfig` with ``feature_tier="disk"``: read rows through
+            the GIDS tiers of the on-disk file (device software cache of ``alpha``, CPU buffer,
+            storage) instead of a static cache over the host matrix; ``features`` must then be a
+            :class:`~fgnn.executors._common.MemmapFeatures`.
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
                  hotness: Optional[Any], alpha: float, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
-                 local_sampler: Any = None, delay_s: float = 0.0) -> None:
+                 local_sampler: Any = None, delay_s: float = 0.0,
+                 crash_after_apply: bool = False, disk: Any = None) -> None:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
         self.name, self.role, self.device = name, role, actor_device(device)
         self.labels = tensor_from(labels)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
-        self._host = open_features(features)
+        self._features, self._disk = features, disk
+        self._host = None if self._disk_tier else open_features(features)
+        self.store, self.tiers, self.lookahead = None, None, 0
+        self._ahead: deque[tuple[int, Sample, dict[str, Any]]] = deque()
         self.load_cache(hotness, alpha)
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
@@ -129,6 +142,7 @@ class TrainerExecutor:
         self.ps, self.queue = ps, queue
         self.local_sampler = local_sampler
         self.delay_s = float(delay_s)
+        self.crash_after_apply = bool(crash_after_apply)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
 
@@ -148,40 +162,56 @@ class TrainerExecutor:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
         t0 = time.perf_counter()
         self.alpha = float(alpha)
-        self.store = build_store(self._host, None if hotness is None else tensor_from(hotness),
-                                 self.alpha, str(self.device))
+        h = None if hotness is None else tensor_from(hotness)
+        if self._disk_tier:
+            # GIDS tiers: a device software cache of alpha N rows, the CPU buffer, storage
+            self.tiers = open_disk_tiers(self._features, h, self.alpha, str(self.device),
+                                         self._disk)
+            # leased look-ahead serves window buffering and the accumulator; a standby fetches
+            # one task at a time (its profit decides each fetch, §5.3)
+            ahead = self._disk.cache == "window" or self._disk.accumulator
+            self.lookahead = self._disk.window if ahead and self.role != "standby" else 0
+        else:
+            self.store = build_store(self._host, h, self.alpha, str(self.device))
         return time.perf_counter() - t0
+
+    @property
+    def _disk_tier(self) -> bool:
+        return self._disk is not None and self._disk.feature_tier == "disk"
 
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
         "source"}`` (``path`` is the mapped file, or None)."""
+        source = (type(self.store.host).__name__ if self.tiers is None
+                  else type(self.tiers).__name__)
         return {"kind": "memory" if self._features_file is None else "file",
-                "path": self._features_file, "source": type(self.store.host).__name__}
+                "path": self._features_file, "source": source}
 
     def stop(self) -> None:
         """Ask a running :meth:`run_epoch` to finish after its current mini-batch."""
         self._stop.set()
 
     # ------------------------------------------------------------------ stages
-    def _fetch(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None
-               ) -> Optional[_Batch]:
-        """Dequeue the next task, load its sample and extract its features (None: epoch over).
-        With ``plan`` the tasks are chunks of an evaluation pass."""
+    def _take(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None,
+              wait: bool = True) -> Optional[tuple[int, Sample, dict[str, Any]]]:
+        """Dequeue the next task and load its sample: ``(task_id, sample, record)``; None when
+        the epoch is over (or, with ``wait=False``, when nothing is queued right now). With
+        ``plan`` the tasks are chunks of an evaluation pass."""
         import ray
 
-        rpc = wait = 0.0
+        rpc = wait_s = 0.0
         while not self._stop.is_set():
             t0 = time.perf_counter()
             status, item, waited = ray.get(self.queue.get.remote(
-                self.name, generation, _GET_TIMEOUT_S))
+                self.name, generation, _GET_TIMEOUT_S if wait else 0))
             rpc += time.perf_counter() - t0 - waited
-            wait += waited
-            if status == "timeout":
+            wait_s += waited
+            if status == "timeout" and wait:
                 continue
-            if status == "done":
+            if status != "item":
                 return None
             t1 = time.perf_counter()
-            rec: dict[str, Any] = {"role": self.role, "wait_s": wait, "rpc_s": rpc,
+            rec: dict[str, Any] = {"role": self.role, "wait_s": wait_s, "rpc_s": rpc,
                                    "producer": item.producer, "nbytes": item.nbytes}
             if item.ref is not None:
                 try:
@@ -193,24 +223,72 @@ class TrainerExecutor:
             else:  # time-sharing: sample on this device
                 sample, s, _ = self.local_sampler.sample(epoch, item.task_id, plan)
                 t_m = time.perf_counter()
-                self.store.mark(sample)  # M against this device's own cache
+                if self.store is not None:
+                    self.store.mark(sample)  # M against this device's own cache
                 rec.update(S=s, M=time.perf_counter() - t_m, fetch_s=0.0)
-            t2 = time.perf_counter()
+            return item.task_id, sample, rec
+        return None
+
+    def _fetch(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None
+               ) -> Optional[_Batch]:
+        """The next task with its features extracted (None: epoch over).
+
+        With the disk tier the Trainer keeps up to ``1 + W`` tasks leased ahead (the GIDS window
+        buffer, §3.4: their nodes hold future-reuse counts in the device cache): it waits for the
+        first, then takes only what is already queued, never waiting on tasks it holds itself.
+        """
+        if self.tiers is None or plan is not None:  # evaluation chunks: no look-ahead
+            got = self._take(epoch, generation, plan)
+            return None if got is None else self._extract(*got)
+        if not self._ahead:
+            got = self._take(epoch, generation)
+            if got is None:
+                return None
+            self._lease_ahead(got)
+        while len(self._ahead) < 1 + self.lookahead:
+            got = self._take(epoch, generation, wait=False)
+            if got is None:
+                break
+            self._lease_ahead(got)
+        return self._extract(*self._ahead.popleft())
+
+    def _lease_ahead(self, got: tuple[int, Sample, dict[str, Any]]) -> None:
+        self._ahead.append(got)
+        self.tiers.enter_window(got[1].input_nodes)
+
+    def _extract(self, task_id: int, sample: Sample, rec: dict[str, Any]) -> _Batch:
+        """Extract the sample's features (cache hits, host or disk misses) and labels."""
+        t2 = time.perf_counter()
+        if self.tiers is None:
             # Split host/cache and index labels on the host before anything moves: only the
             # gathered rows, labels and the sample cross to the device, on the copy stream from
             # pinned memory, overlapping the training of the previous batch.
             with self.copies.scope():
                 x = self.store.gather(sample.input_nodes)
-                labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
-                sample = _sample_to(sample, self.copies.h2d)
-                ready = self.copies.record()
-            if ready is not None:
-                ready.synchronize()  # this thread waits for its own copies, not for training
+                labels, sample, ready = self._to_device(sample)
+        else:
+            with self.copies.scope():
+                x = self.tiers.extract([sample.input_nodes]
+                                       + [s.input_nodes for _, s, _ in self._ahead])
+                labels, sample, ready = self._to_device(sample)
+        if ready is not None:
+            ready.synchronize()  # this thread waits for its own copies, not for training
+        if self.tiers is None:
             st = self.store.reset_stats()
-            rec.update(extract_s=time.perf_counter() - t2, hits=st.hits + st.peer,
-                       misses=st.misses, bytes=st.bytes["host"])
-            return _Batch(item.task_id, sample, x, labels, rec, ready)
-        return None
+            rec.update(hits=st.hits + st.peer, misses=st.misses, bytes=st.bytes["host"])
+        else:  # rows from the CPU buffer and from storage cross to the device
+            d = self.tiers.take_stats()
+            host = d["cpu_rows"] + d["storage_rows"]
+            rec.update(hits=d["device_rows"], misses=host, bytes=host * self.tiers.row_bytes,
+                       disk=d)
+        rec["extract_s"] = time.perf_counter() - t2
+        return _Batch(task_id, sample, x, labels, rec, ready)
+
+    def _to_device(self, sample: Sample) -> tuple[torch.Tensor, Sample, Any]:
+        """Labels and sample on the device through the copy stream, and its event."""
+        labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
+        sample = _sample_to(sample, self.copies.h2d)
+        return labels, sample, self.copies.record()
 
     def _train(self, epoch: int, batch: _Batch) -> dict[str, Any]:
         """Forward, backward, push the gradient, take the server's weights."""
@@ -230,6 +308,9 @@ class TrainerExecutor:
             time.sleep(self.delay_s)
         t1 = time.perf_counter()
         applied, _, flat = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name))
+        if applied and self.crash_after_apply and \
+                not ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         unflatten_into(flat.to(self.device), self.params)
         t2 = time.perf_counter()
         rec = dict(batch.rec)
@@ -278,6 +359,9 @@ class TrainerExecutor:
 
         self._stop.clear()
         t_start = time.perf_counter()
+        if self.tiers is not None:
+            self._ahead.clear()
+            self.tiers.drop_staged()
         generation = ray.get(self.queue.register.remote(self.name))
         if weights is None:
             _, weights = ray.get(self.ps.weights.remote())

@@ -65,6 +65,10 @@ class EpochStats:
     warmup: bool = False
     """Trained without the feature cache: the run's first epoch(s), which measure T_s, T_t and
     memory and, for PreSC#K, pre-sample (FGNN §5.3, §6.1, §6.3)."""
+    disk: Optional[dict[str, int]] = None
+    """Disk-tier counters of the epoch (``--feature-tier disk``): rows per tier
+    (``device_rows``, ``cpu_rows``, ``storage_rows``), storage ``bytes_read`` / ``read_calls`` /
+    ``pages``, cache ``evictions``, ...; None with the memory tier."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""
