@@ -62,7 +62,7 @@ def test_single_mode_says_one_device_and_why_it_stopped(ray_session, tmp_path):
         or "1 device (gpu; single mode uses 1 device; 3 were asked for)" in table
 
     (timing,) = [line for line in log if line.startswith("fgnn: time: ")]
-    for label in ("load ", "pre-sampling ", "training (2 epochs) "):
+    for label in ("load ", "worker start-up ", "cache fill ", "training (2 epochs) ", "validation "):
         assert label in timing, label
 
 
