@@ -69,16 +69,67 @@ OnBatch = Callable[[int, int, int, float], None]
 OnEpoch = Callable[[EpochStats], None]
 
 
+#: Name of the actor that keeps the executors' constructor arguments (:class:`_ArgStore`).
+ARGS_ACTOR = "fgnn-args"
+
+
+class _ArgStore:
+    """Keeps each executor's constructor arguments, by actor name, for the job's lifetime.
+
+    An executor is created with its name as its only argument and fetches the rest from here,
+    in its constructor, so every restart Ray makes (``max_restarts``) finds them again, and no
+    constructor argument lives in the object store where it could go out of scope (the case
+    ray-project/ray#53727 warns about for actors created with ObjectRef arguments).
+    """
+
+    def __init__(self) -> None:
+        self._args: dict[str, list[Any]] = {}
+
+    def put(self, name: str, boxed: list[Any]) -> None:
+        """Store ``[ref]``, ``ref`` an ObjectRef of ``(args, kwargs)`` (boxed: Ray passes a
+        nested ref through instead of resolving it)."""
+        self._args[name] = boxed
+
+    def get(self, name: str) -> list[Any]:
+        """The boxed ref stored under ``name``."""
+        return self._args[name]
+
+
+def _fetched(cls: type) -> type:
+    """``cls`` with a constructor that takes only the actor name and fetches the arguments of
+    ``cls.__init__`` from :class:`_ArgStore` (top-level ObjectRefs resolved, as Ray would)."""
+
+    def __init__(self: Any, name: str) -> None:
+        import ray
+
+        store = ray.get_actor(ARGS_ACTOR)
+        [ref] = ray.get(store.get.remote(name))
+        args, kwargs = ray.get(ref)
+        args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
+        kwargs = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in kwargs.items()}
+        cls.__init__(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+
+
 def _make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
                 **kwargs: Any) -> Any:
     """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
-    of the job's placement group, named by role and device, restartable."""
+    of the job's placement group, named by role and device, restartable.
+
+    ``cls(*args, **kwargs)`` runs inside the actor. The arguments go to the :class:`_ArgStore`
+    actor (which the runtime starts first) and the actor is created with its name alone, so a
+    restart re-reads them from there.
+    """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    store = ray.get_actor(ARGS_ACTOR)
+    ray.get(store.put.remote(name, [ray.put((args, kwargs))]))
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
-    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(cls)
-    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(*args, **kwargs)
+    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(_fetched(cls))
+    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
 
 
 class Runtime(EpochLoop):
@@ -156,6 +207,10 @@ class Runtime(EpochLoop):
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if rt.address is None and self.device_kind == "logical":
                 kw["num_gpus"] = rt.devices
+            if rt.address in (None, "local"):
+                from fgnn.raystart import explicit_token_auth
+
+                explicit_token_auth()  # Ray's default for a new cluster, without its warning
             # "local": start a fresh instance even when another cluster runs on this machine
             ray.init(address=rt.address or "local", **kw)
             self._started_ray = True
@@ -271,6 +326,8 @@ class Runtime(EpochLoop):
         self.num_devices = 1 if rt.mode == "single" else rt.devices
         self.pg = placement_group([{"GPU": 1}] * self.num_devices, strategy="PACK")
         ray.get(self.pg.ready())
+        self.args_store = ray.remote(num_cpus=0, max_restarts=0)(_ArgStore).options(
+            name=ARGS_ACTOR).remote()
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
         self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
@@ -346,7 +403,7 @@ class Runtime(EpochLoop):
                 ray.kill(e.handle, no_restart=True)
             except Exception:  # already gone
                 pass
-        for attr in ("queue", "ps"):
+        for attr in ("queue", "ps", "args_store"):
             h = getattr(self, attr, None)
             if h is not None:
                 try:
