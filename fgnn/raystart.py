@@ -138,19 +138,22 @@ def init_with_dashboard(**kwargs: Any) -> tuple[Any, Optional[str]]:
     log = logging.getLogger(_DASHBOARD_LOGGER)
     log.addFilter(swallow)
     try:
-        ctx = ray.init(include_dashboard=True, **kwargs)
-    except Exception as err:
-        log.removeFilter(swallow)
-        if not _from_dashboard_start(err):
-            raise
-        logs = _stop_half_started(err)
-        why = _reason(err, swallow.records)
-    else:
-        log.removeFilter(swallow)
-        for record in swallow.records:  # nothing failed: let Ray's records through after all
-            log.handle(record)
-        return ctx, None
-    ray.shutdown()
-    ctx = ray.init(include_dashboard=False, **kwargs)
+        try:
+            ctx = ray.init(include_dashboard=True, **kwargs)
+        except Exception as err:
+            if not _from_dashboard_start(err):
+                raise
+            logs = _stop_half_started(err)
+            why = _reason(err, swallow.records)
+        else:
+            log.removeFilter(swallow)
+            for record in swallow.records:  # nothing failed: let Ray's records through
+                log.handle(record)
+            return ctx, None
+        ray.shutdown()
+        rest = {k: v for k, v in kwargs.items() if not k.startswith("dashboard_")}
+        ctx = ray.init(include_dashboard=False, **rest)
+    finally:
+        log.removeFilter(swallow)  # (Ray's API server without the dashboard may complain too)
     where = f"; Ray's log: {logs}/dashboard.log" if logs else ""
     return ctx, f"{why}{where}"
