@@ -87,7 +87,8 @@ def test_browser_shows_fgnn_panels_with_live_job_data(tmp_path):
         [sys.executable, str(REPO / "launch.py"), "--model", "sage", "--devices", "2",
          "--batch-size", "64", "--epochs", "25", "--cache-ratio", "0.3",
          "--report", str(tmp_path / "run" / "report.json")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "job.err", "w"),
+        text=True)
     prom = None
     try:
         # the job's own session: Ray names it after the driver's pid
@@ -114,7 +115,7 @@ def test_browser_shows_fgnn_panels_with_live_job_data(tmp_path):
              f"--web.console.templates={consoles}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out, _ = job.communicate(timeout=600)
-        assert job.returncode == 0, out
+        assert job.returncode == 0, out + (tmp_path / "job.err").read_text()[-3000:]
         assert "Ray dashboard at http" in out  # the job ran with its dashboard
 
         # Prometheus holds the job's series under Ray's prefix (ray_fgnn_*, not fgnn_*); the job
