@@ -16,22 +16,15 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["AUTH_MODE_ENV", "explicit_token_auth", "token_auth_enabled", "auth_token_path",
-           "init_with_dashboard"]
+__all__ = ["AUTH_MODE_ENV", "explicit_token_auth", "token_auth_enabled", "init_with_dashboard"]
 
 #: Environment variable that selects Ray's authentication mode (``token`` or ``disabled``).
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 # Ray's loggers whose records about a failed dashboard start are replaced by one fgnn line.
 _DASHBOARD_LOGGER = "ray._private.services"
-
-
-def auth_token_path() -> Path:
-    """Where Ray keeps the token of local clusters (``ray get-auth-token`` prints it)."""
-    return Path.home() / ".ray" / "auth_token"
 
 
 def explicit_token_auth() -> str:
