@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -140,3 +141,48 @@ def test_other_start_failures_are_not_mistaken_for_the_dashboard(monkeypatch):
     with pytest.raises(Exception, match="last lines"):
         raystart.init_with_dashboard(num_cpus=2)
     assert len(fake.calls) == 1
+
+
+def test_up_serves_the_fgnn_console_on_rays_config(tmp_path):
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus not on PATH (`apt-get install prometheus`, as .ci/run does)")
+    (tmp_path / "metrics" / "prometheus").mkdir(parents=True)
+    (tmp_path / "metrics" / "prometheus" / "prometheus.yml").write_text(
+        "global: {scrape_interval: 10s}\nscrape_configs: []\n")
+    (tmp_path / "metrics" / "grafana" / "dashboards").mkdir(parents=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR", "PATH")}
+    env["PATH"] = str(Path(shutil.which("prometheus")).parent)  # no grafana: a Prometheus alone
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "fgnn.monitor.dashboard", "up",
+                             "--session-dir", str(tmp_path), "--data-dir", str(tmp_path / "tsdb"),
+                             "--prometheus-listen", f"127.0.0.1:{port}"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        page, deadline = "", time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/consoles/fgnn.html",
+                                            timeout=5) as r:
+                    page = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert "new PromConsole.Graph(" in page and "ray_fgnn_queue_depth" in page
+        assert (tmp_path / "metrics" / "grafana" / "dashboards" / dash.INSTALLED_NAME).is_file()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert "Grafana not started" in out

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -218,6 +219,7 @@ def _up(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"fgnn: Grafana not started: {e}")
     print("fgnn: Ctrl-C stops them")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops them as Ctrl-C does
     try:
         return max(p.wait() for p in procs)
     except KeyboardInterrupt:
