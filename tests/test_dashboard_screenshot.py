@@ -83,11 +83,12 @@ def _panels(dom: str) -> dict[int, str]:
 def test_browser_shows_fgnn_panels_with_live_job_data(tmp_path):
     tools = _need("prometheus", "chromium")
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_metrics_report_interval_ms": "1000"}
+    err = open(tmp_path / "job.err", "w")
     job = subprocess.Popen(
         [sys.executable, str(REPO / "launch.py"), "--model", "sage", "--devices", "2",
          "--batch-size", "64", "--epochs", "25", "--cache-ratio", "0.3",
          "--report", str(tmp_path / "run" / "report.json")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "job.err", "w"),
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err,
         text=True)
     prom = None
     try:
@@ -148,6 +149,7 @@ def test_browser_shows_fgnn_panels_with_live_job_data(tmp_path):
             DOC_IMAGE.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, DOC_IMAGE)
     finally:
+        err.close()
         for proc in (job, prom):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
