@@ -15,7 +15,9 @@ Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
 
 All executors are plain classes made actors here, in :func:`_make_actor` only, with
 ``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": 1}`` bundle per device (a
-Sampler and its standby share their bundle's device with ``num_gpus=0.5`` each). Gradients go
+Sampler and its standby share their bundle's device with ``num_gpus=0.5`` each); an executor's
+constructor arguments wait in a named store actor that a restarted executor reads again
+(:class:`_ArgStore`). Gradients go
 through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous updates with staleness
 bounded by the number of Trainers, which needs no group membership when standby Trainers join and
 leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
