@@ -28,6 +28,7 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
+from fgnn.raystart import explicit_token_auth, init_with_dashboard, token_auth_enabled
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
@@ -323,26 +324,36 @@ class Job:
             # Executor output would tear the progress bars; their errors reach the driver as
             # exceptions anyway.
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
-            if rc.address is None or rc.address == "local":
+            local = rc.address is None or rc.address == "local"
+            dashboard = local and rc.dashboard_host is not None
+            if local:
                 kind, _ = describe_devices(rc.gpus_needed)
                 if kind == "logical":
                     kwargs["num_gpus"] = rc.gpus_needed
                 # Executors are light on CPU; declare enough logical CPUs for all of them.
                 kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
-                kwargs["include_dashboard"] = rc.dashboard_host is not None
-                if rc.dashboard_host is not None:
+                if dashboard:
                     kwargs["dashboard_host"] = rc.dashboard_host
+                explicit_token_auth()  # Ray's default for a new cluster, without its warning
                 cluster_gpus = None
             else:
                 kwargs["address"] = rc.address
             try:
-                ctx = ray.init(**kwargs)
+                if dashboard:
+                    ctx, why = init_with_dashboard(**kwargs)
+                    if why is not None:
+                        self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
+                                  f"training without it")
+                elif local:
+                    ctx = ray.init(include_dashboard=False, **kwargs)
+                else:
+                    ctx = ray.init(**kwargs)
             except (ConnectionError, TimeoutError) as e:
                 raise JobConfigError("runtime.address", rc.address,
                                      f"cannot join the Ray cluster ({e})") from e
             started = True
             url = getattr(ctx, "dashboard_url", None) or None
-            if rc.address not in (None, "local"):
+            if not local:
                 cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
         used = rc.devices_used
         self.device_kind, line = describe_devices(used, cluster_gpus)
@@ -357,8 +368,10 @@ class Job:
         self._say(f"fgnn: {line}")
         if url:
             self.dashboard_url = url if "://" in url else f"http://{url}"
-            self._say(f"fgnn: Ray dashboard at {self.dashboard_url} "
-                      f"(custom metrics: fgnn_* under Metrics)")
+            login = ("log in with the token `ray get-auth-token` prints; "
+                     if token_auth_enabled() else "")
+            self._say(f"fgnn: Ray dashboard at {self.dashboard_url} ({login}"
+                      f"metrics ray_fgnn_*, see docs/dashboard.md)")
         else:
             self.dashboard_url = None
             self._say("fgnn: Ray dashboard off")

@@ -18,7 +18,8 @@ All executors are plain classes made actors here, in :func:`_make_actor` only, w
 (``g = RuntimeConfig.gpus_per_device``, 1 by default; 0.5 puts two devices on one GPU, so the
 factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
 half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
-assigned it (:mod:`fgnn.executors._device`). Gradients go
+assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a named store
+actor that a restarted executor reads again (:class:`_ArgStore`). Gradients go
 through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous updates with staleness
 bounded by the number of Trainers, which needs no group membership when standby Trainers join and
 leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
@@ -86,16 +87,67 @@ OnEpoch = Callable[[EpochStats], None]
 OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
+#: Name of the actor that keeps the executors' constructor arguments (:class:`_ArgStore`).
+ARGS_ACTOR = "fgnn-args"
+
+
+class _ArgStore:
+    """Keeps each executor's constructor arguments, by actor name, for the job's lifetime.
+
+    An executor is created with its name as its only argument and fetches the rest from here,
+    in its constructor, so every restart Ray makes (``max_restarts``) finds them again, and no
+    constructor argument lives in the object store where it could go out of scope (the case
+    ray-project/ray#53727 warns about for actors created with ObjectRef arguments).
+    """
+
+    def __init__(self) -> None:
+        self._args: dict[str, list[Any]] = {}
+
+    def put(self, name: str, boxed: list[Any]) -> None:
+        """Store ``[ref]``, ``ref`` an ObjectRef of ``(args, kwargs)`` (boxed: Ray passes a
+        nested ref through instead of resolving it)."""
+        self._args[name] = boxed
+
+    def get(self, name: str) -> list[Any]:
+        """The boxed ref stored under ``name``."""
+        return self._args[name]
+
+
+def _fetched(cls: type) -> type:
+    """``cls`` with a constructor that takes only the actor name and fetches the arguments of
+    ``cls.__init__`` from :class:`_ArgStore` (top-level ObjectRefs resolved, as Ray would)."""
+
+    def __init__(self: Any, name: str) -> None:
+        import ray
+
+        store = ray.get_actor(ARGS_ACTOR)
+        [ref] = ray.get(store.get.remote(name))
+        args, kwargs = ray.get(ref)
+        args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
+        kwargs = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in kwargs.items()}
+        cls.__init__(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+
+
 def _make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
                 **kwargs: Any) -> Any:
     """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
-    of the job's placement group, named by role and device, restartable."""
+    of the job's placement group, named by role and device, restartable.
+
+    ``cls(*args, **kwargs)`` runs inside the actor. The arguments go to the :class:`_ArgStore`
+    actor (which the runtime starts first) and the actor is created with its name alone, so a
+    restart re-reads them from there.
+    """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    store = ray.get_actor(ARGS_ACTOR)
+    ray.get(store.put.remote(name, [ray.put((args, kwargs))]))
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
-    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(cls)
-    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(*args, **kwargs)
+    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(_fetched(cls))
+    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
 
 
 class Runtime(EpochLoop):
@@ -201,6 +253,10 @@ class Runtime(EpochLoop):
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if rt.address is None and self.device_kind == "logical":
                 kw["num_gpus"] = rt.gpus_needed
+            if rt.address in (None, "local"):
+                from fgnn.raystart import explicit_token_auth
+
+                explicit_token_auth()  # Ray's default for a new cluster, without its warning
             # "local": start a fresh instance even when another cluster runs on this machine
             ray.init(address=rt.address or "local", **kw)
             self._started_ray = True
@@ -399,6 +455,8 @@ class Runtime(EpochLoop):
 
         nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
         self.one_node = len(set(nodes.values())) <= 1
+        self.args_store = ray.remote(num_cpus=0, max_restarts=0)(_ArgStore).options(
+            name=ARGS_ACTOR).remote()
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
         self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
@@ -524,7 +582,7 @@ class Runtime(EpochLoop):
                 ray.kill(e.handle, no_restart=True)
             except Exception:  # already gone
                 pass
-        for attr in ("queue", "ps"):
+        for attr in ("queue", "ps", "args_store"):
             h = getattr(self, attr, None)
             if h is not None:
                 try:

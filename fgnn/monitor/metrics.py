@@ -5,7 +5,9 @@ Each executor (sampler, trainer, standby trainer) owns one :class:`RuntimeMetric
 ``ray.util.metrics``. Outside Ray (``ray.is_initialized()`` false, unit tests, in-process debugging)
 every call is a cheap no-op apart from the local running totals in :meth:`RuntimeMetrics.snapshot`.
 
-Exported series (all tagged ``role``, ``device``; stage series also ``stage``):
+Exported series (all tagged ``role``, ``device``; stage series also ``stage``). Ray exports every
+``ray.util.metrics`` series with its ``ray_`` prefix, so Prometheus (and the fgnn Grafana
+dashboard, :mod:`fgnn.monitor.dashboard`) knows ``fgnn_queue_depth`` as ``ray_fgnn_queue_depth``:
 
 ========================================  =========  ============================================
 ``fgnn_batches_total``                    Counter    mini-batches finished
@@ -27,7 +29,10 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["RuntimeMetrics", "STAGES", "METRIC_NAMES"]
+__all__ = ["RuntimeMetrics", "STAGES", "METRIC_NAMES", "EXPORT_PREFIX"]
+
+#: Name Prometheus knows a series by: Ray's prefix + the name created here.
+EXPORT_PREFIX = "ray_"
 
 #: Stages accepted by :meth:`RuntimeMetrics.stage_seconds` (Sample = S+M+C, Extract, Train).
 STAGES = ("sample", "mark", "copy", "extract", "train")

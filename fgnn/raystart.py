@@ -1,0 +1,152 @@
+"""Starting a local Ray for a job: token authentication stated explicitly, an optional dashboard.
+
+Two things Ray does on a plain ``ray.init()`` that a training job should not inherit:
+
+* With ``RAY_AUTH_MODE`` unset, Ray turns token authentication on for a new local cluster and
+  logs a WARNING saying so on every run. :func:`explicit_token_auth` turns it on the same way
+  (same mode, same token file ``~/.ray/auth_token``), stated explicitly, so Ray has nothing to
+  warn about. A user's own ``RAY_AUTH_MODE`` (``token`` or ``disabled``) is left as it is.
+* With ``include_dashboard=True``, a dashboard that does not come up (a busy or slow machine,
+  an address it cannot bind) makes ``ray.init`` raise after the rest of the node has started.
+  :func:`init_with_dashboard` stops that half-started node and starts Ray again without the
+  dashboard, returning the reason in one line for the caller to print.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+__all__ = ["AUTH_MODE_ENV", "explicit_token_auth", "token_auth_enabled", "init_with_dashboard"]
+
+#: Environment variable that selects Ray's authentication mode (``token`` or ``disabled``).
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+# Ray's loggers whose records about a failed dashboard start are replaced by one fgnn line.
+_DASHBOARD_LOGGER = "ray._private.services"
+
+
+def explicit_token_auth() -> str:
+    """Enable Ray's token authentication for a local start unless ``RAY_AUTH_MODE`` is set.
+
+    Call before ``ray.init`` starts a new local cluster. Ray itself sets ``RAY_AUTH_MODE=token``
+    in this case and then warns that it did; setting it here first (and refreshing Ray's cached
+    config, as Ray does) gives the same secure default without the warning.
+
+    Returns:
+        The mode in force: ``token`` or the user's own ``RAY_AUTH_MODE``.
+    """
+    mode = os.environ.get(AUTH_MODE_ENV)
+    if mode is not None:
+        return mode.lower()
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray without token auth: nothing to state
+        return "disabled"
+    _enable_token_auth()
+    return "token"
+
+
+def token_auth_enabled() -> bool:
+    """Whether this process talks to Ray with token authentication (after ``ray.init``)."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+    except ImportError:
+        return False
+    return bool(is_token_auth_enabled())
+
+
+class _Swallow(logging.Filter):
+    """Holds back the records of a logger while a dashboard start is tried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
+        self.records.append(record)
+        return False
+
+
+def _frames(tb: Any) -> list[Any]:
+    out = []
+    while tb is not None:
+        out.append(tb.tb_frame)
+        tb = tb.tb_next
+    return out
+
+
+def _from_dashboard_start(err: BaseException) -> bool:
+    """Whether ``err`` was raised while Ray started its dashboard (``start_api_server``)."""
+    return any(f.f_code.co_name == "start_api_server" for f in _frames(err.__traceback__))
+
+
+def _stop_half_started(err: BaseException) -> Optional[str]:
+    """Stop what the failed ``ray.init`` had started; returns its log directory if known."""
+    from ray._private.node import Node
+
+    logs = None
+    for frame in _frames(err.__traceback__):
+        node = frame.f_locals.get("self")
+        info = frame.f_locals.get("process_info")
+        if frame.f_code.co_name == "start_api_server" and info is not None:
+            try:  # the dashboard process: started, but not yet owned by the node
+                info.process.kill()
+            except Exception:
+                pass
+        if isinstance(node, Node):
+            logs = getattr(node, "_logs_dir", logs)
+            try:
+                node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
+            except Exception:
+                pass
+    return logs
+
+
+def _reason(err: BaseException, records: list[logging.LogRecord]) -> str:
+    """One line: Ray's first error about the dashboard, else the exception's first line."""
+    errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+    lines = errors[:1] or [ln for ln in str(err).splitlines() if ln.strip()][:1]
+    why = " ".join(lines[0].split()).replace(" ,", ",") if lines else type(err).__name__
+    return why if len(why) <= 200 else why[:197] + "..."
+
+
+def init_with_dashboard(**kwargs: Any) -> tuple[Any, Optional[str]]:
+    """``ray.init(include_dashboard=True, **kwargs)``, or Ray without a dashboard if it fails.
+
+    Args:
+        **kwargs: the other ``ray.init`` arguments of a new local cluster.
+
+    Returns:
+        ``(context, why)``: Ray's context, and ``None`` when the dashboard started, else one line
+        saying why it did not (Ray's own error lines about it are held back).
+
+    Raises:
+        Exception: whatever ``ray.init`` raises for a reason other than the dashboard.
+    """
+    import ray
+
+    swallow = _Swallow()
+    log = logging.getLogger(_DASHBOARD_LOGGER)
+    log.addFilter(swallow)
+    try:
+        try:
+            ctx = ray.init(include_dashboard=True, **kwargs)
+        except Exception as err:
+            if not _from_dashboard_start(err):
+                raise
+            logs = _stop_half_started(err)
+            why = _reason(err, swallow.records)
+        else:
+            log.removeFilter(swallow)
+            for record in swallow.records:  # nothing failed: let Ray's records through
+                log.handle(record)
+            return ctx, None
+        ray.shutdown()
+        rest = {k: v for k, v in kwargs.items() if not k.startswith("dashboard_")}
+        ctx = ray.init(include_dashboard=False, **rest)
+    finally:
+        log.removeFilter(swallow)  # (Ray's API server without the dashboard may complain too)
+    where = f"; Ray's log: {logs}/dashboard.log" if logs else ""
+    return ctx, f"{why}{where}"
