@@ -308,7 +308,8 @@ class EpochLoop:
             e.alive = False
             return False
         time.sleep(0.1)  # let Ray mark the actor as restarting before the resubmission
-        self._install_cache([e])  # a restarted executor is built without its cache
+        # a restarted executor is built without its cache
+        self._last_reinstall = self._install_cache([e])
         return True
 
     def _check_alive(self, samplers: list[_Exec], trainers: list[_Exec],

@@ -493,21 +493,22 @@ class Runtime(EpochLoop):
                         disk=cfg.disk if self._disk_tier else None)
         return _Exec(name, role, device, h)
 
-    def _install_cache(self, execs: list[_Exec]) -> list[Any]:
+    def _install_cache(self, execs: list[_Exec]) -> list[tuple[_Exec, Any]]:
         """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
-        map); returns the calls' refs (none before the cache is chosen). Also used after an
-        executor restarts, and a restarted Sampler counts visits again during the warm-up."""
+        map); returns ``(executor, ref)`` of the calls (none before the cache is chosen). Also
+        used after an executor restarts, and a restarted Sampler counts visits again during the
+        warm-up."""
         if not self._cache_chosen:
-            return [e.handle.count_visits.remote() for e in execs
+            return [(e, e.handle.count_visits.remote()) for e in execs
                     if e.role == "sampler" and self._counting]
         out = []
         for e in execs:
             if e.role == "sampler":
-                out.append(e.handle.set_cache_mask.remote(self._refs["cache_mask"]))
+                out.append((e, e.handle.set_cache_mask.remote(self._refs["cache_mask"])))
             else:
                 resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
                 alpha = self.alpha_resident if resident else self.alpha_full
-                out.append(e.handle.load_cache.remote(self._refs["hotness"], alpha))
+                out.append((e, e.handle.load_cache.remote(self._refs["hotness"], alpha)))
         return out
 
     def _build_layout(self, n_s: int, start_only: bool = False) -> None:
@@ -571,7 +572,16 @@ class Runtime(EpochLoop):
         import ray
 
         t0 = time.perf_counter()
-        ray.get(self._install_cache(execs))
+        pending = self._install_cache([e for e in execs if e.alive])
+        while pending:
+            e, ref = pending.pop(0)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                # restarting (e.g. it died at the end of the warm-up epoch): it gets its cache
+                # again once back; gone for good: the job goes on without it
+                if self._executor_failed(e, err):
+                    pending += [(e2, r) for e2, r in self._last_reinstall]
         self.cache_fill_s += time.perf_counter() - t0
 
     def _teardown(self) -> None:
