@@ -56,7 +56,8 @@ def test_save_load_evaluate_reproduces_the_reported_scores(ray_session, dataset,
 
     model_path, report = tmp_path / "m" / "model.pt", tmp_path / "r.json"
     ckpt_dir = tmp_path / "ck"
-    assert main(ARGS + ["--epochs", "4", "--eval-batch-size", "16", "--save-model", str(model_path),
+    assert main(ARGS + ["--epochs", "4", "--eval-batch-size", "16",
+                        "--save-model", str(model_path),
                         "--checkpoint-dir", str(ckpt_dir), "--report", str(report)]) == 0
     final = json.loads(report.read_text())["final"]
 
