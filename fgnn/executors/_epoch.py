@@ -94,7 +94,7 @@ class EpochLoop:
         rt = cfg.runtime
         mode = rt.mode
         total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size, cfg.train.seed,
-                                  epoch))
+                                  epoch, self.step_tasks))
         if profiling:
             total = min(total, PROFILE_BATCHES)
         no_trainer = not any(e.role == "trainer" and e.alive for e in self._execs)
@@ -103,7 +103,7 @@ class EpochLoop:
         whole = mode in ("single", "time-sharing") or no_trainer
         maxsize = max(rt.queue_size, total) if whole else rt.queue_size
         ray.get([self.queue.begin_epoch.remote(epoch, total, maxsize),
-                 self.ps.begin_epoch.remote(epoch, profiling)])
+                 self.ps.begin_epoch.remote(epoch, profiling, total, self.step_tasks)])
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
@@ -201,7 +201,8 @@ class EpochLoop:
                         if e.role == "standby" and res["batches"] > 0:
                             switched[e.name] = switched.get(e.name, 0) + res["batches"]
                     except ray.exceptions.RayError as err:
-                        ray.get(self.queue.retire.remote(e.name))
+                        ray.get([self.queue.retire.remote(e.name),
+                                 self.ps.release.remote(e.name)])
                         if self._executor_failed(e, err):
                             policy = (None if e.role == "trainer"
                                       else self._standby_policy(acc, trainers))
@@ -344,6 +345,8 @@ class EpochLoop:
             "exposed_queue_s": sum(min(r.get("stall_s", 0.0), r["rpc_s"] + r.get("fetch_s", 0.0))
                                    for r in recs),
             "sync_s": sum(r["sync_s"] for r in recs),
+            "step_wait_s": sum(r.get("step_wait_s", 0.0) for r in recs),
+            "steps": ledger.get("steps"),
             # the part of queue_wait_s spent before each Trainer's first mini-batch of the
             # epoch (the pipeline filling), apart from waits once samples were flowing
             "fill_wait_s": _first_wait_by(recs),

@@ -16,9 +16,11 @@ Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
 All executors are plain classes made actors here, in :func:`_make_actor` only, with
 ``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": 1}`` bundle per device (a
 Sampler and its standby share their bundle's device with ``num_gpus=0.5`` each). Gradients go
-through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous updates with staleness
-bounded by the number of Trainers, which needs no group membership when standby Trainers join and
-leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
+through a parameter-server actor (:mod:`fgnn.executors.ps`): each mini-batch is cut into R tasks
+(R = ``runtime.devices``, 1 in single mode) whose gradients the server averages into one step, so
+training takes the steps of the single-process loop at any device count. The server needs no
+group membership when standby Trainers join and leave mid-epoch or a Trainer dies, and is the
+exactly-once ledger of trained tasks.
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
@@ -118,6 +120,9 @@ class Runtime(EpochLoop):
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         self.on_batch, self.on_epoch = on_batch, on_epoch
         self.slow_trainers = dict(slow_trainers or {})
+        rt = config.runtime
+        #: R: tasks per mini-batch, averaged into one step by the parameter server
+        self.step_tasks = 1 if rt.mode == "single" else rt.devices
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
         self.actor_names: list[str] = []
@@ -182,7 +187,8 @@ class Runtime(EpochLoop):
             kw: dict[str, Any] = {}
             if policy in ("presc",) or policy.startswith("presc"):
                 kw = {"sampler": self.sampler, "epochs": cfg.cache.presample_epochs,
-                      "batch_size": cfg.train.batch_size, "generator": gen}
+                      "batch_size": -(-cfg.train.batch_size // self.step_tasks),
+                      "generator": gen}
             elif policy == "random":
                 kw = {"generator": gen}
             self.hotness = compute_hotness(policy, ds.graph, ds.train_idx, **kw).float().cpu()
@@ -257,7 +263,7 @@ class Runtime(EpochLoop):
         ds = self.dataset
         model = copy.deepcopy(self.model)
         opt = torch.optim.Adam(model.parameters(), lr=self.config.train.lr)
-        seeds = ds.train_idx[: self.config.train.batch_size]
+        seeds = ds.train_idx[: -(-self.config.train.batch_size // self.step_tasks)]  # one task
         sample = self.sampler.sample(ds.graph, seeds, torch.Generator().manual_seed(0))
         x = extract_features(ds.features, sample.input_nodes)
         labels = ds.labels[sample.seeds]
@@ -283,7 +289,8 @@ class Runtime(EpochLoop):
         name = f"fgnn-sampler-{device}"
         h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5, self._refs["graph"],
                         self.sampler, self._refs["train_idx"], cfg.train.batch_size,
-                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device)
+                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device,
+                        self.step_tasks)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -295,7 +302,8 @@ class Runtime(EpochLoop):
         if cfg.runtime.mode == "time-sharing":
             alpha = self.alpha_resident
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
-                                   cfg.train.batch_size, cfg.train.seed, self.torch_device)
+                                   cfg.train.batch_size, cfg.train.seed, self.torch_device,
+                                   self.step_tasks)
         h = _make_actor(TrainerExecutor, name, self.pg, device, 0.5 if standby else 1.0,
                         self._refs["features"], self._refs["labels"],
                         copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
@@ -513,20 +521,20 @@ class _LocalSampling(SamplerExecutor):
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
-                 seed: int, device: str) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device)
+                 seed: int, device: str, parts: int) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, parts)
         self._built = False
 
     def _build(self) -> None:
         import ray
 
-        graph, sampler, train_idx, batch_size, seed, device = self._args
+        graph, sampler, train_idx, batch_size, seed, device, parts = self._args
         if isinstance(graph, ray.ObjectRef):
             graph = ray.get(graph)
         if isinstance(train_idx, ray.ObjectRef):
             train_idx = ray.get(train_idx)
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device)
+                                 "local", device, parts)
         self._built = True
 
     def sample(self, epoch: int, task_id: int):  # noqa: D102

@@ -2,8 +2,10 @@
 
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
 :class:`~fgnn.cache.feature_store.FeatureStore` (device cache hits, host misses; FGNN §6.1), runs
-forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`,
-which answers with the current weights (asynchronous updates with bounded staleness, §5.2).
+forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`.
+Before computing a task it claims a slot of the server's current step, which brings the current
+weights: every step averages the gradients of its tasks, all computed from the previous step's
+weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded staleness).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
 while it trains mini-batch ``i``. A *standby* Trainer (a Trainer on a Sampler's device with a
@@ -109,6 +111,7 @@ class TrainerExecutor:
         self.delay_s = float(delay_s)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
+        self._version = -1  # version of the server's weights this Trainer holds
 
     def ready(self) -> str:
         """Returns the name once the cache is loaded (the runtime waits on it)."""
@@ -167,11 +170,29 @@ class TrainerExecutor:
             return _Batch(item.task_id, sample, x, labels, rec)
         return None
 
-    def _train(self, epoch: int, batch: _Batch) -> dict[str, Any]:
-        """Forward, backward, push the gradient, take the server's weights."""
+    def _claim(self) -> Optional[float]:
+        """Take a slot of the server's current step (and its weights when they changed);
+        returns the seconds spent waiting for one, or None when stopped first."""
+        import ray
+
+        while not self._stop.is_set():
+            got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S))
+            if got is not None:
+                if got.weights is not None:
+                    unflatten_into(got.weights.to(self.device), self.params)
+                self._version = got.version
+                return got.waited_s
+        return None
+
+    def _train(self, epoch: int, batch: _Batch) -> Optional[dict[str, Any]]:
+        """Claim a slot, forward, backward, push the gradient (None: stopped before a slot)."""
         import ray
 
         t0 = time.perf_counter()
+        waited = self._claim()
+        if waited is None:
+            return None
+        t1 = time.perf_counter()
         self.model.train()
         for p in self.params:
             p.grad = None
@@ -182,13 +203,15 @@ class TrainerExecutor:
                         for p in self.params]).cpu()
         if self.delay_s > 0:
             time.sleep(self.delay_s)
-        t1 = time.perf_counter()
-        applied, _, flat = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name))
-        unflatten_into(flat.to(self.device), self.params)
         t2 = time.perf_counter()
+        applied, _ = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
+                                                 int(batch.labels.numel())))
+        t3 = time.perf_counter()
         rec = dict(batch.rec)
-        rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t2 - t0,
-                   sync_s=t2 - t1)
+        # sync_s: the gradient exchange (claim round trip less its wait for a slot, the push);
+        # step_wait_s: waiting for a step this Trainer has no slot in
+        rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t3 - t0 - waited,
+                   sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited)
         return rec
 
     # ------------------------------------------------------------------ the loop
@@ -208,7 +231,7 @@ class TrainerExecutor:
         self._stop.clear()
         t_start = time.perf_counter()
         generation = ray.get(self.queue.register.remote(self.name))
-        _, flat = ray.get(self.ps.weights.remote())
+        self._version, flat = ray.get(self.ps.weights.remote())
         unflatten_into(flat.to(self.device), self.params)
         batches, busy, last_ack = 0, 0.0, None
         if policy is None:  # pipelined: extract i + 1 while training i
@@ -222,6 +245,8 @@ class TrainerExecutor:
                         break
                     nxt = pool.submit(self._fetch, epoch, generation)
                     rec = self._train(epoch, batch)
+                    if rec is None:
+                        break
                     rec["stall_s"] = stall
                     last_ack = self._ack(batch.task_id, rec)
                     batches += 1
@@ -238,8 +263,10 @@ class TrainerExecutor:
                     break
                 stall = time.perf_counter() - t0
                 rec = self._train(epoch, batch)
+                if rec is None:
+                    break
                 rec["stall_s"] = stall
-                busy += time.perf_counter() - t0 - rec["wait_s"]
+                busy += time.perf_counter() - t0 - rec["wait_s"] - rec["step_wait_s"]
                 last_ack = self._ack(batch.task_id, rec)
                 batches += 1
         if last_ack is not None:
