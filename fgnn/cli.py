@@ -38,6 +38,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--model": "model.name",
     "--hidden": "model.hidden",
     "--dropout": "model.dropout",
+    "--input-dropout": "model.input_dropout",
     "--devices": "runtime.devices",
     "--samplers": "runtime.samplers",
     "--mode": "runtime.mode",
@@ -167,6 +168,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="hidden size (default: %(default)s)")
     g.add_argument("--dropout", type=_float_in(0.0, 1.0, hi_open=True), default=mdl.dropout,
                    metavar="P", help="dropout between layers, in [0, 1) (default: %(default)s)")
+    g.add_argument("--input-dropout", type=_float_in(0.0, 1.0, hi_open=True),
+                   default=mdl.input_dropout, metavar="P",
+                   help="dropout on the input features, in [0, 1) (default: %(default)s)")
 
     g = p.add_argument_group("devices and runtime")
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
@@ -276,7 +280,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
                           cache_ratio=_auto(args.cache_ratio),
                           device_memory_gib=_auto(args.device_memory)),
-        model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
+        model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout,
+                          input_dropout=args.input_dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,
                           eval_every=args.eval_every, patience=args.patience,
