@@ -208,15 +208,21 @@ class Job:
             self.dataset = self._load()
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
+        num_train = int(self.dataset.train_idx.numel())
+        if cfg.train.batch_size >= num_train:
+            self._say(f"fgnn: warning: batch size {cfg.train.batch_size} >= {num_train} "
+                      f"training vertices: one optimizer step per epoch; a smaller "
+                      f"--batch-size learns more per epoch")
 
         import ray
         started = self._init_ray()
         progress = None
         try:
             from fgnn.executors.runtime import Runtime
+            from fgnn.executors.scheduler import step_tasks
             from fgnn.monitor.progress import Progress
-            progress = Progress(cfg.train.epochs, cfg.train.batch_size,
-                                num_train=int(self.dataset.train_idx.numel()),
+            task = -(-cfg.train.batch_size // step_tasks(cfg.runtime.mode, cfg.runtime.devices))
+            progress = Progress(cfg.train.epochs, task, num_train=num_train,
                                 enabled=self.progress)
             runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
                               on_batch=progress.on_batch, on_epoch=progress.on_epoch)

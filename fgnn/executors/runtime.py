@@ -57,7 +57,7 @@ from fgnn.executors._epoch import (_MAX_RESTARTS, PROFILE_BATCHES, EpochLoop, Ru
 from fgnn.executors.ps import ParameterServer, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
-from fgnn.executors.scheduler import allocate
+from fgnn.executors.scheduler import allocate, step_tasks
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
@@ -120,9 +120,8 @@ class Runtime(EpochLoop):
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         self.on_batch, self.on_epoch = on_batch, on_epoch
         self.slow_trainers = dict(slow_trainers or {})
-        rt = config.runtime
         #: R: tasks per mini-batch, averaged into one step by the parameter server
-        self.step_tasks = 1 if rt.mode == "single" else rt.devices
+        self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
         self.actor_names: list[str] = []

@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 import torch
 
-__all__ = ["allocate", "profit", "epoch_batches", "StandbyPolicy", "TaskScheduler"]
+__all__ = ["allocate", "profit", "epoch_batches", "step_tasks", "StandbyPolicy", "TaskScheduler"]
 
 #: Relative tolerance of the ceiling in :func:`allocate`: measured times are floats, and a ratio
 #: that is an integer up to rounding (``0.3 / 0.1``) must not add a Sampler.
@@ -116,6 +116,12 @@ class StandbyPolicy:
         """``P > 0`` for ``M_r = remaining``, with T_t' the measured value when known."""
         t_s = self.t_standby if measured_t_standby is None else measured_t_standby
         return profit(remaining, self.t_train, self.num_trainers, t_s) > 0
+
+
+def step_tasks(mode: str, devices: int) -> int:
+    """R, the tasks each mini-batch is cut into (one per device; 1 in ``single`` mode): the
+    parameter server averages their gradients into one step (:mod:`fgnn.executors.ps`)."""
+    return 1 if mode == "single" else max(1, int(devices))
 
 
 def epoch_batches(train_idx: torch.Tensor, batch_size: int, seed: int, epoch: int,
