@@ -29,10 +29,19 @@ from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult
 from fgnn.sampling import Sampler
 
-__all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
+__all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
 
 #: Seconds the address pre-check waits for a TCP connection before calling it unreachable.
 ADDRESS_TIMEOUT_S = 3.0
+
+
+def batch_warning(batch_size: int, num_train: int) -> Optional[str]:
+    """The one-line warning for a mini-batch that holds every training vertex (one optimizer
+    step per epoch, whatever the devices), or None."""
+    if batch_size < num_train:
+        return None
+    return (f"batch size {batch_size} >= {num_train} training vertices: one optimizer step per "
+            f"epoch; a smaller --batch-size learns more per epoch")
 
 
 class JobConfigError(ValueError):
@@ -209,10 +218,9 @@ class Job:
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
         num_train = int(self.dataset.train_idx.numel())
-        if cfg.train.batch_size >= num_train:
-            self._say(f"fgnn: warning: batch size {cfg.train.batch_size} >= {num_train} "
-                      f"training vertices: one optimizer step per epoch; a smaller "
-                      f"--batch-size learns more per epoch")
+        warning = batch_warning(cfg.train.batch_size, num_train)
+        if warning:
+            self._say(f"fgnn: warning: {warning}")
 
         import ray
         started = self._init_ray()
