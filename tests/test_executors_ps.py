@@ -224,3 +224,16 @@ def test_epoch_tasks_cut_each_mini_batch_into_parts():
     with pytest.raises(ValueError, match="parts"):
         epoch_batches(idx, 8, seed=1, epoch=0, parts=0)
 
+
+
+def test_a_push_may_claim_the_next_slot_in_the_same_call():
+    ps = ParameterServer(_model(), lr=0.1)
+    ps.begin_epoch(0, tasks=4, group=2)
+    g = torch.ones_like(ps.weights()[1])
+    ps.try_claim("a"), ps.try_claim("b")
+    reply = ps.step(0, 0, g, "a", claim_next=0)
+    assert reply.claim is None                          # both slots of the step are taken
+    reply = ps.step(0, 1, g, "b", claim_next=0)         # completes step 1, claims in step 2
+    assert reply.version == 1 and reply.claim.version == 1 and reply.claim.weights is not None
+    ps.step(0, 2, g, "b")                               # the claimed slot delivers
+    assert ps.ledger()["applied"] == {0: 1, 1: 1, 2: 1}

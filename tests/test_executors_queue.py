@@ -153,11 +153,11 @@ def test_parameter_server_applies_each_task_once():
     v0, w0 = ps.weights()
     g = torch.ones_like(w0)
     ps.try_claim("t0")
-    applied, v1 = ps.step(0, 7, g, "t0")
+    applied, v1, _ = ps.step(0, 7, g, "t0")
     w1 = ps.weights()[1]
     assert applied and v1 == v0 + 1 and not torch.equal(w0, w1)
     ps.try_claim("t1")
-    applied, v2 = ps.step(0, 7, g, "t1")            # re-delivered duplicate
+    applied, v2, _ = ps.step(0, 7, g, "t1")          # re-delivered duplicate
     assert not applied and v2 == v1 and torch.equal(w1, ps.weights()[1])
     ps.try_claim("t1")
     assert not ps.step(3, 8, g, "t1")[0]             # stale epoch
@@ -165,7 +165,7 @@ def test_parameter_server_applies_each_task_once():
     assert led["applied"] == {7: 1} and led["rejected"] == {7: 1, 8: 1} and led["by"] == {7: "t0"}
     ps.begin_epoch(1, discard=True)                  # profiling: counted, not applied
     ps.try_claim("t0")
-    applied, v3 = ps.step(1, 0, g, "t0")
+    applied, v3, _ = ps.step(1, 0, g, "t0")
     assert applied and v3 == v2 and torch.equal(ps.weights()[1], w1)
     st = ps.state()
     assert set(st) == {"model", "optimizer", "version"}

@@ -77,10 +77,12 @@ class StepReply(NamedTuple):
     Attributes:
         applied: the gradient was accepted: it is, or will be, part of exactly one step.
         version: the server's version after this push (one more when it completed the step).
+        claim: a slot for the caller's next task when it asked for one and one was free.
     """
 
     applied: bool
     version: int
+    claim: Optional[Claim] = None
 
 
 class ParameterServer:
@@ -223,7 +225,7 @@ class ParameterServer:
 
     # ------------------------------------------------------------------ gradients
     def step(self, epoch: int, task_id: int, grad: torch.Tensor, consumer: str = "",
-             seeds: int = 1) -> StepReply:
+             seeds: int = 1, claim_next: Optional[int] = None) -> StepReply:
         """Deliver the gradient of ``task_id`` on a slot ``consumer`` claimed.
 
         A duplicate (the task was already accepted this epoch) or a gradient of another epoch is
@@ -237,6 +239,10 @@ class ParameterServer:
                 task's seeds, computed from the weights of the claim.
             consumer: the Trainer's name, holder of the slot.
             seeds: the task's seed count, its weight in the step's mean.
+            claim_next: the version the caller holds, to also :meth:`try_claim` a slot for its
+                next task in the same call (one round trip less per task). Only a caller that
+                already holds its next task may ask: a slot held while waiting for a task could
+                block the Trainers holding the last tasks.
 
         Raises:
             ValueError: when ``consumer`` holds no slot, or ``grad``/``seeds`` are malformed.
@@ -263,9 +269,10 @@ class ParameterServer:
             self._rejected[task_id] += 1
             self._claimed -= 1
         self._maybe_step()
+        nxt = None if claim_next is None else self.try_claim(consumer, claim_next)
         self._notify()
         self._busy_s += time.perf_counter() - t0
-        return StepReply(applied, self.version)
+        return StepReply(applied, self.version, nxt)
 
     def _maybe_step(self) -> None:
         """Take the step once every claimed slot delivered and no slot is left to claim."""

@@ -112,6 +112,7 @@ class TrainerExecutor:
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
         self._version = -1  # version of the server's weights this Trainer holds
+        self._next_claim: Any = None  # a slot the last push brought for the next task
 
     def ready(self) -> str:
         """Returns the name once the cache is loaded (the runtime waits on it)."""
@@ -170,22 +171,34 @@ class TrainerExecutor:
             return _Batch(item.task_id, sample, x, labels, rec)
         return None
 
+    def _take(self, claim: Any) -> None:
+        if claim.weights is not None:
+            unflatten_into(claim.weights.to(self.device), self.params)
+        self._version = claim.version
+
     def _claim(self) -> Optional[float]:
-        """Take a slot of the server's current step (and its weights when they changed);
-        returns the seconds spent waiting for one, or None when stopped first."""
+        """Take a slot of the server's current step (and its weights when they changed), unless
+        the last push already brought one; returns the seconds spent waiting for it, or None when
+        stopped first."""
         import ray
 
+        if self._next_claim is not None:
+            self._take(self._next_claim)
+            self._next_claim = None
+            return 0.0
         while not self._stop.is_set():
             got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S))
             if got is not None:
-                if got.weights is not None:
-                    unflatten_into(got.weights.to(self.device), self.params)
-                self._version = got.version
+                self._take(got)
                 return got.waited_s
         return None
 
-    def _train(self, epoch: int, batch: _Batch) -> Optional[dict[str, Any]]:
-        """Claim a slot, forward, backward, push the gradient (None: stopped before a slot)."""
+    def _train(self, epoch: int, batch: _Batch, has_next: bool = False
+               ) -> Optional[dict[str, Any]]:
+        """Claim a slot, forward, backward, push the gradient (None: stopped before a slot).
+
+        ``has_next``: this Trainer already holds its next task, so the push may also claim a
+        slot for it."""
         import ray
 
         t0 = time.perf_counter()
@@ -204,8 +217,10 @@ class TrainerExecutor:
         if self.delay_s > 0:
             time.sleep(self.delay_s)
         t2 = time.perf_counter()
-        applied, _ = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
-                                                 int(batch.labels.numel())))
+        reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
+                                            int(batch.labels.numel()),
+                                            self._version if has_next else None))
+        applied, self._next_claim = reply.applied, reply.claim
         t3 = time.perf_counter()
         rec = dict(batch.rec)
         # sync_s: the gradient exchange (claim round trip less its wait for a slot, the push);
@@ -229,6 +244,7 @@ class TrainerExecutor:
         import ray
 
         self._stop.clear()
+        self._next_claim = None
         t_start = time.perf_counter()
         generation = ray.get(self.queue.register.remote(self.name))
         self._version, flat = ray.get(self.ps.weights.remote())
@@ -244,7 +260,7 @@ class TrainerExecutor:
                     if batch is None:
                         break
                     nxt = pool.submit(self._fetch, epoch, generation)
-                    rec = self._train(epoch, batch)
+                    rec = self._train(epoch, batch, nxt.done() and nxt.result() is not None)
                     if rec is None:
                         break
                     rec["stall_s"] = stall
