@@ -228,7 +228,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=_int_at_least(1), default=trn.batch_size, metavar="B",
-                   help="seed vertices per mini-batch (default: %(default)s)")
+                   help="seed vertices per mini-batch = per optimizer step at any device count; "
+                        "each mini-batch is cut into one task per device "
+                        "(default: %(default)s)")
     g.add_argument("--epochs", type=_int_at_least(1), default=trn.epochs, metavar="E",
                    help="training epochs (default: %(default)s)")
     g.add_argument("--lr", type=_float_in(0.0, None, lo_open=True), default=trn.lr,

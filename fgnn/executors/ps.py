@@ -9,7 +9,7 @@ accuracy as Trainers are added; measured in docs/concepts.md, "Gradient exchange
   weighted mean once the step's gradients are all in. A task's gradient is the mean over its own
   seeds, so the step is the single-process step on ``B`` seeds: an epoch has the same steps of
   the same size at any number of devices, and the learning rate needs no scaling.
-* **Staleness zero, without a barrier.** Before computing a task, a Trainer *claims* one of the
+* **Staleness zero.** Before computing a task, a Trainer *claims* one of the
   step's ``min(R, tasks left)`` slots (:meth:`ParameterServer.try_claim`, or :meth:`claim`, which
   waits) and gets the current weights with it. The step is taken only when every claimed slot
   has delivered, so each gradient is computed from the weights of the previous step. A Trainer
