@@ -44,6 +44,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--model": "model.name",
     "--hidden": "model.hidden",
     "--dropout": "model.dropout",
+    "--input-dropout": "model.input_dropout",
     "--devices": "runtime.devices",
     "--samplers": "runtime.samplers",
     "--mode": "runtime.mode",
@@ -186,6 +187,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="hidden size (default: %(default)s)")
     g.add_argument("--dropout", type=_float_in(0.0, 1.0, hi_open=True), default=mdl.dropout,
                    metavar="P", help="dropout between layers, in [0, 1) (default: %(default)s)")
+    g.add_argument("--input-dropout", type=_float_in(0.0, 1.0, hi_open=True),
+                   default=mdl.input_dropout, metavar="P",
+                   help="dropout on the input features, in [0, 1) (default: %(default)s)")
 
     g = p.add_argument_group("devices and runtime")
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
@@ -283,7 +287,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=_int_at_least(1), default=trn.batch_size, metavar="B",
-                   help="seed vertices per mini-batch (default: %(default)s)")
+                   help="seed vertices per mini-batch = per optimizer step at any device count; "
+                        "each mini-batch is cut into one task per device "
+                        "(default: %(default)s)")
     g.add_argument("--epochs", type=_int_at_least(1), default=trn.epochs, metavar="E",
                    help="training epochs (default: %(default)s)")
     g.add_argument("--lr", type=_float_in(0.0, None, lo_open=True), default=trn.lr,
@@ -345,7 +351,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         disk=DiskConfig(feature_tier=args.feature_tier, cpu_buffer=args.cpu_buffer,
                         cache=args.disk_cache, window=args.window, accumulator=args.accumulator,
                         io=args.disk_io, threads=args.disk_threads),
-        model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout),
+        model=ModelConfig(name=args.model, hidden=args.hidden, dropout=args.dropout,
+                          input_dropout=args.input_dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,
                           eval_every=args.eval_every,

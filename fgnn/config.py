@@ -153,6 +153,9 @@ class ModelConfig:
     """Hidden size."""
     dropout: float = 0.5
     """Dropout probability between layers."""
+    input_dropout: float = 0.0
+    """Dropout on the raw input features (PyG's and DGL's models use none; Kipf & Welling's
+    Cora recipe 0.5)."""
 
     def __post_init__(self) -> None:
         if self.name not in MODELS:
@@ -161,6 +164,8 @@ class ModelConfig:
             _fail("ModelConfig", "hidden", self.hidden, "must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             _fail("ModelConfig", "dropout", self.dropout, "must lie in [0, 1)")
+        if not 0.0 <= self.input_dropout < 1.0:
+            _fail("ModelConfig", "input_dropout", self.input_dropout, "must lie in [0, 1)")
 
 
 @dataclass

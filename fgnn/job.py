@@ -31,13 +31,22 @@ from fgnn.monitor.summary import devices_note, plural, timing_text
 from fgnn.raystart import explicit_token_auth, init_with_dashboard, token_auth_enabled
 from fgnn.sampling import Sampler
 
-__all__ = ["Job", "JobConfigError", "check_address", "describe_devices"]
+__all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
 
 #: Seconds the address pre-check waits for a TCP connection before calling it unreachable.
 ADDRESS_TIMEOUT_S = 3.0
 #: Host memory of one executor process: a Ray worker with torch and fgnn loaded (a Sampler or
 #: Trainer on a small graph measured about 290 MB RSS).
 EXECUTOR_PROCESS_BYTES = 300 << 20
+
+
+def batch_warning(batch_size: int, num_train: int) -> Optional[str]:
+    """The one-line warning for a mini-batch that holds every training vertex (one optimizer
+    step per epoch, whatever the devices), or None."""
+    if batch_size < num_train:
+        return None
+    return (f"batch size {batch_size} >= {num_train} training vertices: one optimizer step per "
+            f"epoch; a smaller --batch-size learns more per epoch")
 
 
 class JobConfigError(ValueError):
@@ -240,12 +249,17 @@ class Job:
             raise JobConfigError("dataset", cfg.dataset, str(e)) from e
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
+        num_train = int(self.dataset.train_idx.numel())
+        warning = batch_warning(cfg.train.batch_size, num_train)
+        if warning:
+            self._say(f"fgnn: warning: {warning}")
 
         import ray
 
+        from fgnn.executors.scheduler import step_tasks
         from fgnn.monitor.progress import Progress
-        progress = Progress(cfg.train.epochs, cfg.train.batch_size,
-                            num_train=int(self.dataset.train_idx.numel()), enabled=self.progress)
+        task = -(-cfg.train.batch_size // step_tasks(cfg.runtime.mode, cfg.runtime.devices))
+        progress = Progress(cfg.train.epochs, task, num_train=num_train, enabled=self.progress)
         runtime = self._runtime(progress, from_spec)
         started = self._init_ray()
         try:

@@ -58,10 +58,13 @@ def assert_exactly_once(rt: Runtime, result: RunResult, dataset, cfg: JobConfig)
     assert len(trained) == len(result.epochs) == cfg.train.epochs
     for d, stats in zip(trained, result.epochs):
         total = len(epoch_batches(dataset.train_idx, cfg.train.batch_size, cfg.train.seed,
-                                  d["epoch"]))
+                                  d["epoch"], rt.step_tasks))
         assert d["task_ids"] == list(range(total)), d["task_ids"]  # each acknowledged once
         assert d["applied"] == {t: 1 for t in range(total)}        # each gradient applied once
         assert stats.batches == total
+        # one optimizer step per mini-batch, whatever the number of devices
+        assert d["steps"] == len(epoch_batches(dataset.train_idx, cfg.train.batch_size,
+                                               cfg.train.seed, d["epoch"]))
 
 
 @pytest.mark.parametrize("mode", ["factored", "time-sharing", "single"])
@@ -72,8 +75,9 @@ def test_every_minibatch_trained_exactly_once(ray_cluster, dataset, mode):
     rt = Runtime(cfg, dataset, on_batch=lambda *a: calls.append(a), on_epoch=epochs.append)
     result = rt.run()
     assert_exactly_once(rt, result, dataset, cfg)
-    assert [c[1] for c in calls if c[0] == 0] == list(range(1, 11))
-    assert all(c[2] == 10 for c in calls) and len(epochs) == 2
+    tasks = 10 * rt.step_tasks  # 10 mini-batches, each cut into one task per device
+    assert [c[1] for c in calls if c[0] == 0] == list(range(1, tasks + 1))
+    assert all(c[2] == tasks for c in calls) and len(epochs) == 2
     a = result.allocation
     assert {"devices", "samplers", "trainers", "K", "device_kind"} <= set(a)
     assert a["device_kind"] == "logical"

@@ -104,7 +104,7 @@ class EpochLoop:
             total = plan.num_tasks
         else:
             total = len(epoch_batches(self.dataset.train_idx, cfg.train.batch_size,
-                                      cfg.train.seed, epoch))
+                                      cfg.train.seed, epoch, self.step_tasks))
         no_trainer = not any(e.role == "trainer" and e.alive for e in self._execs)
         # with no normal Trainer the standby starts only once the epoch is sampled (§7.9): the
         # queue (host memory) must hold the whole epoch
@@ -112,7 +112,7 @@ class EpochLoop:
         maxsize = max(rt.queue_size, total) if whole else rt.queue_size
         starts = [self.queue.begin_epoch.remote(epoch, total, maxsize)]
         if plan is None:
-            starts.append(self.ps.begin_epoch.remote(epoch))
+            starts.append(self.ps.begin_epoch.remote(epoch, total, self.step_tasks))
         ray.get(starts)
         acc = _EpochAcc()
         sched = TaskScheduler(total)
@@ -209,7 +209,8 @@ class EpochLoop:
                     try:
                         self._finished(e, ray.get(r), switched)
                     except ray.exceptions.RayError as err:
-                        ray.get(self.queue.retire.remote(e.name))
+                        ray.get([self.queue.retire.remote(e.name),
+                                 self.ps.release.remote(e.name)])
                         if self._executor_failed(e, err):
                             policy = (None if e.role == "trainer"
                                       else self._standby_policy(acc, trainers))
@@ -368,6 +369,8 @@ class EpochLoop:
             "exposed_queue_s": sum(min(r.get("stall_s", 0.0), r["rpc_s"] + r.get("fetch_s", 0.0))
                                    for r in recs),
             "sync_s": sum(r["sync_s"] for r in recs),
+            "step_wait_s": sum(r.get("step_wait_s", 0.0) for r in recs),
+            "steps": ledger.get("steps"),
             # the part of queue_wait_s spent before each Trainer's first mini-batch of the
             # epoch (the pipeline filling), apart from waits once samples were flowing
             "fill_wait_s": _first_wait_by(recs),

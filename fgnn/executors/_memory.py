@@ -51,16 +51,17 @@ class StepMemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = int(torch.cuda.memory_allocated(self.device))
 
-    def run(self, step: Callable[[Any], dict], batch: Any) -> dict:
+    def run(self, step: Callable[[Any], Optional[dict]], batch: Any) -> Optional[dict]:
         """Run ``step(batch)``; the first call on CPU is measured."""
         if self.device.type == "cuda" or self.step_peak is not None:
             return step(batch)
         meter = TensorAllocationMeter([self.model, batch.x, batch.labels])
-        out: dict = {}
-        peak = meter.measure(lambda: out.update(step(batch)))
-        in_flight = batch_bytes(batch) if self.pipelined else 0
-        self.step_peak = max(0, int(peak) - resident_bytes(self.model)) + in_flight
-        return out
+        out: list = []
+        peak = meter.measure(lambda: out.append(step(batch)))
+        if out[0] is not None:  # None: the Trainer stopped before it trained
+            in_flight = batch_bytes(batch) if self.pipelined else 0
+            self.step_peak = max(0, int(peak) - resident_bytes(self.model)) + in_flight
+        return out[0]
 
     def report(self) -> dict[str, Any]:
         """``{"model_bytes", "step_peak_bytes", "device_total_bytes"}`` (the last is None on

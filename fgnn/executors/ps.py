@@ -1,27 +1,40 @@
-"""Gradient exchange among Trainers: a parameter server with bounded staleness (FGNN §5.2).
+"""Gradient exchange among Trainers: a parameter server whose steps are those of one process.
 
-FGNN "updates gradients asynchronously with bounded staleness" so that a Trainer's pipeline never
-waits for its peers. Here one Ray actor holds the model and the optimizer; a Trainer pushes the
-gradient of a mini-batch and receives the current weights in the same call, so a gradient is at
-most ``N_t - 1`` updates stale (every other Trainer applies at most one update while it computes).
+The rule (it replaces the plain asynchronous updates of FGNN §5.2, whose stale gradients cost
+accuracy as Trainers are added; measured in docs/concepts.md, "Gradient exchange"):
+
+* **A step averages R task gradients.** The runtime cuts every mini-batch of ``B`` seeds into
+  ``R`` tasks (:func:`~fgnn.executors.scheduler.epoch_batches` with ``parts=R``). The server sums
+  the gradient of each task, weighted by its seed count, and takes one optimizer step with the
+  weighted mean once the step's gradients are all in. A task's gradient is the mean over its own
+  seeds, so the step is the single-process step on ``B`` seeds: an epoch has the same steps of
+  the same size at any number of devices, and the learning rate needs no scaling.
+* **Staleness zero.** Before computing a task, a Trainer *claims* one of the
+  step's ``min(R, tasks left)`` slots (:meth:`ParameterServer.try_claim`, or :meth:`claim`, which
+  waits) and gets the current weights with it. The step is taken only when every claimed slot
+  has delivered, so each gradient is computed from the weights of the previous step. A Trainer
+  waits only when all slots of the current step are taken, i.e. for the end of a step it has no
+  share in; its pipeline (extracting the next task) keeps running meanwhile. A slot whose
+  Trainer stops, dies, or delivers a duplicate is given back (:meth:`release`).
 
 Why a parameter server rather than ``torch.distributed`` all-reduce: standby Trainers join and
 leave in the middle of an epoch (§5.3) and a Trainer can die; a collective group would have to be
-rebuilt each time, while a server needs no membership at all. The server is also the ledger of
-exactly-once training: it applies the gradient of a task id at most once per epoch and rejects a
-re-delivered duplicate, and its state is what a resumable checkpoint saves.
+rebuilt each time, while slots are counted per step, not per member. The server is also the
+ledger of exactly-once training: it accepts the gradient of a task id at most once per epoch and
+rejects a re-delivered duplicate, and its state is what a resumable checkpoint saves (steps never
+span epochs, so there is nothing half-summed to save).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import nn
 
-__all__ = ["ParameterServer", "flatten", "unflatten_into"]
+__all__ = ["ParameterServer", "Claim", "StepReply", "flatten", "unflatten_into"]
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -44,8 +57,40 @@ def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
             offset += n
 
 
+class Claim(NamedTuple):
+    """A slot in the current step: compute the task's gradient from these weights.
+
+    Attributes:
+        version: the weights' version (steps taken); push the gradient with it.
+        weights: flat weights, or None when the caller already holds ``version``.
+        waited_s: seconds :meth:`ParameterServer.claim` waited for a free slot.
+    """
+
+    version: int
+    weights: Optional[torch.Tensor]
+    waited_s: float = 0.0
+
+
+class StepReply(NamedTuple):
+    """What :meth:`ParameterServer.step` answers.
+
+    Attributes:
+        applied: the gradient was accepted: it is, or will be, part of exactly one step.
+        version: the server's version after this push (one more when it completed the step).
+        claim: a slot for the caller's next task when it asked for one and one was free.
+    """
+
+    applied: bool
+    version: int
+    claim: Optional[Claim] = None
+
+
 class ParameterServer:
-    """Holds the model and optimizer; applies each task's gradient once per epoch.
+    """Holds the model and optimizer; takes a step when all slots of the step have delivered.
+
+    Use: :meth:`begin_epoch` (R and the epoch's task count), then per task :meth:`try_claim` (or
+    the waiting :meth:`claim` on a Ray actor), compute the gradient from the claimed weights,
+    :meth:`step`.
 
     Args:
         model: the model (its parameters are copied).
@@ -64,16 +109,14 @@ class ParameterServer:
             self.optimizer.load_state_dict(optimizer_state)
         self.version = 0
         self.epoch = -1
-        self.discard = False
-        self._new_ledger()
+        self.group = 1
+        self.tasks: Optional[int] = None
+        self._flat = flatten(self.params)
+        self._cond: Any = None  # asyncio.Condition of the actor's event loop, made on first use
+        self._loop: Any = None
+        self._reset_ledger()
 
-    def begin_epoch(self, epoch: int, discard: bool = False) -> None:
-        """Start a ledger for ``epoch``; with ``discard`` (the profiling epoch) gradients are
-        counted but not applied."""
-        self.epoch, self.discard = int(epoch), bool(discard)
-        self._new_ledger()
-
-    def _new_ledger(self) -> None:
+    def _reset_ledger(self) -> None:
         # Every step() call is counted where it happens, apart from the admission decision, so
         # a duplicate that gets through (or is turned away) shows in the counts: attempts =
         # applied + rejected per task, and applied > 1 means a gradient was applied twice.
@@ -81,59 +124,194 @@ class ParameterServer:
         self._applied: Counter[int] = Counter()
         self._rejected: Counter[int] = Counter()
         self._by: dict[int, str] = {}
+        self._holders: Counter[str] = Counter()
+        self._sum = torch.zeros_like(self._flat)
+        self._seeds = 0.0
+        self._claimed = self._received = self._accepted = 0
+        self._steps = 0
         self._busy_s = 0.0
+        self._wait_s = 0.0
+
+    # ------------------------------------------------------------------ epoch
+    def begin_epoch(self, epoch: int, tasks: Optional[int] = None, group: int = 1) -> None:
+        """Start a ledger for ``epoch``; outstanding claims are dropped.
+
+        Args:
+            epoch: the epoch whose gradients are accepted from now on.
+            tasks: the epoch's number of tasks; a step has ``min(group, tasks left)`` slots, so
+                the last step may be smaller. None: every step has ``group`` slots.
+            group: R, the task gradients averaged into one step.
+
+        Raises:
+            ValueError: for ``group < 1`` or ``tasks < 0``.
+        """
+        if group < 1:
+            raise ValueError(f"group must be >= 1, got {group!r}")
+        if tasks is not None and tasks < 0:
+            raise ValueError(f"tasks must be >= 0, got {tasks!r}")
+        self.epoch = int(epoch)
+        self.group, self.tasks = int(group), None if tasks is None else int(tasks)
+        self._reset_ledger()
+        self._notify()
+
+    def weights(self) -> tuple[int, torch.Tensor]:
+        """``(version, flat weights)``."""
+        return self.version, self._flat
+
+    # ------------------------------------------------------------------ claims
+    def slots(self) -> int:
+        """Slots of the current step: ``min(R, tasks not yet accepted)``."""
+        if self.tasks is None:
+            return self.group
+        return max(0, min(self.group, self.tasks - self._accepted + self._received))
+
+    def try_claim(self, consumer: str, base_version: Optional[int] = None) -> Optional[Claim]:
+        """Take a slot of the current step for ``consumer``, or None when all are taken.
+
+        Args:
+            consumer: the Trainer's name (its slots are given back by :meth:`release`).
+            base_version: the version the caller holds; the weights are sent only if it differs.
+        """
+        if self._claimed >= self.slots():
+            return None
+        self._claimed += 1
+        self._holders[consumer] += 1
+        return Claim(self.version, None if base_version == self.version else self._flat)
+
+    async def claim(self, consumer: str, base_version: Optional[int] = None,
+                    timeout_s: float = 1.0) -> Optional[Claim]:
+        """:meth:`try_claim`, waiting up to ``timeout_s`` for the current step to end (on the
+        Ray actor); None on timeout (the caller re-checks its stop flag and asks again)."""
+        import asyncio
+
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+            self._loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        async with self._cond:
+            got = self.try_claim(consumer, base_version)
+            if got is None:
+                try:
+                    await asyncio.wait_for(self._cond.wait_for(
+                        lambda: self._claimed < self.slots()), timeout_s)
+                except asyncio.TimeoutError:
+                    pass
+                got = self.try_claim(consumer, base_version)
+        waited = time.perf_counter() - t0
+        self._wait_s += waited
+        return None if got is None else got._replace(waited_s=waited)
+
+    def release(self, consumer: str, count: Optional[int] = None) -> int:
+        """Give back ``count`` (default: all) of ``consumer``'s unused slots; returns how many.
+
+        The runtime calls it for a Trainer that died or stopped while holding slots."""
+        n = self._holders[consumer] if count is None else min(count, self._holders[consumer])
+        self._holders[consumer] -= n
+        self._claimed -= n
+        self._maybe_step()
+        self._notify()
+        return n
+
+    def _notify(self) -> None:
+        if self._cond is None:
+            return
+        import asyncio
+
+        async def wake() -> None:
+            async with self._cond:
+                self._cond.notify_all()
+
+        # step() and release() may run on another thread than the actor's event loop
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(wake()))
+
+    # ------------------------------------------------------------------ gradients
+    def step(self, epoch: int, task_id: int, grad: torch.Tensor, consumer: str = "",
+             seeds: int = 1, claim_next: Optional[int] = None) -> StepReply:
+        """Deliver the gradient of ``task_id`` on a slot ``consumer`` claimed.
+
+        A duplicate (the task was already accepted this epoch) or a gradient of another epoch is
+        rejected and its slot given back. The step is taken when every slot of the step has
+        delivered.
+
+        Args:
+            epoch: epoch of the task.
+            task_id: the mini-batch task.
+            grad: flat gradient, :func:`flatten` of the parameters' ``.grad``: the mean over the
+                task's seeds, computed from the weights of the claim.
+            consumer: the Trainer's name, holder of the slot.
+            seeds: the task's seed count, its weight in the step's mean.
+            claim_next: the version the caller holds, to also :meth:`try_claim` a slot for its
+                next task in the same call (one round trip less per task). Only a caller that
+                already holds its next task may ask: a slot held while waiting for a task could
+                block the Trainers holding the last tasks.
+
+        Raises:
+            ValueError: when ``consumer`` holds no slot, or ``grad``/``seeds`` are malformed.
+        """
+        t0 = time.perf_counter()
+        if self._holders[consumer] < 1:
+            raise ValueError(f"{consumer!r} pushed task {task_id} without a claimed slot")
+        self._holders[consumer] -= 1
+        self._attempts[task_id] += 1
+        applied = self._admit(epoch, task_id)
+        if applied:
+            if grad.numel() != self._sum.numel():
+                raise ValueError(f"grad has {grad.numel()} values, the model has "
+                                 f"{self._sum.numel()}")
+            if seeds <= 0:
+                raise ValueError(f"seeds must be > 0, got {seeds!r}")
+            self._applied[task_id] += 1
+            self._by.setdefault(task_id, consumer)
+            self._accepted += 1
+            self._received += 1
+            self._sum.add_(grad.to(self._sum.dtype), alpha=float(seeds))
+            self._seeds += float(seeds)
+        else:
+            self._rejected[task_id] += 1
+            self._claimed -= 1
+        self._maybe_step()
+        nxt = None if claim_next is None else self.try_claim(consumer, claim_next)
+        self._notify()
+        self._busy_s += time.perf_counter() - t0
+        return StepReply(applied, self.version, nxt)
 
     def _admit(self, epoch: int, task_id: int) -> bool:
         """Whether a gradient of ``task_id`` may be applied: it belongs to this epoch and no
         gradient of that task was applied in it yet (the exactly-once rule)."""
         return epoch == self.epoch and self._applied[task_id] == 0
 
-    def weights(self) -> tuple[int, torch.Tensor]:
-        """``(version, flat weights)``."""
-        return self.version, flatten(self.params)
+    def _maybe_step(self) -> None:
+        """Take the step once every claimed slot delivered and no slot is left to claim."""
+        if self._received == 0 or self._received < self._claimed:
+            return
+        if self._received < self.slots():
+            return
+        mean = self._sum / self._seeds
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = mean[offset:offset + n].view_as(p).to(p.dtype).clone()
+            offset += n
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        self._flat = flatten(self.params)
+        self._steps += 1
+        self._sum.zero_()
+        self._seeds = 0.0
+        self._claimed = self._received = 0
 
-    def step(self, epoch: int, task_id: int, grad: torch.Tensor, consumer: str = ""
-             ) -> tuple[bool, int, torch.Tensor]:
-        """Apply the gradient of ``task_id`` unless that task was already applied this epoch.
-
-        Args:
-            epoch: epoch of the task (a gradient of another epoch is rejected).
-            task_id: the mini-batch task.
-            grad: flat gradient, as :func:`flatten` of the parameters' ``.grad``.
-            consumer: the Trainer's name, for the ledger.
-
-        Returns:
-            ``(applied, version, flat weights)``: the caller continues from these weights.
-        """
-        t0 = time.perf_counter()
-        self._attempts[task_id] += 1
-        applied = self._admit(epoch, task_id)
-        if applied:
-            self._applied[task_id] += 1
-            self._by.setdefault(task_id, consumer)
-            if not self.discard:
-                offset = 0
-                for p in self.params:
-                    n = p.numel()
-                    p.grad = grad[offset:offset + n].view_as(p).to(p.dtype).clone()
-                    offset += n
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.version += 1
-        else:
-            self._rejected[task_id] += 1
-        out = flatten(self.params)
-        self._busy_s += time.perf_counter() - t0
-        return applied, self.version, out
-
+    # ------------------------------------------------------------------ reports
     def ledger(self) -> dict[str, Any]:
         """This epoch's exactly-once ledger, task id -> count: ``attempts`` (every gradient
         pushed for the task), ``applied`` (gradients applied: 1 when exactly-once holds),
         ``rejected`` (duplicates and stale epochs turned away); ``by`` (task id -> the trainer
-        whose gradient was applied first) and ``busy_s``."""
+        whose gradient was applied first), ``steps`` taken, ``busy_s`` (pushes) and ``claim_s``
+        (time inside :meth:`claim`, waits included)."""
         return {"epoch": self.epoch, "attempts": dict(self._attempts),
-                "applied": dict(self._applied), "rejected": dict(self._rejected),
-                "by": dict(self._by), "busy_s": self._busy_s}
+                "applied": dict(self._applied),
+                "rejected": dict(self._rejected), "by": dict(self._by), "steps": self._steps,
+                "busy_s": self._busy_s, "claim_s": self._wait_s}
 
     def state(self) -> dict[str, Any]:
         """Model and optimizer state dicts (CPU), for checkpoints and the final model."""

@@ -18,11 +18,13 @@ All executors are plain classes made actors here, in :func:`_make_actor` only, w
 (``g = RuntimeConfig.gpus_per_device``, 1 by default; 0.5 puts two devices on one GPU, so the
 factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
 half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
-assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a named store
-actor that a restarted executor reads again (:class:`_ArgStore`). Gradients go
-through a parameter-server actor (:mod:`fgnn.executors.ps`): asynchronous updates with staleness
-bounded by the number of Trainers, which needs no group membership when standby Trainers join and
-leave mid-epoch or a Trainer dies, and is the exactly-once ledger of trained tasks.
+assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a
+named store actor that a restarted executor reads again (:class:`_ArgStore`). Gradients go
+through a parameter-server actor (:mod:`fgnn.executors.ps`): each mini-batch is cut into R tasks
+(R = ``runtime.devices``, 1 in single mode) whose gradients the server averages into one step, so
+training takes the steps of the single-process loop at any device count. The server needs no
+group membership when standby Trainers join and leave mid-epoch or a Trainer dies, and is the
+exactly-once ledger of trained tasks.
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
@@ -72,7 +74,7 @@ from fgnn.executors._epoch import _MAX_RESTARTS, EpochLoop, EvalOutcome, Runtime
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
-from fgnn.executors.scheduler import allocate
+from fgnn.executors.scheduler import allocate, step_tasks
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
@@ -206,6 +208,8 @@ class Runtime(EpochLoop):
         self._eval_passes = 0
         self.slow_trainers = dict(slow_trainers or {})
         self.crash_after_apply = set(crash_after_apply or ())
+        #: R: tasks per mini-batch, averaged into one step by the parameter server
+        self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
         self.actor_names: list[str] = []
@@ -302,9 +306,9 @@ class Runtime(EpochLoop):
 
             gen = torch.Generator().manual_seed(cfg.train.seed + 7919)
             kw: dict[str, Any] = {"generator": gen} if self.policy == "random" else {}
-            if self.policy == "presc":
+            if self.policy == "presc":  # mini-batches of one task (B / R seeds), as trained
                 kw.update(sampler=self.sampler, epochs=self.warmup_epochs,
-                          batch_size=cfg.train.batch_size)
+                          batch_size=-(-cfg.train.batch_size // self.step_tasks))
             self.hotness = compute_hotness(self.policy, ds.graph, ds.train_idx, **kw).float()
         self.hotness_s = time.perf_counter() - t0
 
@@ -471,7 +475,8 @@ class Runtime(EpochLoop):
                         self._refs["graph"], self.sampler, self._refs["train_idx"],
                         cfg.train.batch_size, cfg.train.seed, None, self.queue, name,
                         self.torch_device, eval_idx=self._refs["eval_idx"],
-                        transport=cfg.runtime.sample_transport, one_node=self.one_node)
+                        transport=cfg.runtime.sample_transport, one_node=self.one_node,
+                        parts=self.step_tasks)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -482,7 +487,7 @@ class Runtime(EpochLoop):
         if cfg.runtime.mode == "time-sharing":
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
                                    cfg.train.batch_size, cfg.train.seed, self.torch_device,
-                                   self._refs["eval_idx"])
+                                   self._refs["eval_idx"], self.step_tasks)
         share = (0.5 if standby else 1.0) * self.gpus_per_device
         h = _make_actor(TrainerExecutor, name, self.pg, device, share,
                         self._refs["features"], self._refs["labels"],
@@ -849,18 +854,19 @@ class _LocalSampling(SamplerExecutor):
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
-                 seed: int, device: str, eval_idx: Any = None) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx)
+                 seed: int, device: str, eval_idx: Any = None,
+                 parts: int = 1) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts)
         self._built = False
 
     def _build(self) -> None:
         import ray
 
-        graph, sampler, train_idx, batch_size, seed, device, eval_idx = self._args
+        graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts = self._args
         graph, train_idx, eval_idx = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
                                       for a in (graph, train_idx, eval_idx))
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device, eval_idx)
+                                 "local", device, eval_idx=eval_idx, parts=parts)
         self._built = True
 
     def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None

@@ -128,8 +128,8 @@ class SamplerExecutor:
         graph: topology, a :class:`~fgnn.graph.CSRGraph` or its numpy payload; kept on ``device``.
         sampler: the sampling algorithm.
         train_idx: ``(T,)`` training ids; task ``i`` of an epoch is
-            ``epoch_batches(train_idx, batch_size, seed, epoch)[i]``.
-        batch_size: seeds per task.
+            ``epoch_batches(train_idx, batch_size, seed, epoch, parts)[i]``.
+        batch_size: seeds per mini-batch (per optimizer step).
         seed: job seed (tasks draw from :func:`~fgnn.executors._common.task_generator`).
         cache_mask: ``(N,)`` bool cache map of the Trainers (None: nothing cached).
         queue: handle of the global queue actor (or an object with the same ``put``), or None to
@@ -142,12 +142,14 @@ class SamplerExecutor:
         one_node: whether every executor of the job is on this node.
         eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
             ``train`` is ``train_idx``).
+        parts: tasks per mini-batch (R of :mod:`fgnn.executors.ps`).
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int, seed: int,
                  cache_mask: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
                  device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
-                 transport: str = "object_store", one_node: bool = True) -> None:
+                 transport: str = "object_store", one_node: bool = True,
+                 parts: int = 1) -> None:
         torch.set_num_threads(1)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -158,7 +160,7 @@ class SamplerExecutor:
         self.train_idx = tensor_from(train_idx)
         self.split_idx = {"train": self.train_idx}
         self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})
-        self.batch_size, self.seed = int(batch_size), int(seed)
+        self.batch_size, self.seed, self.parts = int(batch_size), int(seed), int(parts)
         self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
         self.queue = queue
         self.metrics = metrics_for("sampler", _device_tag(name))
@@ -205,7 +207,8 @@ class SamplerExecutor:
         """The seeds of task ``task_id`` of ``epoch``."""
         if epoch != self._epoch:
             self._epoch = epoch
-            self._batches = epoch_batches(self.train_idx, self.batch_size, self.seed, epoch)
+            self._batches = epoch_batches(self.train_idx, self.batch_size, self.seed, epoch,
+                                         self.parts)
         if not 0 <= task_id < len(self._batches):
             raise ValueError(f"task_id must be in [0, {len(self._batches)}), got {task_id!r}")
         return self._batches[task_id]

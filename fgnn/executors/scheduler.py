@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 import torch
 
-__all__ = ["allocate", "profit", "epoch_batches", "StandbyPolicy", "TaskScheduler"]
+__all__ = ["allocate", "profit", "epoch_batches", "step_tasks", "StandbyPolicy", "TaskScheduler"]
 
 #: Relative tolerance of the ceiling in :func:`allocate`: measured times are floats, and a ratio
 #: that is an integer up to rounding (``0.3 / 0.1``) must not add a Sampler.
@@ -118,21 +118,35 @@ class StandbyPolicy:
         return profit(remaining, self.t_train, self.num_trainers, t_s) > 0
 
 
-def epoch_batches(train_idx: torch.Tensor, batch_size: int, seed: int, epoch: int
-                  ) -> list[torch.Tensor]:
-    """The epoch's mini-batch tasks: a seeded shuffle of ``train_idx`` cut into batches.
+def step_tasks(mode: str, devices: int) -> int:
+    """R, the tasks each mini-batch is cut into (one per device; 1 in ``single`` mode): the
+    parameter server averages their gradients into one step (:mod:`fgnn.executors.ps`)."""
+    return 1 if mode == "single" else max(1, int(devices))
 
-    Task ``i`` of an epoch is ``batches[i]``; the same ``(seed, epoch)`` always gives the same
-    tasks, so a task re-issued after a fault carries the same seeds.
+
+def epoch_batches(train_idx: torch.Tensor, batch_size: int, seed: int, epoch: int,
+                  parts: int = 1) -> list[torch.Tensor]:
+    """The epoch's tasks: a seeded shuffle of ``train_idx`` cut into mini-batches of
+    ``batch_size``, each cut again into ``parts`` near-equal tasks (empty ones dropped).
+
+    Task ``i`` of an epoch is ``tasks[i]``; the same ``(seed, epoch, parts)`` always gives the same
+    tasks, so a task re-issued after a fault carries the same seeds. The tasks of mini-batch ``k``
+    are ``tasks[k * parts:(k + 1) * parts]`` (while ``batch_size >= parts``): the parameter server
+    averages ``parts`` task gradients into one step (:mod:`fgnn.executors.ps`).
 
     Raises:
-        ValueError: on ``batch_size < 1``.
+        ValueError: on ``batch_size < 1`` or ``parts < 1``.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts!r}")
     g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
     perm = train_idx[torch.randperm(train_idx.numel(), generator=g)]
-    return list(torch.split(perm, batch_size))
+    batches = list(torch.split(perm, batch_size))
+    if parts == 1:
+        return batches
+    return [t for b in batches for t in torch.tensor_split(b, parts) if t.numel() > 0]
 
 
 class TaskScheduler:

@@ -2,8 +2,10 @@
 
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
 :class:`~fgnn.cache.feature_store.FeatureStore` (device cache hits, host misses; FGNN §6.1), runs
-forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`,
-which answers with the current weights (asynchronous updates with bounded staleness, §5.2).
+forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`.
+Before computing a task it claims a slot of the server's current step, which brings the current
+weights: every step averages the gradients of its tasks, all computed from the previous step's
+weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded staleness).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
 while it trains mini-batch ``i``. A *standby* Trainer (a Trainer on a Sampler's device with a
@@ -145,6 +147,8 @@ class TrainerExecutor:
         self.crash_after_apply = bool(crash_after_apply)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
+        self._version = -1  # version of the server's weights this Trainer holds
+        self._next_claim: Any = None  # a slot the last push brought for the next task
 
     def ready(self) -> tuple[float, str]:
         """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
@@ -290,11 +294,42 @@ class TrainerExecutor:
         sample = _sample_to(sample, self.copies.h2d)
         return labels, sample, self.copies.record()
 
-    def _train(self, epoch: int, batch: _Batch) -> dict[str, Any]:
-        """Forward, backward, push the gradient, take the server's weights."""
+    def _adopt(self, claim: Any) -> None:
+        """Take a claim's weights (when they changed) and version."""
+        if claim.weights is not None:
+            unflatten_into(claim.weights.to(self.device), self.params)
+        self._version = claim.version
+
+    def _claim(self) -> Optional[float]:
+        """Take a slot of the server's current step (and its weights when they changed), unless
+        the last push already brought one; returns the seconds spent waiting for it, or None when
+        stopped first."""
+        import ray
+
+        if self._next_claim is not None:
+            self._adopt(self._next_claim)
+            self._next_claim = None
+            return 0.0
+        while not self._stop.is_set():
+            got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S))
+            if got is not None:
+                self._adopt(got)
+                return got.waited_s
+        return None
+
+    def _train(self, epoch: int, batch: _Batch, has_next: bool = False
+               ) -> Optional[dict[str, Any]]:
+        """Claim a slot, forward, backward, push the gradient (None: stopped before a slot).
+
+        ``has_next``: this Trainer already holds its next task, so the push may also claim a
+        slot for it."""
         import ray
 
         t0 = time.perf_counter()
+        waited = self._claim()
+        if waited is None:
+            return None
+        t1 = time.perf_counter()
         self.copies.wait(batch.ready, batch.tensors())
         self.model.train()
         for p in self.params:
@@ -306,16 +341,20 @@ class TrainerExecutor:
                         for p in self.params]).cpu()
         if self.delay_s > 0:
             time.sleep(self.delay_s)
-        t1 = time.perf_counter()
-        applied, _, flat = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name))
+        t2 = time.perf_counter()
+        reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
+                                            int(batch.labels.numel()),
+                                            self._version if has_next else None))
+        applied, self._next_claim = reply.applied, reply.claim
         if applied and self.crash_after_apply and \
                 not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
-        unflatten_into(flat.to(self.device), self.params)
-        t2 = time.perf_counter()
+        t3 = time.perf_counter()
         rec = dict(batch.rec)
-        rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t2 - t0,
-                   sync_s=t2 - t1)
+        # sync_s: the gradient exchange (claim round trip less its wait for a slot, the push);
+        # step_wait_s: waiting for a step this Trainer has no slot in
+        rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t3 - t0 - waited,
+                   sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited)
         return rec
 
     @torch.no_grad()
@@ -331,7 +370,7 @@ class TrainerExecutor:
         rec = dict(batch.rec)
         rec.update(split=plan.task(batch.task_id)[0], correct=score.correct, count=score.count,
                    loss_sum=score.loss_sum, eval_s=time.perf_counter() - t0, train_s=0.0,
-                   sync_s=0.0)
+                   sync_s=0.0, step_wait_s=0.0)
         return rec
 
     # ------------------------------------------------------------------ the loop
@@ -358,18 +397,23 @@ class TrainerExecutor:
         import ray
 
         self._stop.clear()
+        self._next_claim = None
         t_start = time.perf_counter()
         if self.tiers is not None:
             self._ahead.clear()
             self.tiers.drop_staged()
         generation = ray.get(self.queue.register.remote(self.name))
         if weights is None:
-            _, weights = ray.get(self.ps.weights.remote())
+            self._version, weights = ray.get(self.ps.weights.remote())
+        else:
+            self._version = -1  # not the server's: the next claim must bring its weights
         unflatten_into(weights.to(self.device), self.params)
-        run = ((lambda b: self._train(epoch, b)) if plan is None
-               else (lambda b: self._score(b, plan)))
         meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
-        step = run if meter is None else (lambda b: meter.run(run, b))
+
+        def step(b: _Batch, has_next: bool = False) -> Optional[dict[str, Any]]:
+            run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
+                   else (lambda x: self._score(x, plan)))
+            return run(b) if meter is None else meter.run(run, b)
         batches, busy, last_ack = 0, 0.0, None
         if policy is None:  # pipelined: extract i + 1 while training i
             with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch") as pool:
@@ -381,7 +425,9 @@ class TrainerExecutor:
                     if batch is None:
                         break
                     nxt = pool.submit(self._fetch, epoch, generation, plan)
-                    rec = step(batch)
+                    rec = step(batch, nxt.done() and nxt.result() is not None)
+                    if rec is None:
+                        break
                     rec["stall_s"] = stall
                     last_ack = self._ack(batch.task_id, rec)
                     batches += 1
@@ -398,8 +444,10 @@ class TrainerExecutor:
                     break
                 stall = time.perf_counter() - t0
                 rec = step(batch)
+                if rec is None:
+                    break
                 rec["stall_s"] = stall
-                busy += time.perf_counter() - t0 - rec["wait_s"]
+                busy += time.perf_counter() - t0 - rec["wait_s"] - rec["step_wait_s"]
                 last_ack = self._ack(batch.task_id, rec)
                 batches += 1
         if last_ack is not None:

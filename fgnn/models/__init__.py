@@ -60,7 +60,7 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, num_layers: int
     """Build the model a :class:`~fgnn.config.ModelConfig` names.
 
     Args:
-        cfg: model name, hidden size and dropout.
+        cfg: model name, hidden size, dropout and input dropout.
         in_dim: feature dimension F of the dataset.
         num_classes: number of classes C.
         num_layers: number of layers, equal to the sampler's number of blocks.
@@ -74,4 +74,4 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, num_layers: int
     if cfg.name not in MODEL_CLASSES:
         raise ValueError(f"cfg.name must be one of {', '.join(MODEL_CLASSES)}, got {cfg.name!r}")
     return MODEL_CLASSES[cfg.name](in_dim, num_classes, num_layers=num_layers, hidden=cfg.hidden,
-                                   dropout=cfg.dropout)
+                                   dropout=cfg.dropout, input_dropout=cfg.input_dropout)

@@ -69,8 +69,8 @@ class GCN(BlockStack):
     """A multi-layer GCN on the blocks of a :class:`~fgnn.sampling.Sample` (FGNN §7.1: 3 layers,
     fanouts 15, 10, 5, hidden 256).
 
-    Dropout is applied to the input of every layer and the activation after every layer but the
-    last, which returns class logits.
+    The activation follows every layer but the last, which returns class logits; dropout is
+    applied to the input of every layer but the first (``input_dropout`` for that one).
 
     Args:
         in_dim: feature dimension F of the input features.
@@ -79,8 +79,10 @@ class GCN(BlockStack):
         hidden: hidden size.
         dropout: dropout probability in ``[0, 1)``.
         activation: name or callable (see :func:`fgnn.models.aggregate.resolve_activation`).
-        input_dropout: dropout on the raw input features; ``None`` uses ``dropout``
-            (:class:`~fgnn.models.aggregate.SparseAwareDropout`, cheap on sparse features).
+        input_dropout: dropout on the raw input features (0 by default, like PyG's and DGL's
+            GraphSAGE/GCN models, which drop out only between layers; Kipf & Welling's Cora
+            recipe uses 0.5; ``None`` uses ``dropout``). It is a
+            :class:`~fgnn.models.aggregate.SparseAwareDropout`, cheap on sparse features.
 
     Shapes:
         x ``(M, F)`` features of ``sample.input_nodes`` (rows past ``blocks[0].num_src`` are
@@ -91,6 +93,6 @@ class GCN(BlockStack):
 
     def __init__(self, in_dim: int, num_classes: int, num_layers: int = 3, hidden: int = 256,
                  dropout: float = 0.5, activation: Activation = "relu",
-                 input_dropout: Optional[float] = None) -> None:
+                 input_dropout: Optional[float] = 0.0) -> None:
         super().__init__(in_dim, num_classes, num_layers, hidden, dropout, activation,
                          input_dropout)

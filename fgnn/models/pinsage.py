@@ -70,10 +70,13 @@ class PinSAGE(nn.Module):
         num_classes: number of output classes C.
         num_layers: number of CONVOLVE layers = number of blocks the sampler must produce.
         hidden: embedding size of every layer.
-        dropout: dropout probability in ``[0, 1)``, applied to the input of every layer.
+        dropout: dropout probability in ``[0, 1)``, applied to the input of every layer but the
+            first.
         activation: the non-linearity inside each layer.
-        input_dropout: dropout on the raw input features; ``None`` uses ``dropout``
-            (:class:`~fgnn.models.aggregate.SparseAwareDropout`, cheap on sparse features).
+        input_dropout: dropout on the raw input features (0 by default, like PyG's and DGL's
+            GraphSAGE/GCN models, which drop out only between layers; Kipf & Welling's Cora
+            recipe uses 0.5; ``None`` uses ``dropout``). It is a
+            :class:`~fgnn.models.aggregate.SparseAwareDropout`, cheap on sparse features.
 
     Shapes:
         x ``(M, F)`` features of ``sample.input_nodes`` (rows past ``blocks[0].num_src`` are
@@ -82,7 +85,7 @@ class PinSAGE(nn.Module):
 
     def __init__(self, in_dim: int, num_classes: int, num_layers: int = 3, hidden: int = 256,
                  dropout: float = 0.5, activation: Activation = "relu",
-                 input_dropout: Optional[float] = None) -> None:
+                 input_dropout: Optional[float] = 0.0) -> None:
         super().__init__()
         check_hparams("PinSAGE", in_dim, num_classes, num_layers, hidden, dropout, input_dropout)
         self.in_dim, self.num_classes, self.num_layers = in_dim, num_classes, num_layers

@@ -1,5 +1,6 @@
 """The layer stack shared by GCN and GraphSAGE: one conv layer per block, dropout on each layer's
-input, an activation after every layer but the last (which returns class logits)."""
+input (``input_dropout`` on the raw features, 0 by default), an activation after every layer but
+the last (which returns class logits)."""
 
 from __future__ import annotations
 
