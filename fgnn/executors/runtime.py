@@ -59,6 +59,7 @@ from fgnn.executors.scheduler import allocate
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
+from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME", "PROFILE_BATCHES"]
 
@@ -198,18 +199,8 @@ class Runtime(EpochLoop):
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
             "train_idx": ray.put(ds.train_idx.cpu().numpy()),
-            "hotness": None if self.hotness is None else ray.put(self.hotness.numpy()),
         }
-        if self.hotness is None or self.alpha_full <= 0:
-            self.cache_mask = None
-        else:
-            from fgnn.cache.feature_store import num_cached_rows
-            from fgnn.cache.placement import hot_order
-
-            c = num_cached_rows(self.alpha_full, ds.num_nodes)
-            mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
-            mask[hot_order(self.hotness)[:c]] = True
-            self.cache_mask = mask
+        self._plan_key: Optional[tuple] = None
 
     def _cache_ratios(self) -> tuple[float, float, int]:
         """α of a Trainer (whole budget) and of a device that also holds the topology (standby,
@@ -278,36 +269,102 @@ class Runtime(EpochLoop):
             self.config.train.weight_decay, self._resume_optimizer)
         self.torch_device = "cuda:0" if self.device_kind == "gpu" else "cpu"
 
+    def _plan_caches(self, n_s: int) -> None:
+        """Place the cached rows over the layout with ``n_s`` Samplers (Song & Jiang §3;
+        :func:`~fgnn.cache.placement.job_placement`): the Trainers share the configured
+        placement (``cache.placement``) with ``⌊α N⌋`` rows each; a standby Trainer (or every
+        device in time-sharing mode) has the smaller ``α`` of a device that also holds the
+        topology. The holder bits of the result are the Samplers' M-step map.
+
+        Executors are created with their cache in their arguments, which Ray replays when it
+        restarts one; so when the placement changes with the layout (after the profiling
+        epoch), every executor whose view of it changed is replaced rather than updated.
+        """
+        import ray
+
+        from fgnn.cache.feature_store import num_cached_rows
+        from fgnn.cache.placement import job_placement
+
+        t0 = time.perf_counter()
+        cfg, n = self.config, self.dataset.num_nodes
+        rt, n_g = cfg.runtime, self.num_devices
+        if rt.mode == "time-sharing":
+            trainers, standbys = list(range(n_g)), []
+            cap = num_cached_rows(self.alpha_resident, n)
+        elif rt.mode == "single":
+            trainers, standbys, cap = [], [0], 0
+        else:
+            trainers = list(range(n_s, n_g))
+            standbys = list(range(n_s)) if rt.switching else []
+            cap = num_cached_rows(self.alpha_full, n)
+        key = (tuple(trainers), tuple(standbys))
+        if key == self._plan_key:
+            return
+        old = getattr(self, "placement", None)
+        if self.hotness is None or max(self.alpha_full, self.alpha_resident) <= 0:
+            name, placement = "none", None
+        else:
+            name, placement = job_placement(
+                self.hotness, n_g, trainers, cap, standbys,
+                num_cached_rows(self.alpha_resident, n), cfg.cache.placement,
+                cfg.cache.peer_cost)
+        self.placement, self.placement_name, self._plan_key = placement, name, key
+        self._refs["placement"] = ray.put(placement)
+        self._refs["cache_map"] = (None if placement is None
+                                   else ray.put(placement.holder_bits().numpy()))
+        stale = [e for e in self._execs if e.alive and _view_changed(old, placement, e)]
+        for e in stale:
+            ray.kill(e.handle, no_restart=True)
+            e.alive = False
+        for e in stale:  # the replacement takes the same name: wait until Ray releases it
+            _wait_gone(e.name)
+        self.cache_build_s = getattr(self, "cache_build_s", 0.0) + time.perf_counter() - t0
+
     def _new_sampler(self, device: int) -> _Exec:
         cfg = self.config
         name = f"fgnn-sampler-{device}"
         h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5, self._refs["graph"],
                         self.sampler, self._refs["train_idx"], cfg.train.batch_size,
-                        cfg.train.seed, self.cache_mask, self.queue, name, self.torch_device)
+                        cfg.train.seed, self._refs["cache_map"], self.queue, name,
+                        self.torch_device)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
         cfg = self.config
         standby = role == "standby"
         name = f"fgnn-{role}-{device}"
-        alpha = self.alpha_resident if standby else self.alpha_full
         local = None
         if cfg.runtime.mode == "time-sharing":
-            alpha = self.alpha_resident
             local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
-                                   cfg.train.batch_size, cfg.train.seed, self.torch_device)
+                                   cfg.train.batch_size, cfg.train.seed, self.torch_device,
+                                   self._refs["cache_map"])
         h = _make_actor(TrainerExecutor, name, self.pg, device, 0.5 if standby else 1.0,
                         self._refs["features"], self._refs["labels"],
-                        copy.deepcopy(self.model).cpu(), self._refs["hotness"], alpha, self.ps,
-                        self.queue, name, self.torch_device, role, local,
+                        copy.deepcopy(self.model).cpu(), self._refs["placement"], device,
+                        self.ps, self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0))
         return _Exec(name, role, device, h)
+
+    def _adapt_locality(self, stats: EpochStats) -> None:
+        """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
+        with, feed the epoch's data-loading share ``r`` (``stats.load_ratio``) to the
+        controller, and send the new ``s`` to every executor that samples."""
+        import ray
+
+        if not isinstance(self.sampler, LocalityAwareKHop):
+            return
+        stats.locality_scale = self.sampler.scale
+        s = self.sampler.end_epoch(stats.load_ratio)
+        ray.get([e.handle.set_scale.remote(s) for e in self._execs
+                 if e.alive and (e.role == "sampler" or self.config.runtime.mode
+                                 == "time-sharing")])
 
     def _build_layout(self, n_s: int) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest."""
         import ray
 
         rt = self.config.runtime
+        self._plan_caches(n_s)
         keep = {e.name: e for e in self._execs if e.alive}
         want: list[tuple[str, int]] = []
         if rt.mode == "time-sharing":
@@ -402,6 +459,7 @@ class Runtime(EpochLoop):
         best_val, best_state, bad = -1.0, None, 0
         for epoch in range(start_epoch, tc.epochs):
             stats = self._run_epoch(epoch)
+            self._adapt_locality(stats)
             if k is None and rt.mode == "factored" and stats.sample.total > 0:
                 t_s = stats.sample.total / max(1, stats.batches)
                 t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
@@ -431,6 +489,11 @@ class Runtime(EpochLoop):
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
                       "budget_bytes": self.budget_bytes, "cache_ratio_s": self.cache_ratio_s,
+                      "placement": self.placement_name, "peer_cost": cfg.cache.peer_cost,
+                      "cached_rows": ([] if self.placement is None
+                                      else [int(b.numel()) for b in self.placement.buffers]),
+                      "covered_rows": (0 if self.placement is None
+                                       else self.placement.covered()),
                       "step_peak_bytes": getattr(self, "step_peak_bytes", None)}
         if hasattr(self, "profile_times"):
             allocation.update(self.profile_times)
@@ -513,26 +576,55 @@ class _LocalSampling(SamplerExecutor):
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
-                 seed: int, device: str) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device)
+                 seed: int, device: str, cache_map: Any = None) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, cache_map)
         self._built = False
 
     def _build(self) -> None:
         import ray
 
-        graph, sampler, train_idx, batch_size, seed, device = self._args
-        if isinstance(graph, ray.ObjectRef):
-            graph = ray.get(graph)
-        if isinstance(train_idx, ray.ObjectRef):
-            train_idx = ray.get(train_idx)
-        SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device)
+        graph, sampler, train_idx, batch_size, seed, device, cache_map = self._args
+        graph, train_idx, cache_map = (ray.get(x) if isinstance(x, ray.ObjectRef) else x
+                                       for x in (graph, train_idx, cache_map))
+        SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, cache_map,
+                                 None, "local", device)
         self._built = True
 
     def sample(self, epoch: int, task_id: int):  # noqa: D102
         if not self._built:
             self._build()
         return SamplerExecutor.sample(self, epoch, task_id)
+
+    def set_scale(self, scale: float) -> None:  # noqa: D102
+        if not self._built:
+            self._build()
+        SamplerExecutor.set_scale(self, scale)
+
+
+def _wait_gone(name: str, timeout_s: float = 60.0) -> None:
+    """Wait until no live actor is named ``name`` (after ``ray.kill``)."""
+    import ray
+
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"actor {name} still alive {timeout_s:g}s after it was killed")
+
+
+def _view_changed(old: Any, new: Any, e: _Exec) -> bool:
+    """Whether executor ``e`` sees placement ``new`` differently from ``old``: a Sampler marks
+    against the holder bits, a Trainer reads its own buffer and its ``dev_num`` lookup."""
+    if old is None or new is None:
+        return (old is None) != (new is None)
+    if e.role == "sampler":
+        return not torch.equal(old.holder_bits(), new.holder_bits())
+    d = e.device
+    return not (torch.equal(old.buffers[d], new.buffers[d])
+                and torch.equal(old.lookup(d)[0], new.lookup(d)[0]))
 
 
 def _build_sampler(config: JobConfig) -> Sampler:

@@ -1,8 +1,8 @@
 """The Trainer executor (FGNN §5.2, Fig. 9): extract from cache + host, train, exchange gradients.
 
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
-:class:`~fgnn.cache.feature_store.FeatureStore` (device cache hits, host misses; FGNN §6.1), runs
-forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`,
+:class:`~fgnn.cache.feature_store.FeatureStore` (its own cache, peer devices' caches, host
+memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`,
 which answers with the current weights (asynchronous updates with bounded staleness, §5.2).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
@@ -34,6 +34,7 @@ from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for, op
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
+from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample
 
 __all__ = ["TrainerExecutor", "build_store"]
@@ -42,16 +43,18 @@ __all__ = ["TrainerExecutor", "build_store"]
 _GET_TIMEOUT_S = 1.0
 
 
-def build_store(features: Any, hotness: Optional[torch.Tensor], alpha: float,
+def build_store(features: Any, placement: Optional[Placement], device_index: int,
                 device: str = "cpu") -> Any:
-    """The Trainer's feature store: the top ``floor(alpha N)`` rows of ``hotness`` cached on
-    ``device`` (FGNN §6.1 ``load_cache``), the rest read from host memory."""
-    from fgnn.cache.feature_store import FeatureStore, load_cache
+    """The Trainer's feature store: the rows ``placement`` puts on device ``device_index``
+    cached on ``device`` (FGNN §6.1 ``load_cache``), rows other devices cache in the peer tier
+    (served from the host copy, counted as peer reads), the rest read from host memory.
+    ``placement=None``: no cache."""
+    from fgnn.cache.feature_store import FeatureStore
 
-    if hotness is None or alpha <= 0:
+    if placement is None:
         return FeatureStore.single(features, None, device)
-    return FeatureStore.single(features, load_cache(hotness, float(alpha), features, device),
-                               device)
+    return FeatureStore.from_placement(features, placement, int(device_index), device=device,
+                                       peers_from_host=True)
 
 
 @dataclass
@@ -74,9 +77,10 @@ class TrainerExecutor:
             itself (its host tier then reads rows from the file, not from the object store).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
-        hotness: ``(N,)`` hotness map of the cache policy, or None for no cache.
-        alpha: cache ratio of this Trainer (a standby's is smaller: the topology shares its
-            device).
+        placement: the job's cache placement over its devices
+            (:func:`~fgnn.cache.placement.job_placement`; a standby's own buffer is smaller, the
+            topology shares its device), or None for no cache.
+        device_index: this Trainer's device in ``placement`` (its bit in the M-step marks).
         ps: handle of the parameter server actor.
         queue: handle of the global queue actor.
         name: actor name (``fgnn-trainer-1``, ``fgnn-standby-0``).
@@ -88,20 +92,18 @@ class TrainerExecutor:
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
-                 hotness: Optional[Any], alpha: float, ps: Any, queue: Any,
+                 placement: Optional[Placement], device_index: int, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0) -> None:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
         self.name, self.role, self.device = name, role, torch.device(device)
         self.labels = tensor_from(labels)
-        h = None if hotness is None else tensor_from(hotness)
-        self.alpha = float(alpha)
+        self.device_index = int(device_index)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
-        self.store = build_store(open_features(features), h, self.alpha, str(self.device))
+        self._host = open_features(features)
+        self.store = build_store(self._host, placement, self.device_index, str(self.device))
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
@@ -113,6 +115,22 @@ class TrainerExecutor:
     def ready(self) -> str:
         """Returns the name once the cache is loaded (the runtime waits on it)."""
         return self.name
+
+    def load_cache(self, placement: Optional[Placement]) -> int:
+        """Rebuild the cache for a new placement (the layout changed); returns the rows this
+        device now caches."""
+        self.store = build_store(self._host, placement, self.device_index, str(self.device))
+        return self.cached_rows()
+
+    def cached_rows(self) -> int:
+        """Rows in this device's own cache."""
+        bufs = self.store.buffers
+        return int(bufs[self.store.local].shape[0]) if bufs else 0
+
+    def set_scale(self, scale: float) -> None:
+        """Forward the locality scale factor ``s`` to the in-process sampler (time-sharing)."""
+        if self.local_sampler is not None:
+            self.local_sampler.set_scale(scale)
 
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
@@ -150,20 +168,22 @@ class TrainerExecutor:
                     self.queue.fail.remote(self.name, item.task_id)
                     continue
                 rec["fetch_s"] = time.perf_counter() - t1
-            else:  # time-sharing: sample on this device
-                sample, s, _ = self.local_sampler.sample(epoch, item.task_id)
-                t_m = time.perf_counter()
-                self.store.mark(sample)  # M against this device's own cache
-                rec.update(S=s, M=time.perf_counter() - t_m, fetch_s=0.0)
+            else:  # time-sharing: sample (S) and mark (M) on this device
+                sample, s, m = self.local_sampler.sample(epoch, item.task_id)
+                rec.update(S=s, M=m, fetch_s=0.0)
             t2 = time.perf_counter()
-            # Split host/cache and index labels on the host before anything moves: only the
-            # gathered rows and labels cross to the device (no device->host sync per batch).
-            x = self.store.gather(sample.input_nodes)
+            # Split local/peer/host from the M-step marks and index labels on the host before
+            # anything moves: only the gathered rows and labels cross to the device (no
+            # device->host sync per batch).
+            x = self.store.gather(sample.input_nodes, sample.cached)
             labels = self.labels[sample.seeds.to(self.labels.device)].to(self.device)
             sample = sample.to(self.device)
             st = self.store.reset_stats()
             rec.update(extract_s=time.perf_counter() - t2, hits=st.hits + st.peer,
-                       misses=st.misses, bytes=st.bytes["host"])
+                       misses=st.misses, bytes=st.bytes["host"], local=st.hits, peer=st.peer,
+                       host=st.misses, tier_bytes={"local": st.bytes["device"],
+                                                   "peer": st.bytes["peer"],
+                                                   "host": st.bytes["host"]})
             return _Batch(item.task_id, sample, x, labels, rec)
         return None
 
