@@ -152,3 +152,35 @@ def test_standby_trainer_extracts_from_the_samplers_marks(ray_cluster):
                                                         ids.numel() - n_any)
     assert rec["tier_bytes"]["host"] == rec["bytes"] == (ids.numel() - n_any) * ROW_BYTES
     assert standby._fetch(0, 0) is None                                # the queue is done
+
+
+def test_relayout_after_profiling_replaces_executors_whose_cache_changed(ray_cluster,
+                                                                          monkeypatch):
+    # The profiling epoch runs with 1 Sampler and Trainers on devices 1-3; the allocation then
+    # asks for 2 Samplers. The placement over the new Trainers (2, 3) differs, so the executors
+    # whose view changed are replaced (a restart would replay stale constructor arguments), and
+    # every mini-batch's marks still agree with its consumer's placement.
+    import fgnn.executors.runtime as runtime_mod
+    from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,
+                             SamplerConfig, TrainConfig)
+    from fgnn.data import load_dataset
+    from fgnn.executors.runtime import Runtime
+
+    monkeypatch.setattr(runtime_mod, "allocate", lambda n_g, t_s, t_t: (2, n_g - 2, 1.0))
+    cfg = JobConfig(model=ModelConfig("sage", hidden=8, dropout=0.0),
+                    sampler=SamplerConfig(fanouts=(4, 4)),
+                    cache=CacheConfig(policy="degree", cache_ratio=0.1, placement="algorithm1"),
+                    train=TrainConfig(epochs=1, batch_size=16, lr=0.01, seed=1),
+                    runtime=RuntimeConfig(devices=4, queue_size=4))
+    ds = load_dataset(SPEC)
+    rt = Runtime(cfg, ds, evaluate=False)
+    result = rt.run()
+    a = result.allocation
+    assert (a["samplers"], a["trainers"], a["placement"]) == (2, 2, "algorithm1")
+    assert a["cached_rows"][2:] == [51, 51] and a["covered_rows"] > 51
+    assert set(rt.actor_names) == {"fgnn-sampler-0", "fgnn-sampler-1", "fgnn-standby-0",
+                                   "fgnn-standby-1", "fgnn-trainer-2", "fgnn-trainer-3"}
+    d = [x for x in rt.details if not x["profiling"]][0]
+    assert d["applied"] == {t: 1 for t in range(10)}
+    e = result.epochs[0]
+    assert e.tier_rows["peer"] > 0 and sum(e.tier_rows.values()) > 0

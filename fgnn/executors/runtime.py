@@ -29,6 +29,12 @@ Cache ratios: one training step is measured once (PaGraph's peak, with model, op
 counted as resident) and both α (a Trainer's whole budget; a device that also holds the
 topology) are derived from that peak (:func:`fgnn.cache.budget.alpha_from_peak`).
 
+Feature caches: the cached rows follow ``cache.placement`` over the layout's Trainers
+(:meth:`Runtime._plan_caches`, Song & Jiang §3.2); the Samplers mark every sampled vertex with the
+devices that cache it (the M step, one bit per device), which each Trainer's Extract splits into
+local, peer and host rows. With the locality-aware sampler, its local set is that cache map and
+its scale ``s`` is adapted once per epoch on the driver (Song & Jiang Algorithm 2).
+
 Faults: a dead Trainer's leased tasks go back to the queue and it is restarted by Ray
 (``max_restarts``) and resubmitted, or the epoch continues without it; a dead Sampler's in-flight
 tasks are handed out again, and samples it owned that were lost are re-sampled. When no Trainer
