@@ -98,6 +98,8 @@ def test_locality_sampler_raises_the_cached_share_over_khop(ray_cluster, tmp_pat
     # the local set is the Trainers' cache map: its share of the sampled rows rises with s
     share = [e["hit_rate"] for e in loc["epochs"]]
     base = sum(e["hit_rate"] for e in khop["epochs"][2:]) / 2
+    print(f"\ncached share per epoch: khop {[round(e['hit_rate'], 3) for e in khop['epochs']]}, "
+          f"locality {[round(x, 3) for x in share]} at s = {scales}")
     assert sum(share[2:]) / 2 > base + 0.05, (share, [e["hit_rate"] for e in khop["epochs"]])
 
 
