@@ -186,3 +186,34 @@ def test_relayout_after_profiling_replaces_executors_whose_cache_changed(ray_clu
     assert d["applied"] == {t: 1 for t in range(10)}
     e = result.epochs[0]
     assert e.tier_rows["peer"] > 0 and sum(e.tier_rows.values()) > 0
+
+
+@pytest.mark.slow
+def test_bench_compares_placements_with_sample_bytes_counted(ray_cluster):
+    import importlib.util
+    from pathlib import Path
+
+    from fgnn.data import load_dataset
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "runtime.py"
+    spec = importlib.util.spec_from_file_location("fgnn_bench_runtime", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench._parse(["--dataset", SPEC, "--devices", "4", "--samplers", "1",
+                         "--cache-ratio", "0.1", "--epochs", "1", "--batch-size", "16",
+                         "--fanouts", "4", "4", "--keep-first", "--modes", "factored",
+                         "--placements", "replicate,algorithm1", "--cache-policy", "degree"])
+    ds = load_dataset(SPEC)
+    rows = [bench.run_mode(args, ds, "factored", p) for p in args.placement_list]
+    rep, spread = rows
+    assert [r["label"] for r in rows] == ["factored/replicate", "factored/algorithm1"]
+    for r in rows:  # host -> device = feature rows from the host tier + the samples
+        assert r["sample_bytes_host_to_device"] > 0
+        assert r["bytes_host_to_device"] == pytest.approx(
+            r["feature_bytes_host_to_device"] + r["sample_bytes_host_to_device"])
+    assert rep["tier_share"]["peer"] == 0 and spread["tier_share"]["peer"] > 0
+    assert spread["sample_bytes_host_to_device"] == rep["sample_bytes_host_to_device"]
+    ratio = bench.ratios(rows)["factored/algorithm1"]
+    assert ratio["feature_bytes_host_to_device"] < ratio["bytes_host_to_device"] < 1.0
+    with pytest.raises(SystemExit):
+        bench._parse(["--placements", "spread"])

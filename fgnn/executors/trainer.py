@@ -2,7 +2,8 @@
 
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
 :class:`~fgnn.cache.feature_store.FeatureStore` (its own cache, peer devices' caches, host
-memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`,
+memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs
+forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`,
 which answers with the current weights (asynchronous updates with bounded staleness, §5.2).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
