@@ -6,14 +6,14 @@ budget in one process and prints, per run, the epoch time, the bytes moved host�
 (feature rows read from the host tier *plus* the samples: factored and single mode copy every
 sample from the host-memory queue to the Trainer's device, time-sharing samples on the device),
 the rows served per tier (the Trainer's own cache, a peer device's cache, host memory) and the
-stage times (Sample = S + M + C, Extract, Train), then the ratios against the first run. It
-also reports the factored design's own overheads (FGNN Table 5 / §7.3): M + C on the Samplers and the part of the
-Trainers' queue calls and sample fetches that their prefetch did not hide (``overhead``: the mean
-of the two per-executor fractions of the epoch), apart from time a Trainer starved waiting for
-samples (``starve``, a pipeline imbalance rather than an overhead). A second table (and
-``overheads`` in the JSON) breaks this down per epoch: M, C, the Trainers' queue calls and queue
-waits, the part of the waits spent while the pipeline fills at the start of the epoch, and each
-as a share of executor-time (:func:`epoch_overheads`).
+stage times (Sample = S + M + C, Extract, Train), then the ratios against the first run. It also
+reports the factored design's own overheads (FGNN Table 5 / §7.3): M + C on the Samplers and the
+part of the Trainers' queue calls and sample fetches that their prefetch did not hide
+(``overhead``: the mean of the two per-executor fractions of the epoch), apart from time a
+Trainer starved waiting for samples (``starve``, a pipeline imbalance rather than an overhead).
+A second table (and ``overheads`` in the JSON) breaks this down per epoch: M, C, the Trainers'
+queue calls and queue waits, the part of the waits spent while the pipeline fills at the start
+of the epoch, and each as a share of executor-time (:func:`epoch_overheads`).
 
 Examples::
 
