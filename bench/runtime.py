@@ -1,24 +1,32 @@
-"""Side-by-side benchmark of the runtime's modes: factored vs time-sharing vs single (FGNN §7).
+"""Side-by-side benchmark of the runtime's modes: factored vs time-sharing vs single (FGNN §7),
+and of the feature placements across Trainers: replicate vs Song & Jiang Algorithm 1.
 
-Runs each mode on the same dataset and device-memory budget in one process and prints, per mode,
-the epoch time, the feature bytes moved host→device, the hit rate and the stage times
-(Sample = S + M + C, Extract, Train), then the ratios against ``factored``. It also reports the
-factored design's own overheads (FGNN Table 5 / §7.3): M + C on the Samplers and the part of the
-Trainers' queue calls and sample fetches that their prefetch did not hide (``overhead``: the mean
-of the two per-executor fractions of the epoch), apart from time a Trainer starved waiting for
-samples (``starve``, a pipeline imbalance rather than an overhead). A second table (and
-``overheads`` in the JSON) breaks this down per epoch: M, C, the Trainers' queue calls and queue
-waits, the part of the waits spent while the pipeline fills at the start of the epoch, and each
-as a share of executor-time (:func:`epoch_overheads`).
+Runs each mode (and each placement, ``--placements``) on the same dataset and device-memory
+budget in one process and prints, per run, the epoch time, the bytes moved host→device per epoch
+(feature rows read from the host tier *plus* the samples: factored and single mode copy every
+sample from the host-memory queue to the Trainer's device, time-sharing samples on the device),
+the rows served per tier (the Trainer's own cache, a peer device's cache, host memory) and the
+stage times (Sample = S + M + C, Extract, Train), then the ratios against the first run. It also
+reports the factored design's own overheads (FGNN Table 5 / §7.3): M + C on the Samplers and the
+part of the Trainers' queue calls and sample fetches that their prefetch did not hide
+(``overhead``: the mean of the two per-executor fractions of the epoch), apart from time a
+Trainer starved waiting for samples (``starve``, a pipeline imbalance rather than an overhead).
+A second table (and ``overheads`` in the JSON) breaks this down per epoch: M, C, the Trainers'
+queue calls and queue waits, the part of the waits spent while the pipeline fills at the start
+of the epoch, and each as a share of executor-time (:func:`epoch_overheads`).
 
-Example::
+Examples::
 
     .venv/bin/python bench/runtime.py --dataset rmat:scale=16,edge_factor=16,feat_dim=128 \\
         --devices 4 --modes factored,time-sharing,single --device-memory 0.03 --epochs 3 \\
         --json runs/bench_runtime.json
+    .venv/bin/python bench/runtime.py --devices 4 --samplers 1 --modes factored \\
+        --placements replicate,algorithm1 --json runs/bench_placement.json
 
 On CPU the devices are Ray logical GPUs sharing the host's cores, so absolute times are those of
-the CPU; bytes host→device and the overhead fractions are the meaningful comparisons.
+the CPU; bytes host→device, rows per tier and the overhead fractions are the meaningful
+comparisons. A "peer" read is counted where the placement puts the row on another Trainer's
+device; the CPU emulation serves it from the host copy (the same bytes).
 """
 
 from __future__ import annotations
@@ -37,21 +45,22 @@ if str(REPO) not in sys.path:
 
 import ray  # noqa: E402
 
-from fgnn.config import (MODES, CacheConfig, JobConfig, ModelConfig,  # noqa: E402
-                         RuntimeConfig, SamplerConfig, TrainConfig)
+from fgnn.config import (MODES, PLACEMENTS, CacheConfig, JobConfig,  # noqa: E402
+                         ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.executors.runtime import Runtime  # noqa: E402
 
 __all__ = ["run_mode", "summarize", "main"]
 
 
-def _job(args: argparse.Namespace, mode: str) -> JobConfig:
+def _job(args: argparse.Namespace, mode: str, placement: str = "replicate") -> JobConfig:
     return JobConfig(
         dataset=args.dataset, data_root=args.root,
         model=ModelConfig(args.model, hidden=args.hidden, dropout=0.0),
         sampler=SamplerConfig(fanouts=tuple(args.fanouts)),
         cache=CacheConfig(policy=args.cache_policy, device_memory_gib=args.device_memory,
-                          cache_ratio=args.cache_ratio),
+                          cache_ratio=args.cache_ratio, placement=placement,
+                          peer_cost=args.peer_cost),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.003, seed=0),
         runtime=RuntimeConfig(mode=mode, devices=args.devices, samplers=args.samplers,
                               queue_size=args.queue_size, switching=not args.no_switching))
@@ -85,10 +94,19 @@ def summarize(result: Any, details: list[dict[str, Any]], skip_first: bool) -> d
     # the cache ratio the Trainers of this mode ran with (a device holding the topology: less)
     alpha = a.get("alpha_resident" if result.mode in ("time-sharing", "single") else "alpha",
                   float("nan"))
+    rows = {t: mean([e.tier_rows[t] for e in epochs]) for t in ("local", "peer", "host")}
+    lookups = sum(rows.values())
     return {
-        "mode": result.mode, "epochs_measured": n, "allocation": a, "alpha": alpha,
+        "mode": result.mode, "placement": a.get("placement"), "epochs_measured": n,
+        "allocation": a, "alpha": alpha,
         "epoch_time_s": t,
+        # host -> device per epoch: feature rows from the host tier plus the samples
         "bytes_host_to_device": mean([e.bytes_host_to_device for e in epochs]),
+        "feature_bytes_host_to_device": mean([e.tier_bytes["host"] for e in epochs]),
+        "sample_bytes_host_to_device": mean([e.sample_bytes for e in epochs]),
+        "tier_rows": rows,
+        "tier_share": {t: (r / lookups if lookups else float("nan")) for t, r in rows.items()},
+        "tier_bytes": {t: mean([e.tier_bytes[t] for e in epochs]) for t in rows},
         "hit_rate": mean([e.hit_rate for e in epochs]),
         "sample_s": {"total": mean([e.sample.total for e in epochs]),
                      "S": mean([e.sample.S for e in epochs]),
@@ -157,13 +175,15 @@ def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in keys} if rows else {}
 
 
-def run_mode(args: argparse.Namespace, dataset: Any, mode: str) -> dict[str, Any]:
-    """Run one mode and summarise it."""
-    cfg = _job(args, mode)
+def run_mode(args: argparse.Namespace, dataset: Any, mode: str,
+             placement: str = "replicate") -> dict[str, Any]:
+    """Run one mode with one placement across its Trainers and summarise it."""
+    cfg = _job(args, mode, placement)
     t0 = time.perf_counter()
     rt = Runtime(cfg, dataset, evaluate=False)
     result = rt.run()
     out = summarize(result, rt.details, skip_first=not args.keep_first)
+    out["label"] = mode if len(args.placement_list) == 1 else f"{mode}/{placement}"
     out["wall_s"] = time.perf_counter() - t0
     out["epochs"] = [e.to_dict() for e in result.epochs]
     per_epoch = epoch_overheads(result, rt.details)
@@ -181,23 +201,38 @@ def _fmt_bytes(b: float) -> str:
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'mode':<13}{'Ns/Nt':>7}{'epoch s':>9}{'h2d':>11}{'hit%':>7}{'alpha':>7}"
+    head = (f"{'run':<22}{'Ns/Nt':>7}{'epoch s':>9}{'h2d':>11}{'hit%':>7}{'alpha':>7}"
             f"{'S':>8}{'M':>7}{'C':>7}{'extract':>9}{'train':>8}{'ovh%':>7}{'starve%':>8}"
             f"{'standby':>8}")
     print(head)
     for r in rows:
         a, s = r["allocation"], r["sample_s"]
-        print(f"{r['mode']:<13}{a['samplers']:>3}/{a['trainers']:<3}{r['epoch_time_s']:>9.3f}"
+        print(f"{r['label']:<22}{a['samplers']:>3}/{a['trainers']:<3}{r['epoch_time_s']:>9.3f}"
               f"{_fmt_bytes(r['bytes_host_to_device']):>11}{100 * r['hit_rate']:>7.1f}"
               f"{r['alpha']:>7.3f}{s['S']:>8.3f}{s['M']:>7.3f}{s['C']:>7.3f}"
               f"{r['extract_s']:>9.3f}{r['train_s']:>8.3f}{100 * r['overhead_frac']:>7.2f}"
               f"{100 * r['starve_frac']:>8.2f}{r['standby_batches']:>8.1f}")
 
 
+def _print_tiers(rows: list[dict[str, Any]]) -> None:
+    print("rows per tier and bytes host->device per epoch (features from the host tier + "
+          "samples copied to the Trainers)")
+    print(f"{'run':<22}{'placement':>11}{'covered':>9}{'local%':>8}{'peer%':>7}{'host%':>7}"
+          f"{'feat h2d':>11}{'sample h2d':>12}{'total h2d':>11}")
+    for r in rows:
+        sh = r["tier_share"]
+        print(f"{r['label']:<22}{str(r['placement']):>11}"
+              f"{r['allocation'].get('covered_rows', 0):>9}{100 * sh['local']:>8.1f}"
+              f"{100 * sh['peer']:>7.1f}{100 * sh['host']:>7.1f}"
+              f"{_fmt_bytes(r['feature_bytes_host_to_device']):>11}"
+              f"{_fmt_bytes(r['sample_bytes_host_to_device']):>12}"
+              f"{_fmt_bytes(r['bytes_host_to_device']):>11}")
+
+
 def _print_overheads(rows: list[dict[str, Any]]) -> None:
     print("overheads per epoch (seconds summed over executors; % of executor-time: "
           "M, C / (N_s T), queue / (N_t T))")
-    print(f"{'mode':<13}{'epoch':>6}{'T s':>8}{'batch':>6}{'M s':>7}{'C s':>7}{'call s':>8}"
+    print(f"{'run':<22}{'epoch':>6}{'T s':>8}{'batch':>6}{'M s':>7}{'C s':>7}{'call s':>8}"
           f"{'wait s':>8}{'fill s':>8}{'M%':>6}{'C%':>6}{'call%':>7}{'wait%':>7}{'fill%':>7}"
           f"{'total%':>8}{'-fill%':>8}{'xwait s':>8}{'xtot%':>7}{'x-fill%':>8}")
     for r in rows:
@@ -206,7 +241,7 @@ def _print_overheads(rows: list[dict[str, Any]]) -> None:
         lines += [(lbl, ov[k]) for lbl, k in (("mean", "mean_all"), ("mean>0", "mean_after_first"))
                   if ov.get(k)]
         for lbl, x in lines:
-            print(f"{r['mode']:<13}{lbl:>6}{x['time_s']:>8.3f}{x['batches']:>6.0f}{x['M_s']:>7.3f}"
+            print(f"{r['label']:<22}{lbl:>6}{x['time_s']:>8.3f}{x['batches']:>6.0f}{x['M_s']:>7.3f}"
                   f"{x['C_s']:>7.3f}{x['queue_call_s']:>8.3f}{x['queue_wait_s']:>8.3f}"
                   f"{x['fill_wait_s']:>8.3f}{100 * x['M_share']:>6.2f}{100 * x['C_share']:>6.2f}"
                   f"{100 * x['queue_call_share']:>7.2f}{100 * x['queue_wait_share']:>7.2f}"
@@ -215,22 +250,24 @@ def _print_overheads(rows: list[dict[str, Any]]) -> None:
                   f"{100 * x['exposed_share']:>7.2f}{100 * x['exposed_share_no_fill']:>8.2f}")
 
 
-def ratios(rows: list[dict[str, Any]], base: str = "factored") -> dict[str, dict[str, float]]:
-    """``mode -> {bytes, epoch_time}`` ratios of each mode over ``base``."""
-    by = {r["mode"]: r for r in rows}
+def ratios(rows: list[dict[str, Any]], base: Optional[str] = None
+           ) -> dict[str, dict[str, float]]:
+    """``label -> {bytes, feature bytes, epoch_time}`` ratios of each run over ``base`` (a run
+    label; default the first run). ``bytes_host_to_device`` counts features and samples,
+    ``feature_bytes_host_to_device`` features only (what earlier versions reported)."""
+    by = {r["label"]: r for r in rows}
+    base = base if base is not None else (rows[0]["label"] if rows else None)
     if base not in by:
         return {}
     b = by[base]
-    out = {}
-    for m, r in by.items():
-        if m == base:
-            continue
-        out[m] = {
-            "bytes_host_to_device": (r["bytes_host_to_device"] / b["bytes_host_to_device"]
-                                     if b["bytes_host_to_device"] else math.inf),
-            "epoch_time": r["epoch_time_s"] / b["epoch_time_s"],
-        }
-    return out
+
+    def ratio(key: str, r: dict[str, Any]) -> float:
+        return r[key] / b[key] if b[key] else math.inf
+
+    return {label: {"bytes_host_to_device": ratio("bytes_host_to_device", r),
+                    "feature_bytes_host_to_device": ratio("feature_bytes_host_to_device", r),
+                    "epoch_time": ratio("epoch_time_s", r)}
+            for label, r in by.items() if label != base}
 
 
 def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -252,6 +289,13 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--model", default="sage")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--cache-policy", default="presc")
+    p.add_argument("--cache-ratio", type=float, default=None,
+                   help="cache ratio alpha (default: from --device-memory)")
+    p.add_argument("--placements", default="replicate",
+                   help=f"comma-separated placements across Trainers, each run per mode "
+                        f"(some of {', '.join(PLACEMENTS)})")
+    p.add_argument("--peer-cost", type=float, default=0.2,
+                   help="C_gpu/C_cpu of Song & Jiang Eq. 3/7 (algorithm1, auto)")
     p.add_argument("--samplers", type=int, default=None)
     p.add_argument("--queue-size", type=int, default=16)
     p.add_argument("--no-switching", action="store_true")
@@ -264,6 +308,14 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
         if m not in MODES:
             p.error(f"--modes: unknown mode {m!r}, expected some of {', '.join(MODES)}")
     args.mode_list = modes
+    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    for x in placements:
+        if x not in PLACEMENTS:
+            p.error(f"--placements: unknown placement {x!r}, expected some of "
+                    f"{', '.join(PLACEMENTS)}")
+    if not placements:
+        p.error("--placements: give at least one placement")
+    args.placement_list = placements
     if args.devices < 1:
         p.error(f"--devices must be >= 1, got {args.devices}")
     return args
@@ -282,19 +334,23 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     rows = []
     try:
         for m in args.mode_list:
-            print(f"--- {m}", flush=True)
-            rows.append(run_mode(args, ds, m))
+            for placement in args.placement_list:
+                print(f"--- {m} ({placement})", flush=True)
+                rows.append(run_mode(args, ds, m, placement))
     finally:
         ray.shutdown()
     _print_table(rows)
+    _print_tiers(rows)
     _print_overheads(rows)
     rat = ratios(rows)
     for m, r in rat.items():
-        print(f"{m} / factored: bytes host->device x{r['bytes_host_to_device']:.2f}, "
-              f"epoch time x{r['epoch_time']:.2f}")
+        print(f"{m} / {rows[0]['label']}: bytes host->device (features + samples) "
+              f"x{r['bytes_host_to_device']:.2f}, features only "
+              f"x{r['feature_bytes_host_to_device']:.2f}, epoch time x{r['epoch_time']:.2f}")
     out = {"dataset": args.dataset, "num_nodes": ds.num_nodes, "num_edges": ds.graph.num_edges,
            "graph_bytes": ds.graph.nbytes(), "feature_bytes": ds.num_nodes * ds.feature_row_bytes,
            "devices": args.devices, "device_memory_gib": args.device_memory,
+           "cache_ratio": args.cache_ratio, "placements": args.placement_list,
            "argv": sys.argv[1:] if argv is None else argv, "modes": rows, "ratios": rat}
     if args.json:
         path = Path(args.json)

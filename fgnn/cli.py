@@ -24,6 +24,7 @@ from fgnn.config import (
     MODES,
     SAMPLE_TRANSPORTS,
     REORDERINGS,
+    PLACEMENTS,
     CacheConfig,
     DiskConfig,
     JobConfig,
@@ -66,12 +67,17 @@ FLAG_FIELDS: dict[str, str] = {
     "--accumulator": "disk.accumulator",
     "--disk-io": "disk.io",
     "--disk-threads": "disk.threads",
+    "--placement": "cache.placement",
+    "--peer-cost": "cache.peer_cost",
     "--sampler": "sampler.kind",
     "--fanouts": "sampler.fanouts",
     "--num-walks": "sampler.num_walks",
     "--walk-length": "sampler.walk_length",
     "--top-k": "sampler.top_k",
     "--num-layers": "sampler.num_layers",
+    "--locality-lt": "sampler.locality_lt",
+    "--locality-ut": "sampler.locality_ut",
+    "--locality-max-scale": "sampler.locality_max_scale",
     "--batch-size": "train.batch_size",
     "--epochs": "train.epochs",
     "--lr": "train.lr",
@@ -242,6 +248,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    default="auto", metavar="GiB",
                    help="device memory budget in GiB; auto uses the free device memory, 1 GiB "
                         "on CPU (default: %(default)s)")
+    g.add_argument("--placement", default=cache.placement, choices=PLACEMENTS,
+                   help="cached rows across Trainers (Song & Jiang §3.2): replicate (Rule 1, "
+                        "every Trainer caches the hottest rows), algorithm1 (Rule 2, Algorithm 1 "
+                        "spreads them and Trainers read each other's rows as peers), auto (the "
+                        "lower expected cost of Eq. 3-4 for --peer-cost and the Trainer count) "
+                        "(default: %(default)s)")
+    g.add_argument("--peer-cost", type=_float_in(0.0, None), default=cache.peer_cost,
+                   metavar="C",
+                   help="cost of a peer-device read relative to a host read, C_gpu/C_cpu (the "
+                        "alpha of Song & Jiang Eq. 7); >= 1 means no fast link "
+                        "(default: %(default)s)")
+
     g.add_argument("--reorder", default=cache.reorder, choices=REORDERINGS,
                    help="hot-first: renumber graph, features, labels and splits by descending "
                         "hotness of the cache policy at load (DataTiering Algorithm 2), so the "
@@ -284,6 +302,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="most-visited neighbours kept per vertex, pinsage (default: %(default)s)")
     g.add_argument("--num-layers", type=_int_at_least(1), default=smp.num_layers, metavar="N",
                    help="random-walk layers, pinsage (default: %(default)s)")
+    g.add_argument("--locality-lt", type=_float_in(0.0, 1.0), default=smp.locality_lt,
+                   metavar="LT",
+                   help="locality sampler, Algorithm 2: when the data-loading share of an epoch "
+                        "is below LT the scale s steps back (default: %(default)s)")
+    g.add_argument("--locality-ut", type=_float_in(0.0, 1.0), default=smp.locality_ut,
+                   metavar="UT",
+                   help="locality sampler, Algorithm 2: when the share is above UT, s doubles "
+                        "(default: %(default)s)")
+    g.add_argument("--locality-max-scale", type=_float_in(1.0, None),
+                   default=smp.locality_max_scale, metavar="MAXS",
+                   help="locality sampler, Algorithm 2: the largest scale s "
+                        "(default: %(default)s)")
 
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=_int_at_least(1), default=trn.batch_size, metavar="B",
@@ -344,10 +374,13 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         data_root=args.data_root,
         sampler=SamplerConfig(kind=kind, fanouts=tuple(fanouts), num_walks=args.num_walks,
                               walk_length=args.walk_length, top_k=args.top_k,
-                              num_layers=args.num_layers),
+                              num_layers=args.num_layers, locality_lt=args.locality_lt,
+                              locality_ut=args.locality_ut,
+                              locality_max_scale=args.locality_max_scale),
         cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
                           cache_ratio=_auto(args.cache_ratio),
-                          device_memory_gib=_auto(args.device_memory), reorder=args.reorder),
+                          device_memory_gib=_auto(args.device_memory), reorder=args.reorder,
+                          placement=args.placement, peer_cost=args.peer_cost),
         disk=DiskConfig(feature_tier=args.feature_tier, cpu_buffer=args.cpu_buffer,
                         cache=args.disk_cache, window=args.window, accumulator=args.accumulator,
                         io=args.disk_io, threads=args.disk_threads),

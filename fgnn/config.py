@@ -28,6 +28,7 @@ REORDERINGS = ("none", "hot-first")
 FEATURE_TIERS = ("memory", "disk")
 DISK_CACHES = ("window", "lru", "random")
 DISK_IO = ("direct", "buffered")
+PLACEMENTS = ("replicate", "algorithm1", "auto")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -54,6 +55,12 @@ class SamplerConfig:
     """Most-visited vertices kept per vertex (PinSAGE)."""
     num_layers: int = 3
     """Layers of random-walk neighbourhoods (PinSAGE)."""
+    locality_lt: float = 0.15
+    """``lt`` of Song & Jiang Algorithm 2 (locality sampler): below it, ``s`` steps back."""
+    locality_ut: float = 0.2
+    """``ut`` of Algorithm 2: above it, ``s`` doubles."""
+    locality_max_scale: float = 8.0
+    """``MAXS`` of Algorithm 2: the largest scale factor ``s``."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("khop", "weighted", "random_walk", "locality"):
@@ -68,6 +75,14 @@ class SamplerConfig:
         for name in ("num_walks", "walk_length", "top_k", "num_layers"):
             if getattr(self, name) < 1:
                 _fail("SamplerConfig", name, getattr(self, name), "must be >= 1")
+        for name in ("locality_lt", "locality_ut"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                _fail("SamplerConfig", name, getattr(self, name), "must lie in [0, 1]")
+        if self.locality_lt > self.locality_ut:
+            _fail("SamplerConfig", "locality_lt", self.locality_lt,
+                  f"must be <= locality_ut={self.locality_ut}")
+        if not self.locality_max_scale >= 1.0:
+            _fail("SamplerConfig", "locality_max_scale", self.locality_max_scale, "must be >= 1")
 
 
 @dataclass
@@ -85,6 +100,13 @@ class CacheConfig:
     reorder: str = "none"
     """``hot-first``: renumber graph, features, labels and splits by descending hotness at load
     (DataTiering Algorithm 2), so the cached rows are the ids ``[0, C)``; ``none`` keeps ids."""
+    placement: str = "replicate"
+    """Cached rows across Trainers (Song & Jiang §3.2): ``replicate`` (Rule 1: every Trainer
+    caches the hottest rows, FGNN's scheme), ``algorithm1`` (Rule 2: Algorithm 1 spreads them,
+    reads from peers) or ``auto`` (the lower expected cost of Eq. 3–4 for ``peer_cost``)."""
+    peer_cost: float = 0.2
+    """``C_gpu / C_cpu``: the cost of a peer-device read relative to a host read (the ``α`` of
+    Song & Jiang Eq. 7); ``>= 1`` means no fast link between devices."""
 
     def __post_init__(self) -> None:
         if self.policy not in CACHE_POLICIES:
@@ -101,6 +123,11 @@ class CacheConfig:
             _fail("CacheConfig", "cache_ratio", self.cache_ratio, "must lie in [0, 1]")
         if self.device_memory_gib is not None and self.device_memory_gib <= 0:
             _fail("CacheConfig", "device_memory_gib", self.device_memory_gib, "must be > 0")
+        if self.placement not in PLACEMENTS:
+            _fail("CacheConfig", "placement", self.placement,
+                  f"must be one of {', '.join(PLACEMENTS)}")
+        if not self.peer_cost >= 0.0:
+            _fail("CacheConfig", "peer_cost", self.peer_cost, "must be >= 0")
 
 
 @dataclass
@@ -291,6 +318,13 @@ class JobConfig:
             _fail("DiskConfig", "cpu_buffer", d.cpu_buffer,
                   "keeps the hottest rows by the cache policy's hotness, so it needs a cache "
                   "policy other than none")
+
+    def __post_init__(self) -> None:
+        if (self.sampler.kind == "locality" and self.cache.policy == "none"
+                and self.runtime.mode != "time-sharing"):
+            _fail("SamplerConfig", "kind", self.sampler.kind,
+                  "needs a feature cache: its local set is the vertices the Trainers cache "
+                  "(set a cache policy other than none)")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view (for the report)."""

@@ -8,6 +8,7 @@ import torch
 
 from fgnn.cache import (FeatureSource, FeatureStore, TensorSource, clique_placement,
                         load_cache)
+from fgnn.cache.placement import job_placement
 from fgnn.sampling.base import Sample
 
 N, F = 50, 4
@@ -72,7 +73,8 @@ def test_single_store_gather_mark_and_counters(device):
     assert s.hit_rate == pytest.approx(0.5)
     sample = Sample(ids[:2], [], ids)
     assert store.mark(sample) is sample
-    assert sample.cached.tolist() == [False, True, False, True, True, False]
+    assert sample.cached.dtype == torch.uint8
+    assert sample.cached.tolist() == [0, 1, 0, 1, 1, 0]  # holder bits: device 0 or none
     done = store.reset_stats()
     assert done.lookups == 6 and store.stats.lookups == 0
     assert torch.equal(store.gather(torch.zeros(0, dtype=torch.long)).cpu(), torch.zeros(0, F))
@@ -148,3 +150,66 @@ def test_count_advances_counters_like_gather():
     a.gather(ids)
     b.count(ids)
     assert a.stats.as_dict() == b.stats.as_dict()
+
+
+# ---------------------------------------------------------------------------- M-step marks
+def _job():
+    """Devices 0 (a standby: 3 rows), 1 (a Sampler: nothing), 2 and 3 (Trainers: 6 rows each,
+    Algorithm 1 with c = 0, so their 12 rows are distinct)."""
+    h = torch.arange(N, 0, -1).float()  # vertex 0 hottest
+    return job_placement(h, 4, trainers=[2, 3], capacity=6, standbys=[0], standby_capacity=3,
+                         strategy="algorithm1", peer_cost=0.0)[1]
+
+
+IDS = torch.tensor([0, 7, 49, 2, 11, 30, 5, 1, 12, 20])
+
+
+@pytest.mark.parametrize("local", [0, 2, 3])
+@pytest.mark.parametrize("peers_from_host", [False, True])
+def test_marks_split_a_batch_like_the_lookup(local, peers_from_host):
+    pl = _job()
+    marks = pl.holder_bits()[IDS]  # what the Sampler's M step attaches
+    a = FeatureStore.from_placement(feats(), pl, local, peers_from_host=peers_from_host)
+    b = FeatureStore.from_placement(feats(), pl, local, peers_from_host=peers_from_host)
+    assert torch.equal(a.gather(IDS, marks), feats()[IDS])
+    assert torch.equal(b.gather(IDS), feats()[IDS])
+    assert a.stats.as_dict() == b.stats.as_dict()
+    own = set(pl.buffers[local].tolist())
+    anywhere = set(torch.cat(pl.buffers).tolist())
+    n_local = sum(v in own for v in IDS.tolist())
+    n_host = sum(v not in anywhere for v in IDS.tolist())
+    assert (a.stats.hits, a.stats.peer, a.stats.misses) == \
+        (n_local, len(IDS) - n_local - n_host, n_host)
+
+
+def test_standby_extraction_and_counters_from_the_samplers_marks():
+    # The standby (device 0) caches vertices 0..2 only; the Trainers hold 0..11 between them.
+    pl = _job()
+    store = FeatureStore.from_placement(feats(), pl, 0, peers_from_host=True)
+    marks = pl.holder_bits()[IDS]
+    out = store.gather(IDS, marks)
+    assert torch.equal(out, feats()[IDS])
+    # local: 0, 2, 1; peer: 7, 11, 5 (on a Trainer); host: 49, 30, 12, 20
+    assert (store.stats.hits, store.stats.peer, store.stats.misses) == (3, 3, 4)
+    assert store.stats.bytes == {"device": 3 * 16, "peer": 3 * 16, "host": 4 * 16}
+    # The old M step marked against the Trainers' full-budget cache: for the standby, its own
+    # rows would look like peer rows. Such marks disagree with the standby's placement and are
+    # refused rather than miscounted.
+    trainers_only = _job()
+    trainers_only.buffers[0] = trainers_only.buffers[0][:0]
+    with pytest.raises(ValueError, match="disagree"):
+        store.gather(IDS, trainers_only.holder_bits()[IDS])
+    with pytest.raises(ValueError, match="integer holder bits"):
+        store.gather(IDS, marks.bool())
+    with pytest.raises(ValueError, match="above"):
+        store.gather(IDS[:1], torch.tensor([0b10000], dtype=torch.uint8))
+
+
+def test_store_mark_gives_holder_bits_of_its_view():
+    pl = _job()
+    store = FeatureStore.from_placement(feats(), pl, 0, peers_from_host=True)
+    sample = store.mark(Sample(IDS[:2], [], IDS))
+    # the standby reads 0, 2, 1 itself (bit 0), 7, 11, 5 from the lowest Trainer holding them
+    dev_num = pl.lookup(0)[0][IDS]
+    assert sample.cached.tolist() == [0 if d < 0 else 1 << d for d in dev_num.tolist()]
+    assert torch.equal(store.gather(IDS, sample.cached), feats()[IDS])

@@ -7,6 +7,7 @@ import torch
 
 from fgnn.cache import (Placement, clique_placement, interleaved_placement,
                         replicate_placement)
+from fgnn.cache.placement import bits_dtype, choose_placement, expected_cost, job_placement
 
 # Song & Jiang §3.2 worked example: access frequency f = [4, 6, 6, 6, 5, 5] over N_t = 6 training
 # nodes, p = f / N_t, two NVLink GPUs with BSIZE = 2, α = 0.3.
@@ -127,3 +128,82 @@ def test_algorithm1_matches_literal_listing(n, bsize, alpha):
     p = torch.rand(60, generator=torch.Generator().manual_seed(n * 100 + bsize)) ** 3
     got = clique_placement(p, n, bsize, alpha)
     assert [b.tolist() for b in got.buffers] == literal_algorithm1(p, n, bsize, alpha)
+
+
+# ---------------------------------------------------------------------------- cost model, auto
+def test_expected_cost_eq3_on_worked_example():
+    # B1 = [1, 3], B2 = [4, 2]: B_gpu = {1, 2, 3, 4}; host-only rows 0 and 5 (p = 4/6 + 5/6).
+    spread = clique_placement(P_EXAMPLE, 2, 2, alpha=0.3)
+    rep = replicate_placement(P_EXAMPLE, 2, 2)
+    # c = 0.3: GPU 1 reads {2, 4} from GPU 2 (1 + 5/6), GPU 2 reads {1, 3} from GPU 1 (2):
+    # max(1.5 + 0.3 * 11/6, 1.5 + 0.3 * 2) = 2.1; Rule 1 leaves 32/6 - 2 on the host.
+    assert expected_cost(spread, P_EXAMPLE, 0.3) == pytest.approx(2.1)
+    assert expected_cost(rep, P_EXAMPLE, 0.3) == pytest.approx(32 / 6 - 2)
+    # c >= 1 (no fast link, Eq. 3 second case): every remote row costs C_cpu.
+    assert expected_cost(spread, P_EXAMPLE, 1.0) == pytest.approx(32 / 6 - 1 - 5 / 6)
+    assert expected_cost(rep, P_EXAMPLE, 2.0) == pytest.approx(32 / 6 - 2)
+
+
+def test_auto_follows_the_cost_model_and_the_device_count():
+    name, pl = choose_placement("auto", P_EXAMPLE, 2, 2, peer_cost=0.3)
+    assert name == "algorithm1" and [b.tolist() for b in pl.buffers] == [[1, 3], [4, 2]]
+    assert choose_placement("auto", P_EXAMPLE, 2, 2, peer_cost=1.0)[0] == "replicate"  # Rule 1
+    assert choose_placement("auto", P_EXAMPLE, 1, 2, peer_cost=0.0)[0] == "replicate"  # 1 device
+    # explicit strategies are taken as given; algorithm1 with c >= 1 replaces nothing (Eq. 7)
+    assert choose_placement("replicate", P_EXAMPLE, 2, 2, 0.0)[1].covered() == 2
+    name, pl = choose_placement("algorithm1", P_EXAMPLE, 2, 2, peer_cost=3.0)
+    assert name == "algorithm1" and [b.tolist() for b in pl.buffers] == [[1, 2], [1, 2]]
+
+
+def test_every_algorithm1_replacement_lowers_every_devices_cost():
+    # Eq. 7 makes each replacement pay off for the device that makes it, and the new row helps
+    # all others: the greedy result never costs more than Rule 1 in Eq. 4.
+    for seed in range(5):
+        p = torch.rand(80, generator=torch.Generator().manual_seed(seed)) ** 2
+        for c in (0.0, 0.2, 0.6):
+            spread = clique_placement(p, 3, 12, alpha=c)
+            assert expected_cost(spread, p, c) <= expected_cost(replicate_placement(p, 3, 12),
+                                                               p, c) + 1e-12
+
+
+def test_job_placement_trainers_share_standbys_cache_their_hottest():
+    h = torch.arange(20, 0, -1).float()  # vertex 0 hottest
+    name, pl = job_placement(h, num_devices=5, trainers=[2, 3], capacity=4, standbys=[0],
+                             standby_capacity=2, strategy="algorithm1", peer_cost=0.0)
+    assert name == "algorithm1" and pl.num_devices == 5
+    assert [b.tolist() for b in pl.buffers[2:4]] == \
+        [b.tolist() for b in clique_placement(h, 2, 4, 0.0).buffers]
+    assert pl.buffers[0].tolist() == [0, 1]                       # standby: its own hottest rows
+    assert pl.buffers[1].numel() == 0 and pl.buffers[4].numel() == 0  # nothing cached there
+    dev_num, _ = pl.lookup(0)
+    assert dev_num[:2].tolist() == [0, 0]                         # local first
+    assert set(dev_num[2:8].tolist()) <= {2, 3} and dev_num[8:].eq(-1).all()
+    rep = job_placement(h, 5, [2, 3], 4, [0], 2, strategy="auto", peer_cost=1.0)
+    assert rep[0] == "replicate" and rep[1].buffers[2].tolist() == [0, 1, 2, 3]
+    assert job_placement(h, 2, [], 4, [0], 3)[1].buffers[0].tolist() == [0, 1, 2]  # single mode
+
+
+def test_holder_bits_one_bit_per_device():
+    pl = Placement([torch.tensor([5, 1]), torch.tensor([], dtype=torch.long),
+                    torch.tensor([1, 2])], 6)
+    bits = pl.holder_bits()
+    assert bits.dtype == torch.uint8 and bits.tolist() == [0, 1 | 4, 4, 0, 0, 1]
+    assert [bits_dtype(n) for n in (1, 8, 9, 15, 16, 31, 32, 63)] == \
+        [torch.uint8] * 2 + [torch.int16] * 2 + [torch.int32] * 2 + [torch.int64] * 2
+    wide = Placement([torch.tensor([d]) for d in range(40)], 40)
+    assert wide.holder_bits().tolist() == [1 << d for d in range(40)]
+    with pytest.raises(ValueError, match="num_devices"):
+        bits_dtype(64)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: choose_placement("spread", P_EXAMPLE, 2, 2, 0.2), "strategy"),
+    (lambda: choose_placement("auto", P_EXAMPLE, 2, 2, -0.1), "peer_cost"),
+    (lambda: expected_cost(replicate_placement(P_EXAMPLE, 2, 2), P_EXAMPLE[:5], 0.2), "entries"),
+    (lambda: job_placement(P_EXAMPLE, 3, [1, 2], 2, [1], 1), "distinct"),
+    (lambda: job_placement(P_EXAMPLE, 3, [3], 2), "distinct"),
+    (lambda: job_placement(P_EXAMPLE, 3, [1], 2, strategy="x"), "strategy"),
+])
+def test_placement_choice_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -67,6 +67,12 @@ def test_flags_map_onto_config(tmp_path):
     assert t.checkpoint_dir == str(tmp_path / "ck")
     assert cfg.report == str(tmp_path / "r.json")
     assert _config("--samplers", "auto", "--cache-ratio", "auto").runtime.samplers is None
+    cfg = _config("--placement", "algorithm1", "--peer-cost", "0.5", "--sampler", "locality",
+                  "--locality-lt", "0.1", "--locality-ut", "0.3", "--locality-max-scale", "4")
+    assert (cfg.cache.placement, cfg.cache.peer_cost) == ("algorithm1", 0.5)
+    s = cfg.sampler
+    assert (s.kind, s.locality_lt, s.locality_ut, s.locality_max_scale) == \
+        ("locality", 0.1, 0.3, 4.0)
     assert _config("--dashboard-host", "off").runtime.dashboard_host is None
 
 
@@ -120,6 +126,12 @@ def _bad(argv: list[str], capsys, tmp_path: Path) -> str:
     (["--address", "no-port-here"], "--address", "no-port-here"),
     (["--resume"], "--resume", "True"),
     (["--model", "pinsage", "--fanouts", "5,5"], "--fanouts", "5,5"),
+    (["--placement", "spread"], "--placement", "spread"),
+    (["--peer-cost", "-1"], "--peer-cost", "-1"),
+    (["--locality-ut", "1.5"], "--locality-ut", "1.5"),
+    (["--locality-lt", "0.5", "--locality-ut", "0.2"], "--locality-lt", "0.5"),
+    (["--locality-max-scale", "0.5"], "--locality-max-scale", "0.5"),
+    (["--sampler", "locality", "--cache-policy", "none"], "--sampler", "locality"),
 ])
 def test_bad_flag_one_line(argv, flag, value, capsys, tmp_path):
     line = _bad(argv, capsys, tmp_path)

@@ -211,16 +211,17 @@ def test_queue_ledger_counts_every_ack_and_delivery_and_polls_without_waiting():
 def test_sampler_executor_in_process_is_deterministic_per_task():
     graph = random_graph(60, 400, seed=1)
     train = torch.arange(0, 40)
-    mask = torch.zeros(60, dtype=torch.bool)
-    mask[:10] = True
-    a = SamplerExecutor(graph, KHop([3, 2]), train, 8, seed=5, cache_mask=mask)
-    b = SamplerExecutor(graph, KHop([3, 2]), train.numpy(), 8, seed=5, cache_mask=mask.numpy())
+    bits = torch.zeros(60, dtype=torch.uint8)  # holder bits: device 0 caches 0..9, 1 caches 5..14
+    bits[:10] |= 1
+    bits[5:15] |= 2
+    a = SamplerExecutor(graph, KHop([3, 2]), train, 8, seed=5, cache_map=bits)
+    b = SamplerExecutor(graph, KHop([3, 2]), train.numpy(), 8, seed=5, cache_map=bits.numpy())
     sa, s_time, m_time = a.sample(2, 3)
     sb, _, _ = b.sample(2, 3)
     assert sa.task_id == 3 and s_time >= 0 and m_time >= 0
     assert torch.equal(sa.input_nodes, sb.input_nodes)     # same task -> same sample anywhere
     assert torch.equal(sa.seeds, a.seeds_of(2, 3))
-    assert torch.equal(sa.cached, sa.input_nodes < 10)      # M: the trainers' cache map
+    assert torch.equal(sa.cached, bits[sa.input_nodes])     # M: the holder bits of the job
     assert sample_nbytes(sa) > 0
     back = unpack_sample(pack_sample(sa))                   # the object-store form
     assert back.task_id == 3 and torch.equal(back.input_nodes, sa.input_nodes)
@@ -232,3 +233,5 @@ def test_sampler_executor_in_process_is_deterministic_per_task():
         a.sample(2, 99)
     with pytest.raises(ValueError, match="batch_size"):
         SamplerExecutor(graph, KHop([3]), train, 0, seed=0)
+    with pytest.raises(ValueError, match="integer holder bits"):
+        SamplerExecutor(graph, KHop([3]), train, 8, seed=0, cache_map=bits.bool())

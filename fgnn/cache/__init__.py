@@ -14,8 +14,9 @@ from fgnn.cache.feature_store import (FeatureCache, FeatureStore, TensorSource, 
                                       as_source, load_cache, num_cached_rows)
 from fgnn.cache.hotness import (POLICIES, compute_hotness, degree_hotness, parse_policy,
                                 presample_counts, presc_hotness, random_hotness, wrpr_hotness)
-from fgnn.cache.placement import (Placement, clique_placement, hot_order,
-                                  interleaved_placement, replicate_placement)
+from fgnn.cache.placement import (PLACEMENTS, Placement, choose_placement, clique_placement,
+                                  expected_cost, hot_order, interleaved_placement,
+                                  job_placement, replicate_placement)
 from fgnn.cache.reorder import (Reordering, hot_first_permutation, reorder, reorder_dataset,
                                 reorder_graph, reorder_rows)
 from fgnn.cache.source import FeatureSource
@@ -27,8 +28,8 @@ __all__ = [
     "num_cached_rows",
     "POLICIES", "compute_hotness", "degree_hotness", "parse_policy", "presample_counts",
     "presc_hotness", "random_hotness", "wrpr_hotness",
-    "Placement", "clique_placement", "hot_order", "interleaved_placement",
-    "replicate_placement",
+    "PLACEMENTS", "Placement", "choose_placement", "clique_placement", "expected_cost",
+    "hot_order", "interleaved_placement", "job_placement", "replicate_placement",
     "Reordering", "hot_first_permutation", "reorder", "reorder_dataset", "reorder_graph",
     "reorder_rows",
     "FeatureSource",

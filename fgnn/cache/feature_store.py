@@ -3,14 +3,27 @@
 FGNN §6.1: ``load_cache(hotness_map, α)`` "identifies and loads the features of the top-ranked
 ``α|V|`` vertices w.r.t. ``h_v`` into the GPU memory. It also builds a hash table to indicate the
 location in feature cache of a given vertex" — here a dense ``(N,)`` slot array, ``-1`` when not
-cached. Since the cache is static, the Sample stage can mark which input vertices are cached (the
-"M" step of FGNN Table 5, :meth:`FeatureStore.mark`) and the trainer's Extract stage reads hits
-from the cache and misses from host memory (:meth:`FeatureStore.gather`).
+cached.
 
 With several devices the store follows a :class:`~fgnn.cache.placement.Placement`: each device
 reads a vertex from its own buffer, else from the peer named by ``dev_num`` (Song & Jiang §3.2),
 else from the host. On CPU the "devices" are just tensors; with CUDA, host misses are staged
 through pinned memory and copied asynchronously.
+
+The M step (FGNN Table 5): since the caches are static, the Sample stage marks each input
+vertex with the devices that hold it (:meth:`Placement.holder_bits
+<fgnn.cache.placement.Placement.holder_bits>`, one bit per device). :meth:`FeatureStore.gather`
+takes those marks and splits the batch from them alone: a row whose mark has this device's bit
+is local, one with only other bits comes from the lowest-numbered of those peers, one marked 0 is
+read from the host without any lookup. Only the rows marked cached are looked up (their buffer
+position), and that lookup also checks the marks against this store's own placement, so a
+consumer with a smaller cache (a standby Trainer) splits correctly from the same marks.
+
+Peers served from the host copy: a store built with ``peers_from_host=True`` keeps only its own
+buffer; a row it would read from a peer is read from the host source instead (the same bytes;
+the Ray executors of fgnn are separate processes, and on CPU the "peer device" is host memory
+anyway) and is still counted in the ``peer`` tier, so the counters give the traffic per tier of
+the placement.
 """
 
 from __future__ import annotations
@@ -23,7 +36,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from fgnn.cache.placement import Placement, hot_order
+from fgnn.cache.placement import Placement, bits_dtype, hot_order
 from fgnn.cache.source import FeatureSource
 from fgnn.sampling.base import Sample
 
@@ -233,15 +246,17 @@ class FeatureStore:
 
     Args:
         host: the full ``(N, F)`` feature matrix off the device.
-        buffers: one ``(C_d, F)`` row tensor per device of the group (``[]`` for no cache).
+        buffers: one ``(C_d, F)`` row tensor per device of the group (``[]`` for no cache);
+            ``None`` for a peer whose rows are read from ``host`` (counted as ``peer``).
         dev_num: ``(N,)`` device to read each vertex from, ``-1`` = host.
         buf_pos: ``(N,)`` row of each vertex in its ``dev_num`` buffer.
         local: this store's device index within the group.
         device: where gathered rows are returned.
     """
 
-    def __init__(self, host: HostLike, buffers: Sequence[torch.Tensor], dev_num: torch.Tensor,
-                 buf_pos: torch.Tensor, local: int = 0, device: torch.device | str = "cpu"):
+    def __init__(self, host: HostLike, buffers: Sequence[Optional[torch.Tensor]],
+                 dev_num: torch.Tensor, buf_pos: torch.Tensor, local: int = 0,
+                 device: torch.device | str = "cpu"):
         self.host = as_source(host)
         n = self.host.num_rows
         if dev_num.shape != (n,) or buf_pos.shape != (n,):
@@ -249,15 +264,16 @@ class FeatureStore:
                              f"{tuple(dev_num.shape)} and {tuple(buf_pos.shape)}")
         if buffers and not 0 <= local < len(buffers):
             raise ValueError(f"local must be in [0, {len(buffers)}), got {local}")
+        if buffers and buffers[local] is None:
+            raise ValueError(f"buffers[{local}] (this store's own device) must be a tensor")
         for i, b in enumerate(buffers):
-            if b.dim() != 2 or b.shape[1] != self.host.dim:
+            if b is not None and (b.dim() != 2 or b.shape[1] != self.host.dim):
                 raise ValueError(f"buffers[{i}] has shape {tuple(b.shape)}, expected "
                                  f"(C, {self.host.dim})")
         self.device = torch.device(device)
         self.buffers = list(buffers)
         self.local = local
-        if len(self.buffers) > 127:
-            raise ValueError(f"at most 127 devices per group, got {len(self.buffers)}")
+        self._bits = bits_dtype(len(self.buffers))  # one mark bit per device (<= 63)
         self.dev_num = dev_num.to(self.device, torch.int8)  # 1 byte per vertex
         self.buf_pos = buf_pos.to(self.device, torch.int64)
         self.row_bytes = _row_bytes(self.host)
@@ -300,7 +316,8 @@ class FeatureStore:
     @classmethod
     def from_placement(cls, host: HostLike, placement: Placement, local: int,
                        buffers: Optional[Sequence[torch.Tensor]] = None,
-                       device: torch.device | str = "cpu") -> "FeatureStore":
+                       device: torch.device | str = "cpu",
+                       peers_from_host: bool = False) -> "FeatureStore":
         """The store of device ``local`` in a group sharing ``placement``.
 
         Args:
@@ -310,12 +327,19 @@ class FeatureStore:
             buffers: the devices' row tensors (shared between the group's stores); ``None``
                 reads them from ``host`` (each on ``device``; on CPU peers are plain tensors).
             device: this store's device.
+            peers_from_host: keep only this device's buffer and read peer rows from ``host``
+                (same bytes, counted in the ``peer`` tier); ignores ``buffers``.
         """
         src = as_source(host)
         if placement.num_nodes != src.num_rows:
             raise ValueError(f"placement covers {placement.num_nodes} vertices, host has "
                              f"{src.num_rows} rows")
-        if buffers is None:
+        if peers_from_host:
+            if not isinstance(local, int) or not 0 <= local < placement.num_devices:
+                raise ValueError(f"local must be in [0, {placement.num_devices}), got {local!r}")
+            buffers = [src.read(b).to(device) if d == local else None
+                       for d, b in enumerate(placement.buffers)]
+        elif buffers is None:
             buffers = [src.read(b).to(device) for b in placement.buffers]
         if len(buffers) != placement.num_devices:
             raise ValueError(f"got {len(buffers)} buffers for {placement.num_devices} devices")
@@ -339,11 +363,17 @@ class FeatureStore:
         return (self.dev_num[idx.to(self.device)] == self.local).to(idx.device)
 
     def mark(self, sample: Sample) -> Sample:
-        """Fill ``sample.cached`` (FGNN Table 5 "M"): True for input vertices in the local cache.
+        """Fill ``sample.cached`` (FGNN Table 5 "M") with holder bits as this store sees them:
+        bit ``d`` for the device this store reads the vertex from (its own or the peer
+        ``dev_num`` names), 0 for host rows. :meth:`gather` splits a batch from these marks.
 
         Returns the same sample, for chaining.
         """
-        sample.cached = self.cached_mask(sample.input_nodes)
+        idx = self._check_ids(torch.as_tensor(sample.input_nodes).cpu())
+        dev = self._dev_num_h.index_select(0, idx).long()
+        one = torch.ones((), dtype=torch.int64)
+        bits = torch.where(dev >= 0, torch.bitwise_left_shift(one, dev.clamp(min=0)), 0)
+        sample.cached = bits.to(self._bits)
         return sample
 
     def _check_ids(self, ids: torch.Tensor) -> torch.Tensor:
@@ -358,12 +388,22 @@ class FeatureStore:
         return idx
 
     # ------------------------------------------------------------------ gather
-    def gather(self, input_nodes: torch.Tensor) -> torch.Tensor:
+    def gather(self, input_nodes: torch.Tensor, marks: Optional[torch.Tensor] = None
+               ) -> torch.Tensor:
         """``(M, F)`` feature rows of ``input_nodes`` on this store's device, in order.
 
         Rows in the local cache are copied on the device, rows on peers are read from the peer
-        buffer, and the rest are read from the host source (through pinned memory with CUDA).
-        Counters in :attr:`stats` advance per tier.
+        buffer (or the host copy, ``peers_from_host``), and the rest are read from the host
+        source (through pinned memory with CUDA). Counters in :attr:`stats` advance per tier.
+
+        Args:
+            input_nodes: ``(M,)`` global ids.
+            marks: ``(M,)`` holder bits of the M step (``Sample.cached``), or ``None`` to look
+                every row up in this store's ``dev_num``.
+
+        Raises:
+            ValueError: on ids outside ``[0, N)``, or marks that disagree with this store's
+                placement for a row marked cached (a sample marked against another cache map).
         """
         # Validated once here; the host split is computed on CPU copies of the lookup (ids on a
         # device are copied to the host once, a no-op for the usual CPU sample).
@@ -371,19 +411,15 @@ class FeatureStore:
         m = idx.numel()
         if not m:
             return torch.empty(0, self.dim, dtype=self.host.dtype, device=self.device)
-        if not self.buffers:  # no cache: every row is a miss
-            self._count(0, 0, m)
-            return self._read_host(self._buf_pos_h.index_select(0, idx))
-        dev = self._dev_num_h.index_select(0, idx)
-        pos = self._buf_pos_h.index_select(0, idx)
+        dev = self._tiers(idx, marks)
         host_sel = torch.nonzero(dev < 0).flatten()
         n_host = int(host_sel.numel())
         if n_host == m:  # every row is a miss: the gathered rows are the result
             self._count(0, 0, m)
-            return self._read_host(pos)
+            return self._read_host(idx)
         out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
         if n_host:
-            rows = self._read_host(pos.index_select(0, host_sel))
+            rows = self._read_host(idx.index_select(0, host_sel))
             out.index_copy_(0, host_sel.to(self.device, non_blocking=self._pin), rows)
         n_local = n_peer = 0
         for d, buf in enumerate(self.buffers):  # a handful of devices, not nodes
@@ -391,8 +427,13 @@ class FeatureStore:
             k = int(sel.numel())
             if not k:
                 continue
-            p = pos.index_select(0, sel)
+            ids = idx.index_select(0, sel)
             sel = sel.to(self.device, non_blocking=self._pin)
+            if buf is None:  # a peer served from the host copy: same bytes, peer tier
+                out.index_copy_(0, sel, self._read_host(ids))
+                n_peer += k
+                continue
+            p = self._buf_pos_h.index_select(0, ids)
             if d == self.local:
                 rows = buf.index_select(0, p.to(buf.device, non_blocking=self._pin))
                 out.index_copy_(0, sel, rows.to(out.dtype))
@@ -403,6 +444,41 @@ class FeatureStore:
                 n_peer += k
         self._count(n_local, n_peer, n_host)
         return out
+
+    def _tiers(self, idx: torch.Tensor, marks: Optional[torch.Tensor]) -> torch.Tensor:
+        """``(M,)`` int64 device each row is read from (``-1`` = host), from the M-step marks
+        when given, else from ``dev_num``. Marked-cached rows are checked against ``dev_num``."""
+        if marks is None or not self.buffers:
+            if not self.buffers:
+                return torch.full((idx.numel(),), -1, dtype=torch.int64)
+            return self._dev_num_h.index_select(0, idx).long()
+        bits = torch.as_tensor(marks).cpu()
+        if bits.shape != idx.shape or bits.is_floating_point() or bits.dtype == torch.bool:
+            raise ValueError(f"marks must be the (M,) integer holder bits of the M step "
+                             f"(Placement.holder_bits), got dtype {bits.dtype} and shape "
+                             f"{tuple(bits.shape)} for {idx.numel()} input nodes")
+        bits = bits.long()
+        dev = torch.full_like(bits, -1)
+        others = bits & ~(1 << self.local)
+        for d in range(len(self.buffers) - 1, -1, -1):  # the lowest-numbered peer wins
+            dev[((others >> d) & 1).bool()] = d
+        dev[((bits >> self.local) & 1).bool()] = self.local
+        cached = torch.nonzero(dev >= 0).flatten()
+        if cached.numel():
+            want = self._dev_num_h.index_select(0, idx.index_select(0, cached)).long()
+            got = dev.index_select(0, cached)
+            bad = torch.nonzero(want != got).flatten()
+            if bad.numel():
+                i = int(cached[bad[0]])
+                raise ValueError(f"marks disagree with this store's placement: vertex "
+                                 f"{int(idx[i])} is marked {int(bits[i])} (read from device "
+                                 f"{int(got[bad[0]])}) but device {self.local} reads it from "
+                                 f"{int(want[bad[0]])} (-1 = host); was the sample marked "
+                                 f"against another cache map?")
+        if int(bits.max()) >> len(self.buffers):
+            raise ValueError(f"marks hold a bit above the {len(self.buffers)} devices of this "
+                             f"store's placement (max mark {int(bits.max())})")
+        return dev
 
     def _read_host(self, ids: torch.Tensor) -> torch.Tensor:
         """Host rows of in-range CPU ``ids`` on this store's device (through the pinned staging
@@ -439,11 +515,11 @@ class FeatureStore:
         s.bytes["peer"] += n_peer * self.row_bytes
         s.bytes["host"] += n_host * self.row_bytes
 
-    def count(self, input_nodes: torch.Tensor) -> None:
+    def count(self, input_nodes: torch.Tensor, marks: Optional[torch.Tensor] = None) -> None:
         """Advance the counters exactly as :meth:`gather` would, without moving any row
         (for hit-rate studies)."""
         idx = self._check_ids(torch.as_tensor(input_nodes).cpu())
-        dev = self._dev_num_h.index_select(0, idx)
+        dev = self._tiers(idx, marks)
         n_host = int((dev < 0).sum())
         n_local = int((dev == self.local).sum()) if self.buffers else 0
         self._count(n_local, idx.numel() - n_host - n_local, n_host)

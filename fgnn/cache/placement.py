@@ -18,21 +18,39 @@ Three strategies:
 * :func:`interleaved_placement` — DataTiering (Min et al., §4, Figs. 4–6): the ``replicated``
   hottest vertices on every device, then the next hottest spread round-robin (interleaved) over
   the devices so memory and link bandwidth stay balanced.
+
+:func:`choose_placement` picks between Rule 1 and Rule 2 (``"auto"``) by the expected cost of
+Eq. 3–4 (:func:`expected_cost`), and :func:`job_placement` lays a job's devices out: the Trainers
+share the chosen placement, and each standby Trainer (FGNN §5.3, a smaller budget because the
+topology shares its device) caches its own hottest rows. :meth:`Placement.holder_bits` is the map
+the Sample stage marks against (FGNN's M step): one bit per device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 __all__ = [
+    "PLACEMENTS",
     "Placement",
+    "bits_dtype",
+    "choose_placement",
     "clique_placement",
+    "expected_cost",
     "interleaved_placement",
+    "job_placement",
     "replicate_placement",
     "hot_order",
 ]
+
+#: Placement strategies of the runtime (``CacheConfig.placement``).
+PLACEMENTS = ("replicate", "algorithm1", "auto")
+
+#: Most devices a holder bitmask describes (bits of an int64, sign bit unused).
+MAX_DEVICES = 63
 
 
 def _check_hotness(hotness: torch.Tensor, name: str = "hotness") -> torch.Tensor:
@@ -117,6 +135,31 @@ class Placement:
     def covered(self) -> int:
         """Number of distinct vertices cached somewhere in the group (``|B_gpu|``)."""
         return int(self.holders().any(0).sum())
+
+    def holder_bits(self) -> torch.Tensor:
+        """``(N,)`` integer bitmask: bit ``d`` of ``holder_bits()[v]`` is set when device ``d``
+        caches ``v``; 0 means host only. The dtype is the narrowest that holds ``n`` bits
+        (:func:`bits_dtype`).
+
+        This is the cache map the Sample stage marks against (FGNN Table 5 "M"): whichever
+        device consumes a sample splits it into local, peer and host rows from the marks alone.
+        """
+        out = torch.zeros(self.num_nodes, dtype=bits_dtype(self.num_devices))
+        for d, b in enumerate(self.buffers):
+            b = b.cpu().long()
+            out[b] = out[b] | (1 << d)
+        return out
+
+
+def bits_dtype(num_devices: int) -> torch.dtype:
+    """The narrowest integer dtype with one bit per device (uint8 up to 8 devices)."""
+    if not isinstance(num_devices, int) or not 0 <= num_devices <= MAX_DEVICES:
+        raise ValueError(f"num_devices must be an int in [0, {MAX_DEVICES}] for a holder "
+                         f"bitmask, got {num_devices!r}")
+    for dtype, bits in ((torch.uint8, 8), (torch.int16, 15), (torch.int32, 31)):
+        if num_devices <= bits:
+            return dtype
+    return torch.int64
 
 
 def replicate_placement(hotness: torch.Tensor, num_devices: int, capacity: int) -> Placement:
@@ -225,3 +268,115 @@ def interleaved_placement(hotness: torch.Tensor, num_devices: int, capacity: int
     spread = v[rep.numel(): rep.numel() + n * (capacity - replicated)]
     buffers = [torch.cat([rep, spread[d::n]]) for d in range(n)]
     return Placement(buffers, n_nodes)
+
+
+def expected_cost(placement: Placement, p: torch.Tensor, peer_cost: float) -> float:
+    """The objective of Song & Jiang Eq. 4: ``max_i E[C_i(B)]`` in units of ``C_cpu``.
+
+    With ``s_i ~ Bernoulli(p)`` per vertex (§3.2), Eq. 3 gives for device ``i``
+    ``E[C_i] / C_cpu = Σ_{v ∉ B_gpu} p_v + c · Σ_{v ∈ B_gpu \\ B_i} p_v`` when
+    ``c = C_gpu / C_cpu < 1`` (fast links: remote rows come from a peer when one holds them) and
+    ``Σ_{v ∉ B_i} p_v`` otherwise (no fast link: every remote row comes from the host).
+
+    Args:
+        placement: the buffers ``B_1 .. B_n``.
+        p: ``(N,)`` sampling probabilities (any positive scale; the argmin does not depend on it).
+        peer_cost: ``c = C_gpu / C_cpu >= 0``.
+    """
+    if not float(peer_cost) >= 0.0:
+        raise ValueError(f"peer_cost must be >= 0, got {peer_cost!r}")
+    p = _check_hotness(p, "p").to(torch.float64).cpu()
+    if p.numel() != placement.num_nodes:
+        raise ValueError(f"p has {p.numel()} entries, the placement covers "
+                         f"{placement.num_nodes} vertices")
+    held = placement.holders()
+    in_gpu = held.any(0)
+    total = float(p.sum())
+    off_gpu = total - float(p[in_gpu].sum())
+    costs = []
+    for i in range(placement.num_devices):
+        if peer_cost < 1.0:
+            on_peers = float(p[in_gpu & ~held[i]].sum())
+            costs.append(off_gpu + float(peer_cost) * on_peers)
+        else:
+            costs.append(total - float(p[held[i]].sum()))
+    return max(costs) if costs else 0.0
+
+
+def choose_placement(strategy: str, hotness: torch.Tensor, num_devices: int, capacity: int,
+                     peer_cost: float) -> tuple[str, Placement]:
+    """The Trainers' placement for ``strategy`` (``replicate``, ``algorithm1`` or ``auto``).
+
+    ``algorithm1`` runs :func:`clique_placement` with Eq. 7's ``α = min(peer_cost, 1)``
+    (``C_gpu >= C_cpu`` never replaces a row, i.e. Rule 1). ``auto`` builds both candidates and
+    keeps the one with the lower :func:`expected_cost` (ties: ``replicate``), so it follows the
+    cost model and the device count: one device, or ``peer_cost >= 1`` (no fast link), gives
+    Rule 1; otherwise each replacement Algorithm 1 makes lowers every device's cost (Eq. 7), and
+    Rule 2 wins as soon as it replaces anything.
+
+    Returns:
+        ``(name, placement)`` with ``name`` the strategy actually used (never ``auto``).
+    """
+    if strategy not in PLACEMENTS:
+        raise ValueError(f"strategy must be one of {', '.join(PLACEMENTS)}, got {strategy!r}")
+    if not float(peer_cost) >= 0.0:
+        raise ValueError(f"peer_cost must be >= 0, got {peer_cost!r}")
+    rep = replicate_placement(hotness, num_devices, capacity)
+    if strategy == "replicate":
+        return "replicate", rep
+    spread = clique_placement(hotness, num_devices, capacity, min(float(peer_cost), 1.0))
+    if strategy == "algorithm1":
+        return "algorithm1", spread
+    if expected_cost(spread, hotness, peer_cost) < expected_cost(rep, hotness, peer_cost):
+        return "algorithm1", spread
+    return "replicate", rep
+
+
+def job_placement(hotness: torch.Tensor, num_devices: int, trainers: Sequence[int],
+                  capacity: int, standbys: Sequence[int] = (), standby_capacity: int = 0,
+                  strategy: str = "replicate", peer_cost: float = 1.0
+                  ) -> tuple[str, Placement]:
+    """The cached rows of every device of a job, as one :class:`Placement` over its devices.
+
+    The devices in ``trainers`` share the placement :func:`choose_placement` returns for
+    ``strategy`` (``capacity`` rows each). A standby Trainer's device (``standbys``) also holds
+    the topology, so its budget ``standby_capacity`` is smaller than the Trainers'; it caches
+    its own hottest rows (Rule 1 for a lone device) and reads the rest from the Trainers'
+    buffers or the host like any group member. Other devices (a Sampler without a standby)
+    cache nothing.
+
+    Args:
+        hotness: ``(N,)`` hotness map (the sampling-probability estimate).
+        num_devices: N_g, the job's devices; device ``d`` is bit ``d`` of the holder map.
+        trainers: device indices of the Trainers.
+        capacity: rows per Trainer (``⌊α N⌋``).
+        standbys: device indices of the standby Trainers.
+        standby_capacity: rows per standby Trainer.
+        strategy: ``replicate``, ``algorithm1`` or ``auto``.
+        peer_cost: ``C_gpu / C_cpu`` of Eq. 3 / Eq. 7.
+
+    Returns:
+        ``(name, placement)``: the strategy used for the Trainers and the placement over all
+        ``num_devices`` devices.
+    """
+    _check_devices(num_devices, capacity)
+    if strategy not in PLACEMENTS:
+        raise ValueError(f"strategy must be one of {', '.join(PLACEMENTS)}, got {strategy!r}")
+    if not isinstance(standby_capacity, int) or standby_capacity < 0:
+        raise ValueError(f"standby_capacity must be a non-negative int, got "
+                         f"{standby_capacity!r}")
+    roles = list(trainers) + list(standbys)
+    if len(set(roles)) != len(roles) or any(not 0 <= d < num_devices for d in roles):
+        raise ValueError(f"trainers {list(trainers)} and standbys {list(standbys)} must be "
+                         f"distinct devices in [0, {num_devices})")
+    v = hot_order(hotness).cpu()
+    empty = v[:0]
+    buffers = [empty for _ in range(num_devices)]
+    name = strategy if strategy != "auto" else "replicate"
+    if trainers:
+        name, group = choose_placement(strategy, hotness, len(trainers), capacity, peer_cost)
+        for d, b in zip(trainers, group.buffers):
+            buffers[d] = b
+    for d in standbys:
+        buffers[d] = v[:min(standby_capacity, v.numel())].clone()
+    return name, Placement(buffers, int(v.numel()))

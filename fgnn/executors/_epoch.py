@@ -340,14 +340,21 @@ class EpochLoop:
         sample.M += sum(r.get("M", 0.0) for r in recs)
         hits = sum(r["hits"] for r in recs)
         misses = sum(r["misses"] for r in recs)
+        tiers = ("local", "peer", "host")
+        tier_rows = {t: int(sum(r.get(t, 0) for r in recs)) for t in tiers}
+        tier_bytes = {t: int(sum(r.get("tier_bytes", {}).get(t, 0) for r in recs)) for t in tiers}
+        sample_bytes = int(sum(r.get("nbytes", 0) for r in recs))
+        extract_s = sum(r["extract_s"] for r in recs)
+        train_s = sum(r["train_s"] for r in recs)
         losses = [r["loss"] for r in recs if "loss" in r]
         mode = self.config.runtime.mode
         stats = EpochStats(
             epoch=epoch, time_s=elapsed, sample=sample,
-            extract_s=sum(r["extract_s"] for r in recs),
-            train_s=sum(r["train_s"] for r in recs),
+            extract_s=extract_s, train_s=train_s,
             hit_rate=hits / (hits + misses) if hits + misses else 0.0,
-            bytes_host_to_device=int(sum(r["bytes"] for r in recs)),
+            bytes_host_to_device=int(sum(r["bytes"] for r in recs)) + sample_bytes,
+            sample_bytes=sample_bytes, tier_rows=tier_rows, tier_bytes=tier_bytes,
+            load_ratio=extract_s / (extract_s + train_s) if extract_s + train_s > 0 else 0.0,
             switches=len(switched), batches=len(recs),
             loss=float(np.mean(losses)) if losses else float("nan"),
             samplers=(self.num_devices if mode == "time-sharing"
@@ -378,7 +385,6 @@ class EpochLoop:
             # training of the previous mini-batch; only what its stall exposed counts)
             "exposed_wait_s": sum(min(r.get("stall_s", 0.0), r["wait_s"]) for r in recs),
             "sampler_queue_wait_s": acc.sampler_wait_s,
-            "sample_bytes": int(sum(r.get("nbytes", 0) for r in recs)),
             "task_ids": sorted(r["task_id"] for r in recs),
             "lost_samples": acc.lost, "reissued": acc.reissued,
             # exactly-once ledger, task id -> count: gradients pushed / applied / turned away on

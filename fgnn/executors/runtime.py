@@ -45,6 +45,12 @@ Evaluation: validation after each epoch and the final train/val/test scores are 
 through the same Samplers and Trainers (:mod:`fgnn.evaluation`'s recipe), with the best-validation
 weights for the final scores.
 
+Feature caches: the cached rows follow ``cache.placement`` over the layout's Trainers
+(:meth:`Runtime._place_caches`, Song & Jiang §3.2); the Samplers mark every sampled vertex with the
+devices that cache it (the M step, one bit per device), which each Trainer's Extract splits into
+local, peer and host rows. With the locality-aware sampler, its local set is that cache map and
+its scale ``s`` is adapted once per epoch on the driver (Song & Jiang Algorithm 2).
+
 Faults: a dead Trainer's leased tasks go back to the queue and it is restarted by Ray
 (``max_restarts``) and resubmitted, or the epoch continues without it; a dead Sampler's in-flight
 tasks are handed out again, and samples it owned that were lost are re-sampled. When no Trainer
@@ -78,6 +84,7 @@ from fgnn.executors.scheduler import allocate, step_tasks
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
+from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
 
@@ -405,20 +412,13 @@ class Runtime(EpochLoop):
                             if counts else None)
         self._size_caches()
         self._refs["hotness"] = None if self.hotness is None else ray.put(self.hotness.numpy())
-        self.cache_mask = None
-        if self.hotness is not None and self.alpha_full > 0:
-            from fgnn.cache.feature_store import num_cached_rows
-            from fgnn.cache.placement import hot_order
-
-            c = num_cached_rows(self.alpha_full, ds.num_nodes)
-            self.cache_mask = torch.zeros(ds.num_nodes, dtype=torch.bool)
-            self.cache_mask[hot_order(self.hotness)[:c]] = True
-        self._refs["cache_mask"] = None if self.cache_mask is None else ray.put(self.cache_mask)
+        self._place_caches()
         if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
-            c = 0 if self.cache_mask is None else int(self.cache_mask.sum())
+            cached = (torch.zeros(ds.num_nodes, dtype=torch.bool) if self.placement is None
+                      else self.placement.holder_bits() != 0)
+            c = int(cached.sum())
             self.reorder_info["cached_prefix"] = c
-            self.reorder_info["cache_is_prefix"] = bool(
-                self.cache_mask is None or bool(self.cache_mask[:c].all()))
+            self.reorder_info["cache_is_prefix"] = bool(cached[:c].all())
         self.sizing_s = time.perf_counter() - t0
         self._cache_chosen = True
         self._fill_caches(self._execs)
@@ -468,6 +468,41 @@ class Runtime(EpochLoop):
             self.config.train.weight_decay, self._resume_optimizer)
         self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
 
+    def _place_caches(self) -> None:
+        """Place the cached rows over the final layout (Song & Jiang §3;
+        :func:`~fgnn.cache.placement.job_placement`): the Trainers share the configured
+        placement (``cache.placement``) with ``⌊α N⌋`` rows each; a standby Trainer (or every
+        device in time-sharing mode) has the smaller ``α`` of a device that also holds the
+        topology. The holder bits of the result are the Samplers' M-step map. The warm-up epochs
+        end after the allocation's re-layout, so the layout no longer changes; the disk tier's
+        device cache is dynamic (GIDS window buffering): nothing to place or mark."""
+        import ray
+
+        from fgnn.cache.feature_store import num_cached_rows
+        from fgnn.cache.placement import job_placement
+
+        cfg, n = self.config, self.dataset.num_nodes
+        rt, n_g = cfg.runtime, self.num_devices
+        live = {(e.role, e.device) for e in self._execs if e.alive}
+        if rt.mode == "time-sharing":
+            trainers, standbys = list(range(n_g)), []
+            cap = num_cached_rows(self.alpha_resident, n)
+        else:
+            trainers = sorted(d for r, d in live if r == "trainer")
+            standbys = sorted(d for r, d in live if r == "standby")
+            cap = num_cached_rows(self.alpha_full, n)
+        if (self.hotness is None or self._disk_tier
+                or max(self.alpha_full, self.alpha_resident) <= 0):
+            self.placement_name, self.placement = "none", None
+        else:
+            self.placement_name, self.placement = job_placement(
+                self.hotness, n_g, trainers, cap, standbys,
+                num_cached_rows(self.alpha_resident, n), cfg.cache.placement,
+                cfg.cache.peer_cost)
+        self._refs["placement"] = ray.put(self.placement)
+        self._refs["cache_map"] = (None if self.placement is None
+                                   else ray.put(self.placement.holder_bits().numpy()))
+
     def _new_sampler(self, device: int) -> _Exec:
         cfg = self.config
         name = f"fgnn-sampler-{device}"
@@ -491,7 +526,7 @@ class Runtime(EpochLoop):
         share = (0.5 if standby else 1.0) * self.gpus_per_device
         h = _make_actor(TrainerExecutor, name, self.pg, device, share,
                         self._refs["features"], self._refs["labels"],
-                        copy.deepcopy(self.model).cpu(), None, 0.0, self.ps,
+                        copy.deepcopy(self.model).cpu(), None, device, self.ps,
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0),
                         crash_after_apply=not standby and index in self.crash_after_apply,
@@ -509,12 +544,27 @@ class Runtime(EpochLoop):
         out = []
         for e in execs:
             if e.role == "sampler":
-                out.append((e, e.handle.set_cache_mask.remote(self._refs["cache_mask"])))
+                out.append((e, e.handle.set_cache_map.remote(self._refs["cache_map"])))
             else:
                 resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
                 alpha = self.alpha_resident if resident else self.alpha_full
-                out.append((e, e.handle.load_cache.remote(self._refs["hotness"], alpha)))
+                out.append((e, e.handle.load_cache.remote(self._refs["placement"],
+                                                          self._refs["hotness"], alpha)))
         return out
+
+    def _adapt_locality(self, stats: EpochStats) -> None:
+        """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
+        with, feed the epoch's data-loading share ``r`` (``stats.load_ratio``) to the
+        controller, and send the new ``s`` to every executor that samples."""
+        import ray
+
+        if not isinstance(self.sampler, LocalityAwareKHop):
+            return
+        stats.locality_scale = self.sampler.scale
+        s = self.sampler.end_epoch(stats.load_ratio)
+        ray.get([e.handle.set_scale.remote(s) for e in self._execs
+                 if e.alive and (e.role == "sampler" or self.config.runtime.mode
+                                 == "time-sharing")])
 
     def _build_layout(self, n_s: int, start_only: bool = False) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
@@ -629,7 +679,8 @@ class Runtime(EpochLoop):
         self.memory_reports: dict[str, Any] = {}
         self.alpha_full = self.alpha_resident = 0.0
         self.budget_bytes, self.step_peak_bytes = 0, None
-        self.hotness, self.cache_mask, self._cache_chosen = None, None, False
+        self.hotness, self._cache_chosen = None, False
+        self.placement_name, self.placement = "none", None
         self.hotness_s = 0.0
         if self.config.cache.reorder == "hot-first":
             self._reorder()
@@ -665,6 +716,7 @@ class Runtime(EpochLoop):
         for epoch in range(start_epoch, tc.epochs):
             stats = self._run_epoch(epoch, measure=epoch == start_epoch)
             stats.warmup = epoch < warm_end
+            self._adapt_locality(stats)
             if epoch == start_epoch and rt.mode == "factored" and stats.sample.total > 0:
                 t_s = stats.sample.total / max(1, stats.batches)
                 t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
@@ -719,6 +771,11 @@ class Runtime(EpochLoop):
                       "cache_policy": self.policy, "warmup_epochs": self.warmup_epochs,
                       "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
                       "budget_bytes": self.budget_bytes, "step_peak_bytes": self.step_peak_bytes,
+                      "placement": self.placement_name, "peer_cost": cfg.cache.peer_cost,
+                      "cached_rows": ([] if self.placement is None
+                                      else [int(b.numel()) for b in self.placement.buffers]),
+                      "covered_rows": (0 if self.placement is None
+                                       else self.placement.covered()),
                       "cache_plans": {k_: p.to_dict() for k_, p in
                                       getattr(self, "cache_plans", {}).items()}}
         allocation.update(getattr(self, "profile_times", {}))
@@ -874,6 +931,11 @@ class _LocalSampling(SamplerExecutor):
         if not self._built:
             self._build()
         return SamplerExecutor.sample(self, epoch, task_id, plan)
+
+    def set_scale(self, scale: float) -> None:  # noqa: D102
+        if not self._built:
+            self._build()
+        SamplerExecutor.set_scale(self, scale)
 
 
 def _build_sampler(config: JobConfig) -> Sampler:

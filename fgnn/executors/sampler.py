@@ -5,8 +5,11 @@ Trainer is temporary, §5.3, so the topology never leaves). For each mini-batch 
 hands it, it
 
 * **S** samples the task's seeds (:class:`~fgnn.sampling.Sampler`, deduplicated and remapped),
-* **M** marks which input vertices the Trainers hold in their device cache (the cache is static,
-  so the trainers' cache map is known at sampling time, §5.2 / §6.1),
+* **M** marks each input vertex with the devices whose cache holds it (the caches are static, so
+  the job's cache map is known at sampling time, §5.2 / §6.1): one bit per device
+  (:meth:`~fgnn.cache.placement.Placement.holder_bits`), so whichever Trainer takes the sample,
+  a standby with its smaller cache included, splits it into local, peer and host rows from the
+  marks (:meth:`~fgnn.cache.feature_store.FeatureStore.gather`),
 * **C** copies the sample into the object store (host memory) and enqueues its ``ObjectRef`` on
   the bounded global queue,
 
@@ -30,6 +33,7 @@ from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
 from fgnn.sampling.base import Sample, Sampler
+from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
            "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport"]
@@ -65,13 +69,25 @@ def choose_transport(requested: str, device_type: str, one_node: bool) -> str:
     return requested
 
 
-def mark_sample(sample: Sample, cache_mask: Optional[torch.Tensor]) -> Sample:
-    """Fill ``sample.cached`` from the trainers' cache map (``(N,)`` bool, True = cached)."""
-    if cache_mask is None:
-        sample.cached = torch.zeros(sample.input_nodes.numel(), dtype=torch.bool)
+def mark_sample(sample: Sample, cache_map: Optional[torch.Tensor]) -> Sample:
+    """The M step: ``sample.cached = cache_map[input_nodes]``, the holder bits of each input
+    vertex (``(N,)`` integer map, bit ``d`` = device ``d`` caches the row; None: nothing is
+    cached, every mark 0)."""
+    if cache_map is None:
+        sample.cached = torch.zeros(sample.input_nodes.numel(), dtype=torch.uint8)
     else:
-        sample.cached = cache_mask[sample.input_nodes.to(cache_mask.device)]
+        sample.cached = cache_map[sample.input_nodes.to(cache_map.device)]
     return sample
+
+
+def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Tensor]:
+    if cache_map is None:
+        return None
+    m = tensor_from(cache_map)
+    if m.dim() != 1 or m.is_floating_point() or m.dtype == torch.bool:
+        raise ValueError(f"cache_map must be the (N,) integer holder bits of a Placement, got "
+                         f"dtype {m.dtype} and shape {tuple(m.shape)}")
+    return m.to(device)
 
 
 def sample_nbytes(sample: Sample) -> int:
@@ -131,7 +147,9 @@ class SamplerExecutor:
             ``epoch_batches(train_idx, batch_size, seed, epoch, parts)[i]``.
         batch_size: seeds per mini-batch (per optimizer step).
         seed: job seed (tasks draw from :func:`~fgnn.executors._common.task_generator`).
-        cache_mask: ``(N,)`` bool cache map of the Trainers (None: nothing cached).
+        cache_map: ``(N,)`` integer holder bits of the job's caches
+            (:meth:`~fgnn.cache.placement.Placement.holder_bits`; None: nothing cached). A
+            locality-aware sampler takes the cached vertices as its local set ``B``.
         queue: handle of the global queue actor (or an object with the same ``put``), or None to
             only return samples (in-process use).
         name: actor name, e.g. ``fgnn-sampler-0``.
@@ -146,7 +164,7 @@ class SamplerExecutor:
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int, seed: int,
-                 cache_mask: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
+                 cache_map: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
                  device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
                  transport: str = "object_store", one_node: bool = True,
                  parts: int = 1) -> None:
@@ -161,7 +179,7 @@ class SamplerExecutor:
         self.split_idx = {"train": self.train_idx}
         self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})
         self.batch_size, self.seed, self.parts = int(batch_size), int(seed), int(parts)
-        self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
+        self.set_cache_map(cache_map)
         self.queue = queue
         self.metrics = metrics_for("sampler", _device_tag(name))
         self.clock = StageClock(self.device)
@@ -198,10 +216,19 @@ class SamplerExecutor:
                 "max_sample_bytes": self._max_sample_bytes, "cuda_peak_bytes": cuda_peak,
                 "graph_bytes": self.graph.nbytes()}
 
-    def set_cache_mask(self, cache_mask: Any) -> None:
-        """Mark against ``cache_mask`` (``(N,)`` bool, None: nothing cached) from now on: the
-        runtime starts Samplers before the cache is chosen."""
-        self.cache_mask = None if cache_mask is None else tensor_from(cache_mask).to(self.device)
+    def set_cache_map(self, cache_map: Any) -> None:
+        """Mark against ``cache_map`` from now on (the caches are chosen after the warm-up); a
+        locality-aware sampler takes its cached vertices as the local set ``B`` (Song & Jiang
+        §4: the vertices stored on the group's devices)."""
+        self.cache_map = _check_cache_map(cache_map, self.device)
+        if isinstance(self.sampler, LocalityAwareKHop):
+            self.sampler.set_local(None if self.cache_map is None else self.cache_map != 0)
+
+    def set_scale(self, scale: float) -> None:
+        """Set the scale factor ``s`` of a locality-aware sampler (Song & Jiang Eq. 8); the
+        runtime's Algorithm 2 controller sends it once per epoch. Other samplers ignore it."""
+        if isinstance(self.sampler, LocalityAwareKHop):
+            self.sampler.scale = float(scale)
 
     def seeds_of(self, epoch: int, task_id: int) -> torch.Tensor:
         """The seeds of task ``task_id`` of ``epoch``."""
@@ -236,7 +263,7 @@ class SamplerExecutor:
         t1 = self.clock.start()
         if self._visits is not None and plan is None:
             self._visits[sample.input_nodes] += 1  # input_nodes has no repeats
-        mark_sample(sample, self.cache_mask)
+        mark_sample(sample, self.cache_map)
         sample.task_id = int(task_id)
         m_lap = self.clock.stop(t1)
         # CUDA: event times of the kernels, resolved once M's end is reached (not launch times)

@@ -1,7 +1,8 @@
 """The Trainer executor (FGNN §5.2, Fig. 9): extract from cache + host, train, exchange gradients.
 
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
-:class:`~fgnn.cache.feature_store.FeatureStore` (device cache hits, host misses; FGNN §6.1), runs
+:class:`~fgnn.cache.feature_store.FeatureStore` (its own cache, peer devices' caches, host
+memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs
 forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`.
 Before computing a task it claims a slot of the server's current step, which brings the current
 weights: every step averages the gradients of its tasks, all computed from the previous step's
@@ -42,6 +43,7 @@ from fgnn.executors._streams import CopyStream
 from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
+from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample
 
 __all__ = ["TrainerExecutor", "build_store"]
@@ -50,16 +52,18 @@ __all__ = ["TrainerExecutor", "build_store"]
 _GET_TIMEOUT_S = 1.0
 
 
-def build_store(features: Any, hotness: Optional[torch.Tensor], alpha: float,
+def build_store(features: Any, placement: Optional[Placement], device_index: int,
                 device: str = "cpu") -> Any:
-    """The Trainer's feature store: the top ``floor(alpha N)`` rows of ``hotness`` cached on
-    ``device`` (FGNN §6.1 ``load_cache``), the rest read from host memory."""
-    from fgnn.cache.feature_store import FeatureStore, load_cache
+    """The Trainer's feature store: the rows ``placement`` puts on device ``device_index``
+    cached on ``device`` (FGNN §6.1 ``load_cache``), rows other devices cache in the peer tier
+    (served from the host copy, counted as peer reads), the rest read from host memory.
+    ``placement=None``: no cache."""
+    from fgnn.cache.feature_store import FeatureStore
 
-    if hotness is None or alpha <= 0:
+    if placement is None:
         return FeatureStore.single(features, None, device)
-    return FeatureStore.single(features, load_cache(hotness, float(alpha), features, device),
-                               device)
+    return FeatureStore.from_placement(features, placement, int(device_index), device=device,
+                                       peers_from_host=True)
 
 
 @dataclass
@@ -101,10 +105,11 @@ class TrainerExecutor:
             itself (its host tier then reads rows from the file, not from the object store).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
-        hotness: ``(N,)`` hotness map of the cache policy, or None for no cache (yet: the
-            runtime starts the actor early and calls :meth:`load_cache` once the map is known).
-        alpha: cache ratio of this Trainer (a standby's is smaller: the topology shares its
-            device).
+        placement: the job's cache placement over its devices
+            (:func:`~fgnn.cache.placement.job_placement`; a standby's own buffer is smaller, the
+            topology shares its device), or None for no cache (yet: the runtime starts the actor
+            early and calls :meth:`load_cache` once the caches are chosen).
+        device_index: this Trainer's device in ``placement`` (its bit in the M-step marks).
         ps: handle of the parameter server actor.
         queue: handle of the global queue actor.
         name: actor name (``fgnn-trainer-1``, ``fgnn-standby-0``).
@@ -123,7 +128,7 @@ class TrainerExecutor:
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
-                 hotness: Optional[Any], alpha: float, ps: Any, queue: Any,
+                 placement: Optional[Placement], device_index: int, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
                  crash_after_apply: bool = False, disk: Any = None) -> None:
@@ -132,12 +137,13 @@ class TrainerExecutor:
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
         self.name, self.role, self.device = name, role, actor_device(device)
         self.labels = tensor_from(labels)
+        self.device_index = int(device_index)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
         self._features, self._disk = features, disk
         self._host = None if self._disk_tier else open_features(features)
         self.store, self.tiers, self.lookahead = None, None, 0
         self._ahead: deque[tuple[int, Sample, dict[str, Any]]] = deque()
-        self.load_cache(hotness, alpha)
+        self.load_cache(placement)
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -155,33 +161,51 @@ class TrainerExecutor:
         the start-up time and learns the device Ray assigned."""
         return time.time(), str(self.device)
 
-    def load_cache(self, hotness: Optional[Any], alpha: float) -> float:
-        """Fill the device cache with the ``floor(alpha N)`` hottest rows of ``hotness`` (None:
-        no cache); returns the seconds it took. Called again after a restart.
+    def load_cache(self, placement: Optional[Placement], hotness: Optional[Any] = None,
+                   alpha: float = 0.0) -> int:
+        """Fill the cache once the runtime has chosen it (after the warm-up epochs, and again
+        after a restart); returns the rows this device caches.
+
+        Args:
+            placement: the job's placement (memory tier); None: no cache.
+            hotness: with the disk tier, the ``(N,)`` hotness ranking its CPU buffer and device
+                software cache (GIDS); ignored otherwise.
+            alpha: with the disk tier, the share of rows of the device software cache.
 
         Raises:
             ValueError: for ``alpha`` outside ``[0, 1]``.
         """
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-        t0 = time.perf_counter()
-        self.alpha = float(alpha)
-        h = None if hotness is None else tensor_from(hotness)
         if self._disk_tier:
+            h = None if hotness is None else tensor_from(hotness)
             # GIDS tiers: a device software cache of alpha N rows, the CPU buffer, storage
-            self.tiers = open_disk_tiers(self._features, h, self.alpha, str(self.device),
+            self.tiers = open_disk_tiers(self._features, h, float(alpha), str(self.device),
                                          self._disk)
             # leased look-ahead serves window buffering and the accumulator; a standby fetches
             # one task at a time (its profit decides each fetch, §5.3)
             ahead = self._disk.cache == "window" or self._disk.accumulator
             self.lookahead = self._disk.window if ahead and self.role != "standby" else 0
-        else:
-            self.store = build_store(self._host, h, self.alpha, str(self.device))
-        return time.perf_counter() - t0
+            return int(alpha * self.labels.numel())
+        self.store = build_store(self._host, placement, self.device_index, str(self.device))
+        if self.local_sampler is not None:  # time-sharing: this device marks its own samples
+            self.local_sampler.set_cache_map(None if placement is None
+                                             else placement.holder_bits())
+        return self.cached_rows()
 
     @property
     def _disk_tier(self) -> bool:
         return self._disk is not None and self._disk.feature_tier == "disk"
+
+    def cached_rows(self) -> int:
+        """Rows in this device's own cache."""
+        bufs = self.store.buffers
+        return int(bufs[self.store.local].shape[0]) if bufs else 0
+
+    def set_scale(self, scale: float) -> None:
+        """Forward the locality scale factor ``s`` to the in-process sampler (time-sharing)."""
+        if self.local_sampler is not None:
+            self.local_sampler.set_scale(scale)
 
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
@@ -224,12 +248,9 @@ class TrainerExecutor:
                     self.queue.fail.remote(self.name, item.task_id)
                     continue
                 rec["fetch_s"] = time.perf_counter() - t1
-            else:  # time-sharing: sample on this device
-                sample, s, _ = self.local_sampler.sample(epoch, item.task_id, plan)
-                t_m = time.perf_counter()
-                if self.store is not None:
-                    self.store.mark(sample)  # M against this device's own cache
-                rec.update(S=s, M=time.perf_counter() - t_m, fetch_s=0.0)
+            else:  # time-sharing: sample (S) and mark (M) on this device
+                sample, s, m = self.local_sampler.sample(epoch, item.task_id, plan)
+                rec.update(S=s, M=m, fetch_s=0.0)
             return item.task_id, sample, rec
         return None
 
@@ -268,7 +289,7 @@ class TrainerExecutor:
             # gathered rows, labels and the sample cross to the device, on the copy stream from
             # pinned memory, overlapping the training of the previous batch.
             with self.copies.scope():
-                x = self.store.gather(sample.input_nodes)
+                x = self.store.gather(sample.input_nodes, sample.cached)
                 labels, sample, ready = self._to_device(sample)
         else:
             with self.copies.scope():
@@ -279,7 +300,10 @@ class TrainerExecutor:
             ready.synchronize()  # this thread waits for its own copies, not for training
         if self.tiers is None:
             st = self.store.reset_stats()
-            rec.update(hits=st.hits + st.peer, misses=st.misses, bytes=st.bytes["host"])
+            rec.update(hits=st.hits + st.peer, misses=st.misses, bytes=st.bytes["host"],
+                       local=st.hits, peer=st.peer, host=st.misses,
+                       tier_bytes={"local": st.bytes["device"], "peer": st.bytes["peer"],
+                                   "host": st.bytes["host"]})
         else:  # rows from the CPU buffer and from storage cross to the device
             d = self.tiers.take_stats()
             host = d["cpu_rows"] + d["storage_rows"]

@@ -50,7 +50,24 @@ class EpochStats:
     extract_s: float = 0.0
     train_s: float = 0.0
     hit_rate: float = 0.0
+    """Share of input rows served from a device cache, the Trainer's own or a peer's (the
+    share of sampled vertices the caches hold)."""
     bytes_host_to_device: int = 0
+    """Host→device bytes: feature rows read from the host tier plus ``sample_bytes``."""
+    sample_bytes: int = 0
+    """Bytes of the samples copied host→device (factored and single mode: the Samplers' output
+    goes through the host-memory queue; 0 in time-sharing, which samples on the device)."""
+    tier_rows: dict = field(default_factory=lambda: {"local": 0, "peer": 0, "host": 0})
+    """Input feature rows by where they were read: the Trainer's own cache, a peer device's
+    cache, host memory."""
+    tier_bytes: dict = field(default_factory=lambda: {"local": 0, "peer": 0, "host": 0})
+    """Feature bytes by tier (``host`` = the feature part of ``bytes_host_to_device``)."""
+    load_ratio: float = 0.0
+    """Data-loading share of the Trainers' time, Extract / (Extract + Train) (the ``r`` of
+    Song & Jiang Algorithm 2)."""
+    locality_scale: Optional[float] = None
+    """The scale factor ``s`` the locality-aware sampler used in this epoch (None for other
+    samplers)."""
     switches: int = 0
     batches: int = 0
     loss: float = float("nan")

@@ -30,8 +30,9 @@ def build_sampler(cfg: SamplerConfig, **kw: Any) -> Sampler:
 
     Args:
         cfg: ``kind`` is ``khop`` (uniform), ``weighted``, ``random_walk`` or ``locality``.
-        **kw: extra keyword arguments for the sampler class (e.g. ``local=mask`` or
-            ``scale=2.0`` for ``locality``, ``replace=True`` for ``khop``).
+        **kw: extra keyword arguments for the sampler class (e.g. ``local=mask`` for
+            ``locality``, whose Algorithm 2 controller takes ``cfg.locality_*``;
+            ``replace=True`` for ``khop``).
 
     Raises:
         ValueError: on an unknown kind or a keyword the sampler does not take.
@@ -46,7 +47,8 @@ def build_sampler(cfg: SamplerConfig, **kw: Any) -> Sampler:
         if cfg.kind == "random_walk":
             return RandomWalk(cfg.num_walks, cfg.walk_length, cfg.top_k, cfg.num_layers, **kw)
         if cfg.kind == "locality":
-            return LocalityAwareKHop(cfg.fanouts, **kw)
+            ctl = ScaleController(cfg.locality_lt, cfg.locality_ut, cfg.locality_max_scale)
+            return LocalityAwareKHop(cfg.fanouts, controller=ctl, **kw)
     except TypeError as err:
         raise ValueError(f"build_sampler(kind={cfg.kind!r}): bad keyword arguments {kw}: "
                          f"{err}") from err
