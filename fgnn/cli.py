@@ -85,6 +85,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--seed": "train.seed",
     "--eval-every": "train.eval_every",
     "--eval-batch-size": "train.eval_batch_size",
+    "--eval-mode": "train.eval_mode",
     "--patience": "train.patience",
     "--checkpoint-dir": "train.checkpoint_dir",
     "--resume": "train.resume",
@@ -332,6 +333,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--eval-batch-size", type=_auto_count, default="auto", metavar="auto|B",
                    help="seeds per evaluation chunk; auto uses max(--batch-size, 4096) "
                         "(default: %(default)s)")
+    g.add_argument("--eval-mode", default=trn.eval_mode, choices=("sampled", "layerwise"),
+                   help="sampled: score chunks with the training sampler on the Samplers and "
+                        "Trainers; layerwise: every neighbour, layer by layer, on the Trainers "
+                        "(default: %(default)s)")
     g.add_argument("--patience", type=_int_at_least(1), default=trn.patience, metavar="P",
                    help="stop after P validations without improvement; unset trains all epochs "
                         "(default: %(default)s)")
@@ -389,7 +394,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,
                           eval_every=args.eval_every,
-                          eval_batch_size=_auto(args.eval_batch_size), patience=args.patience,
+                          eval_batch_size=_auto(args.eval_batch_size),
+                          eval_mode=args.eval_mode, patience=args.patience,
                           checkpoint_dir=args.checkpoint_dir, resume=args.resume),
         runtime=RuntimeConfig(mode=args.mode, devices=args.devices,
                               samplers=_auto(args.samplers), queue_size=args.queue_size,

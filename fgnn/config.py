@@ -206,6 +206,10 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 1
     """Evaluate on the validation split every this many epochs."""
+    eval_mode: str = "sampled"
+    """How validation and the final scores are computed: ``sampled`` (chunks through the
+    Samplers and Trainers with the training sampler, in parallel) or ``layerwise`` (every
+    neighbour, layer by layer, on the Trainers: one split per Trainer)."""
     eval_batch_size: Optional[int] = None
     """Seeds per evaluation chunk; ``None`` uses ``max(batch_size, 4096)``: larger chunks share
     sampled neighbours (a 4096-seed chunk of the rmat scale-18 validation split reads 3.4x fewer
@@ -224,6 +228,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
+        if self.eval_mode not in ("sampled", "layerwise"):
+            _fail("TrainConfig", "eval_mode", self.eval_mode, "must be sampled or layerwise")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             _fail("TrainConfig", "eval_batch_size", self.eval_batch_size, "must be >= 1")
         if self.lr <= 0:

@@ -19,7 +19,7 @@ integers, so they agree exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -27,10 +27,15 @@ from torch import nn
 
 if TYPE_CHECKING:
     from fgnn.data.dataset import Dataset
+    from fgnn.graph import CSRGraph
     from fgnn.sampling.base import Sampler
 
-__all__ = ["SPLITS", "SplitScore", "EvalPlan", "eval_batches", "eval_generator",
-           "score_logits", "evaluate_split"]
+__all__ = ["SPLITS", "EVAL_MODES", "SplitScore", "EvalPlan", "eval_batches", "eval_generator",
+           "score_logits", "evaluate_split", "evaluate_layerwise"]
+
+#: How a split is scored: ``sampled`` (the chunk recipe below, the job's sampler) or
+#: ``layerwise`` (every neighbour, layer by layer: :func:`fgnn.inference.layerwise_inference`).
+EVAL_MODES = ("sampled", "layerwise")
 
 #: Split name -> the id mixed into :func:`eval_generator` (stable across releases).
 SPLITS: dict[str, int] = {"train": 1, "val": 2, "test": 3}
@@ -210,3 +215,21 @@ class EvalPlan:
         """The seeds of task ``task_id``, given its split's ids ``idx``."""
         _, i = self.task(task_id)
         return idx[i * self.batch_size:(i + 1) * self.batch_size].to(torch.int64)
+
+
+@torch.no_grad()
+def evaluate_layerwise(model: nn.Module, graph: "CSRGraph", features: Any, labels: torch.Tensor,
+                       idx: torch.Tensor, device: Union[str, torch.device] = "cpu") -> SplitScore:
+    """Score the vertices ``idx`` with every neighbour (layer-wise full-graph inference,
+    :func:`fgnn.inference.layerwise_inference`): deterministic, no sampling.
+
+    Shapes:
+        idx ``(K,)`` distinct ids; labels ``(N,)``.
+    """
+    from fgnn.inference import layerwise_inference
+
+    if idx.numel() == 0:
+        return SplitScore()
+    logits = layerwise_inference(model.to(device), graph, features, nodes=idx.to(torch.int64),
+                                 device=device)
+    return score_logits(logits, labels[idx.to(labels.device)])

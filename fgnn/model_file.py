@@ -89,7 +89,8 @@ def job_identity(config: "JobConfig", dataset: "Dataset", model: nn.Module,
         "model": model_identity(model, config.model.dropout),
         "sampler": {"config": asdict(config.sampler), "class": _qualname(sampler)},
         "dataset": dataset_fingerprint(dataset, config.dataset),
-        "eval": {"seed": int(config.train.seed), "batch_size": int(config.train.eval_chunk)},
+        "eval": {"seed": int(config.train.seed), "batch_size": int(config.train.eval_chunk),
+                 "mode": config.train.eval_mode},
     }
 
 
@@ -179,7 +180,8 @@ class SavedModel:
     def evaluate(self, dataset: "Dataset", split: str = "test",
                  sampler: Optional["Sampler"] = None,
                  device: Union[str, torch.device] = "cpu") -> "SplitScore":
-        """Score a split with the job's recipe (:func:`fgnn.evaluation.evaluate_split`).
+        """Score a split with the job's recipe (:func:`fgnn.evaluation.evaluate_split`, or
+        :func:`~fgnn.evaluation.evaluate_layerwise` for a job that scored layer-wise).
 
         Args:
             dataset: the dataset the model was trained on.
@@ -187,9 +189,12 @@ class SavedModel:
             sampler: the job's sampler; defaults to :meth:`eval_sampler`.
             device: where the model runs.
         """
-        from fgnn.evaluation import evaluate_split
+        from fgnn.evaluation import evaluate_layerwise, evaluate_split
 
         rec = self.meta.get("eval") or {}
+        if rec.get("mode") == "layerwise":
+            return evaluate_layerwise(self.model, dataset.graph, dataset.features,
+                                      dataset.labels, getattr(dataset, f"{split}_idx"), device)
         return evaluate_split(self.model.to(device), dataset, split,
                               sampler if sampler is not None else self.eval_sampler(),
                               int(rec.get("batch_size", 8000)), int(rec.get("seed", 0)), device)

@@ -129,3 +129,29 @@ def test_reported_accuracies_are_the_reference_recipe(ray_cluster, dataset, mode
 def _unpatched_evaluate_split(*args, **kwargs) -> SplitScore:
     """fgnn.evaluation.evaluate_split as imported at the top (not the fixture's patch)."""
     return evaluate_split(*args, **kwargs)
+
+
+def test_layerwise_scores_are_every_neighbour_scores(ray_cluster, dataset, no_driver_evaluation):
+    """--eval-mode layerwise: the Trainers score each split with every neighbour; the reported
+    numbers equal full-neighbour per-vertex evaluation of the best weights (no sampling)."""
+    from dataclasses import replace
+
+    from fgnn.evaluation import SplitScore, score_logits
+    from fgnn.training import FullNeighborSampler, extract_features
+
+    cfg = _job("factored", 3)
+    cfg.train = replace(cfg.train, eval_mode="layerwise")
+    rt = Runtime(cfg, dataset)
+    result = rt.run()
+    model = rt.model.eval()
+    full = FullNeighborSampler(2)
+    for split in ("train", "val", "test"):
+        idx = getattr(dataset, f"{split}_idx")
+        with torch.no_grad():
+            s = full.sample(dataset.graph, idx)
+            ref = score_logits(model(s.blocks, extract_features(dataset.features,
+                                                                s.input_nodes)),
+                               dataset.labels[s.seeds])
+        assert isinstance(ref, SplitScore)
+        assert result.final[f"{split}_acc"] == pytest.approx(ref.accuracy, abs=1e-12), split
+    assert all(e.val_acc is not None and e.eval_s > 0 for e in result.epochs)

@@ -820,11 +820,34 @@ class Runtime(EpochLoop):
             weights: ``ObjectRef`` of flat weights to score; None uses the server's current.
         """
         ds, tc = self.dataset, self.config.train
+        if tc.eval_mode == "layerwise":
+            return self._evaluate_layerwise(splits, weights)
         plan = EvalPlan(tuple(splits), tuple(int(getattr(ds, f"{s}_idx").numel())
                                              for s in splits), tc.eval_chunk, tc.seed)
         self._eval_passes += 1
         # evaluation passes get ids of their own (negative: training epochs count from 0)
         return self._run_epoch(-1 - self._eval_passes, plan=plan, weights=weights)
+
+    def _evaluate_layerwise(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+        """Score each split with every neighbour, layer by layer
+        (:func:`fgnn.evaluation.evaluate_layerwise`), one split per Trainer, in parallel."""
+        import ray
+
+        from fgnn.evaluation import SplitScore
+
+        t0 = time.perf_counter()
+        execs = ([e for e in self._execs if e.alive and e.role == "trainer"]
+                 or [e for e in self._execs if e.alive and e.role == "standby"])
+        if not execs:
+            raise RuntimeFailure("no Trainer left to evaluate on")
+        calls = {s: execs[i % len(execs)].handle.score_layerwise.remote(
+            self._refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(), weights)
+            for i, s in enumerate(splits)}
+        scores = {s: SplitScore(*ray.get(ref)) for s, ref in calls.items()}
+        done = sum(1 for _ in splits)
+        if self.on_eval_batch is not None:
+            self.on_eval_batch(tuple(splits), done, done)
+        return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
 
     def _checkpoint_path(self, force: bool) -> Optional[Path]:
         d = self.config.train.checkpoint_dir
@@ -936,6 +959,13 @@ class _LocalSampling(SamplerExecutor):
         if not self._built:
             self._build()
         SamplerExecutor.set_scale(self, scale)
+
+    def set_cache_map(self, cache_map: Any) -> None:  # noqa: D102
+        if not self._built:
+            if cache_map is None:
+                return  # built without a map anyway
+            self._build()
+        SamplerExecutor.set_cache_map(self, cache_map)
 
 
 def _build_sampler(config: JobConfig) -> Sampler:

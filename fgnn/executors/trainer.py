@@ -30,13 +30,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fgnn.evaluation import EvalPlan, score_logits
-from fgnn.executors._common import (MemmapFeatures, _device_tag, metrics_for,
-                                    open_disk_tiers, open_features, tensor_from)
+from fgnn.executors._common import (MemmapFeatures, _device_tag, graph_from_payload,
+                                    metrics_for, open_disk_tiers, open_features, tensor_from)
 from fgnn.executors._device import actor_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
@@ -143,12 +144,12 @@ class TrainerExecutor:
         self._host = None if self._disk_tier else open_features(features)
         self.store, self.tiers, self.lookahead = None, None, 0
         self._ahead: deque[tuple[int, Sample, dict[str, Any]]] = deque()
-        self.load_cache(placement)
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
         self.local_sampler = local_sampler
+        self.load_cache(placement)
         self.delay_s = float(delay_s)
         self.crash_after_apply = bool(crash_after_apply)
         self.metrics = metrics_for(role, _device_tag(name))
@@ -396,6 +397,31 @@ class TrainerExecutor:
                    loss_sum=score.loss_sum, eval_s=time.perf_counter() - t0, train_s=0.0,
                    sync_s=0.0, step_wait_s=0.0)
         return rec
+
+    def score_layerwise(self, graph: Any, idx: Any, weights: Optional[torch.Tensor] = None
+                        ) -> tuple[int, int, float]:
+        """Score the vertices ``idx`` with every neighbour, layer by layer, on this device
+        (:func:`fgnn.evaluation.evaluate_layerwise`); returns ``(correct, count, loss_sum)``.
+
+        Args:
+            graph: the topology payload (the object store maps it; Trainers hold no topology).
+            idx: the vertex ids to score.
+            weights: flat weights to score; None takes the server's current weights.
+        """
+        import ray
+
+        from fgnn.evaluation import evaluate_layerwise
+
+        if weights is None:
+            _, weights = ray.get(self.ps.weights.remote())
+        self._version = -1
+        unflatten_into(weights.to(self.device), self.params)
+        host = self._host if self._host is not None else open_features(self._features)
+        if not isinstance(host, (torch.Tensor, np.ndarray)):
+            host = np.asarray(host)
+        s = evaluate_layerwise(self.model, graph_from_payload(graph), host, self.labels,
+                               tensor_from(idx), self.device)
+        return s.correct, s.count, s.loss_sum
 
     # ------------------------------------------------------------------ the loop
     def run_epoch(self, epoch: int, policy: Optional[StandbyPolicy] = None,
