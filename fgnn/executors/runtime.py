@@ -945,9 +945,9 @@ class _LocalSampling(SamplerExecutor):
         graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts = self._args
         graph, train_idx, eval_idx = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
                                       for a in (graph, train_idx, eval_idx))
+        self._built = True  # from here the overrides below act on the built sampler
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
                                  "local", device, eval_idx=eval_idx, parts=parts)
-        self._built = True
 
     def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
                ):  # noqa: D102
