@@ -324,8 +324,6 @@ class JobConfig:
             _fail("DiskConfig", "cpu_buffer", d.cpu_buffer,
                   "keeps the hottest rows by the cache policy's hotness, so it needs a cache "
                   "policy other than none")
-
-    def __post_init__(self) -> None:
         if (self.sampler.kind == "locality" and self.cache.policy == "none"
                 and self.runtime.mode != "time-sharing"):
             _fail("SamplerConfig", "kind", self.sampler.kind,

@@ -215,7 +215,6 @@ class ParameterServer:
     def _notify(self) -> None:
         if self._cond is None:
             return
-        import asyncio
 
         async def wake() -> None:
             async with self._cond:

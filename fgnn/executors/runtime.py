@@ -13,13 +13,13 @@ Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
 * ``single`` -- one device alternates: its Sampler samples the whole epoch into the queue (host
   memory), then its standby Trainer trains it (§7.9), the N_t = 0 case of switching.
 
-All executors are plain classes made actors here, in :func:`_make_actor` only, with
+All executors are plain classes made actors here, in :func:`~fgnn.executors._actors.make_actor` only, with
 ``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": g}`` bundle per device
 (``g = RuntimeConfig.gpus_per_device``, 1 by default; 0.5 puts two devices on one GPU, so the
 factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
 half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
 assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a
-named store actor that a restarted executor reads again (:class:`_ArgStore`). Gradients go
+named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Gradients go
 through a parameter-server actor (:mod:`fgnn.executors.ps`): each mini-batch is cut into R tasks
 (R = ``runtime.devices``, 1 in single mode) whose gradients the server averages into one step, so
 training takes the steps of the single-process loop at any device count. The server needs no
@@ -62,21 +62,21 @@ from __future__ import annotations
 
 import copy
 import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-import numpy as np
 import torch
 from torch import nn
 
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
-from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.evaluation import EvalPlan
+from fgnn.executors._actors import ARGS_ACTOR, ArgStore, LocalSampling, make_actor
+from fgnn.executors._caches import CacheSetup
+from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._device import AUTO
-from fgnn.executors._epoch import _MAX_RESTARTS, EpochLoop, EvalOutcome, RuntimeFailure, _Exec
+from fgnn.executors._epoch import EpochLoop, EvalOutcome, RuntimeFailure, _Exec
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
@@ -84,82 +84,16 @@ from fgnn.executors.scheduler import allocate, step_tasks
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
-from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
 
-#: File the runtime's resumable checkpoint is written to under ``TrainConfig.checkpoint_dir``.
-CHECKPOINT_NAME = "runtime.pt"
 
 OnBatch = Callable[[int, int, int, float], None]
 OnEpoch = Callable[[EpochStats], None]
 OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
-#: Name of the actor that keeps the executors' constructor arguments (:class:`_ArgStore`).
-ARGS_ACTOR = "fgnn-args"
-
-
-class _ArgStore:
-    """Keeps each executor's constructor arguments, by actor name, for the job's lifetime.
-
-    An executor is created with its name as its only argument and fetches the rest from here,
-    in its constructor, so every restart Ray makes (``max_restarts``) finds them again, and no
-    constructor argument lives in the object store where it could go out of scope (the case
-    ray-project/ray#53727 warns about for actors created with ObjectRef arguments).
-    """
-
-    def __init__(self) -> None:
-        self._args: dict[str, list[Any]] = {}
-
-    def put(self, name: str, boxed: list[Any]) -> None:
-        """Store ``[ref]``, ``ref`` an ObjectRef of ``(args, kwargs)`` (boxed: Ray passes a
-        nested ref through instead of resolving it)."""
-        self._args[name] = boxed
-
-    def get(self, name: str) -> list[Any]:
-        """The boxed ref stored under ``name``."""
-        return self._args[name]
-
-
-def _fetched(cls: type) -> type:
-    """``cls`` with a constructor that takes only the actor name and fetches the arguments of
-    ``cls.__init__`` from :class:`_ArgStore` (top-level ObjectRefs resolved, as Ray would)."""
-
-    def __init__(self: Any, name: str) -> None:
-        import ray
-
-        store = ray.get_actor(ARGS_ACTOR)
-        [ref] = ray.get(store.get.remote(name))
-        args, kwargs = ray.get(ref)
-        args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
-        kwargs = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in kwargs.items()}
-        cls.__init__(self, *args, **kwargs)
-
-    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
-
-
-def _make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
-                **kwargs: Any) -> Any:
-    """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
-    of the job's placement group, named by role and device, restartable.
-
-    ``cls(*args, **kwargs)`` runs inside the actor. The arguments go to the :class:`_ArgStore`
-    actor (which the runtime starts first) and the actor is created with its name alone, so a
-    restart re-reads them from there.
-    """
-    import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    store = ray.get_actor(ARGS_ACTOR)
-    ray.get(store.put.remote(name, [ray.put((args, kwargs))]))
-    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
-    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(_fetched(cls))
-    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
-
-
-class Runtime(EpochLoop):
+class Runtime(CacheSetup, Checkpointing, EpochLoop):
     """Runs a :class:`~fgnn.config.JobConfig` on Ray in the configured mode.
 
     Args:
@@ -299,152 +233,6 @@ class Runtime(EpochLoop):
             "hotness": None,
         }
 
-    def _policy_hotness(self, presample: bool = False) -> None:
-        """The hotness map of a policy that needs no sampling (degree, WRPR, random), on the
-        driver while the executors start (``hotness_s``); PreSC counts visits in the warm-up
-        epochs instead (FGNN §6.3) -- unless ``presample``, when the driver pre-samples it
-        (hot-first reordering needs the order before any epoch)."""
-        cfg, ds = self.config, self.dataset
-        if self.hotness is not None:  # computed already (for the reordering)
-            return
-        t0 = time.perf_counter()
-        if self.policy != "none" and (self.policy != "presc" or presample):
-            from fgnn.cache.hotness import compute_hotness
-
-            gen = torch.Generator().manual_seed(cfg.train.seed + 7919)
-            kw: dict[str, Any] = {"generator": gen} if self.policy == "random" else {}
-            if self.policy == "presc":  # mini-batches of one task (B / R seeds), as trained
-                kw.update(sampler=self.sampler, epochs=self.warmup_epochs,
-                          batch_size=-(-cfg.train.batch_size // self.step_tasks))
-            self.hotness = compute_hotness(self.policy, ds.graph, ds.train_idx, **kw).float()
-        self.hotness_s = time.perf_counter() - t0
-
-    @property
-    def policy(self) -> str:
-        """The hotness policy in force: time-sharing, the conventional baseline, caches by
-        degree; ``presc#K`` is ``presc`` with ``cache.presample_epochs = K``."""
-        if self.config.runtime.mode == "time-sharing":
-            return "degree"
-        from fgnn.cache.hotness import parse_policy
-
-        return parse_policy(self.config.cache.policy)[0]
-
-    @property
-    def warmup_epochs(self) -> int:
-        """Epochs at the start of the run that train without the feature cache: the PreSC#K
-        pre-sampling (K epochs, FGNN §6.3: "we run the first K epochs of an end-to-end training
-        pipeline for presampling without features cache"), else one, which measures T_s, T_t
-        (§5.3) and each Trainer's memory (§6.1)."""
-        return self.config.cache.presample_epochs if self.policy == "presc" else 1
-
-    def _size_caches(self) -> None:
-        """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
-        budget less the model, the measured step peak, the store's lookup arrays, the topology
-        and sampling working set where the device samples too, and a margin."""
-        from fgnn.cache.budget import plan_device_cache
-        from fgnn.cache.feature_store import FeatureStore
-
-        cfg, ds = self.config, self.dataset
-        n, row = ds.num_nodes, ds.feature_row_bytes
-        reports = list(self.memory_reports.values())
-        model = max((r["model_bytes"] for r in reports), default=0)
-        peak = max((r["step_peak_bytes"] or 0 for r in reports), default=0)
-        totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
-        cap = cfg.cache.cache_ratio
-        full = {"model": model, "step_peak": peak, "lookup": FeatureStore.lookup_nbytes(n)}
-        topology = {"graph": ds.graph.nbytes(), "sampler": self._sampler_working_set(reports)}
-        if cfg.cache.device_memory_gib is None and not totals and cap is not None:
-            # a ratio and no budget on a logical device: the ratio is the cache, and a device
-            # that also holds the topology gives up the topology's bytes
-            budget = int(cap * n * row)
-            plans = {"full": plan_device_cache(budget, {}, num_nodes=n, row_bytes=row,
-                                               margin_bytes=0),
-                     "resident": plan_device_cache(budget, {"graph": topology["graph"]},
-                                                   num_nodes=n, row_bytes=row, margin_bytes=0)}
-        else:
-            if cfg.cache.device_memory_gib is not None:
-                budget = int(cfg.cache.device_memory_gib * 2 ** 30)
-            elif totals:  # the device's share of its GPU
-                budget = int(min(totals) * self.gpus_per_device)
-            else:
-                budget = 2 ** 30  # the simulated device of a logical GPU
-            plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
-                                               max_alpha=cap),
-                     "resident": plan_device_cache(budget, {**full, **topology}, num_nodes=n,
-                                                   row_bytes=row, max_alpha=cap)}
-        self.cache_plans = plans
-        self.alpha_full = self.cache_plans["full"].alpha
-        self.alpha_resident = self.cache_plans["resident"].alpha
-        self.budget_bytes = self.cache_plans["full"].budget_bytes
-        self.step_peak_bytes = peak
-
-    def _sampler_working_set(self, reports: list[dict[str, Any]]) -> int:
-        """Device bytes sampling needs beside the topology: measured on CUDA, else the remap
-        scratch array plus four times the largest sample (its tensors and the candidate arrays
-        of the hop that built it)."""
-        import ray
-
-        sets = [r["sampler"] for r in reports if r.get("sampler")]
-        samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
-        if samplers:
-            sets += ray.get([e.handle.working_set.remote() for e in samplers])
-        best = 0
-        for w in sets:
-            if w.get("cuda_peak_bytes") is not None:
-                best = max(best, w["cuda_peak_bytes"] - w["graph_bytes"])
-            else:
-                best = max(best, w["scratch_bytes"] + 4 * w["max_sample_bytes"])
-        return int(best)
-
-    def _choose_cache(self) -> None:
-        """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over
-        the K epochs), each executor's cache plan, the cache map; then every executor fills its
-        cache (``cache_fill_s``)."""
-        import ray
-
-        ds = self.dataset
-        t0 = time.perf_counter()
-        if self.policy == "presc" and self.reorder_info is None:
-            samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
-            counts = [c for c in ray.get([e.handle.take_visits.remote() for e in samplers])
-                      if c is not None]
-            self.hotness = (torch.stack(counts).sum(0).float() / self.warmup_epochs
-                            if counts else None)
-        self._size_caches()
-        self._refs["hotness"] = None if self.hotness is None else ray.put(self.hotness.numpy())
-        self._place_caches()
-        if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
-            cached = (torch.zeros(ds.num_nodes, dtype=torch.bool) if self.placement is None
-                      else self.placement.holder_bits() != 0)
-            c = int(cached.sum())
-            self.reorder_info["cached_prefix"] = c
-            self.reorder_info["cache_is_prefix"] = bool(cached[:c].all())
-        self.sizing_s = time.perf_counter() - t0
-        self._cache_chosen = True
-        self._fill_caches(self._execs)
-
-    def _reorder(self) -> None:
-        """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
-        from here on every id the job uses -- topology, features, labels, splits, hotness, cache
-        map, the Samplers' seeds and the evaluation -- is a new id; ``self.reordering`` maps
-        them back. The order is the hotness of the policy in force, computed first (PreSC#K
-        pre-samples on the driver for it, since the order must exist before any epoch)."""
-        from fgnn.cache.reorder import reorder_dataset
-
-        policy = self.policy
-        self._policy_hotness(presample=True)
-        if self.hotness is None:
-            raise ValueError("cache.reorder='hot-first' orders vertices by hotness, but the cache "
-                             f"policy in force is {policy!r}")
-        t0 = time.perf_counter()
-        workdir = None
-        if isinstance(self.dataset.features, np.memmap):  # on disk: a reordered copy on disk
-            self._reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
-        self.dataset, self.reordering = reorder_dataset(self.dataset, self.hotness, workdir)
-        self.hotness = self.hotness[self.reordering.perm]
-        self.reorder_info = {"kind": "hot-first", "score": policy,
-                             "seconds": time.perf_counter() - t0}
-
     def _start_services(self) -> None:
         import ray
         from ray.util.placement_group import placement_group
@@ -459,7 +247,7 @@ class Runtime(EpochLoop):
 
         nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
         self.one_node = len(set(nodes.values())) <= 1
-        self.args_store = ray.remote(num_cpus=0, max_restarts=0)(_ArgStore).options(
+        self.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
             name=ARGS_ACTOR).remote()
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
@@ -468,45 +256,10 @@ class Runtime(EpochLoop):
             self.config.train.weight_decay, self._resume_optimizer)
         self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
 
-    def _place_caches(self) -> None:
-        """Place the cached rows over the final layout (Song & Jiang §3;
-        :func:`~fgnn.cache.placement.job_placement`): the Trainers share the configured
-        placement (``cache.placement``) with ``⌊α N⌋`` rows each; a standby Trainer (or every
-        device in time-sharing mode) has the smaller ``α`` of a device that also holds the
-        topology. The holder bits of the result are the Samplers' M-step map. The warm-up epochs
-        end after the allocation's re-layout, so the layout no longer changes; the disk tier's
-        device cache is dynamic (GIDS window buffering): nothing to place or mark."""
-        import ray
-
-        from fgnn.cache.feature_store import num_cached_rows
-        from fgnn.cache.placement import job_placement
-
-        cfg, n = self.config, self.dataset.num_nodes
-        rt, n_g = cfg.runtime, self.num_devices
-        live = {(e.role, e.device) for e in self._execs if e.alive}
-        if rt.mode == "time-sharing":
-            trainers, standbys = list(range(n_g)), []
-            cap = num_cached_rows(self.alpha_resident, n)
-        else:
-            trainers = sorted(d for r, d in live if r == "trainer")
-            standbys = sorted(d for r, d in live if r == "standby")
-            cap = num_cached_rows(self.alpha_full, n)
-        if (self.hotness is None or self._disk_tier
-                or max(self.alpha_full, self.alpha_resident) <= 0):
-            self.placement_name, self.placement = "none", None
-        else:
-            self.placement_name, self.placement = job_placement(
-                self.hotness, n_g, trainers, cap, standbys,
-                num_cached_rows(self.alpha_resident, n), cfg.cache.placement,
-                cfg.cache.peer_cost)
-        self._refs["placement"] = ray.put(self.placement)
-        self._refs["cache_map"] = (None if self.placement is None
-                                   else ray.put(self.placement.holder_bits().numpy()))
-
     def _new_sampler(self, device: int) -> _Exec:
         cfg = self.config
         name = f"fgnn-sampler-{device}"
-        h = _make_actor(SamplerExecutor, name, self.pg, device, 0.5 * self.gpus_per_device,
+        h = make_actor(SamplerExecutor, name, self.pg, device, 0.5 * self.gpus_per_device,
                         self._refs["graph"], self.sampler, self._refs["train_idx"],
                         cfg.train.batch_size, cfg.train.seed, None, self.queue, name,
                         self.torch_device, eval_idx=self._refs["eval_idx"],
@@ -520,11 +273,11 @@ class Runtime(EpochLoop):
         name = f"fgnn-{role}-{device}"
         local = None
         if cfg.runtime.mode == "time-sharing":
-            local = _LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
+            local = LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
                                    cfg.train.batch_size, cfg.train.seed, self.torch_device,
                                    self._refs["eval_idx"], self.step_tasks)
         share = (0.5 if standby else 1.0) * self.gpus_per_device
-        h = _make_actor(TrainerExecutor, name, self.pg, device, share,
+        h = make_actor(TrainerExecutor, name, self.pg, device, share,
                         self._refs["features"], self._refs["labels"],
                         copy.deepcopy(self.model).cpu(), None, device, self.ps,
                         self.queue, name, self.torch_device, role, local,
@@ -532,39 +285,6 @@ class Runtime(EpochLoop):
                         crash_after_apply=not standby and index in self.crash_after_apply,
                         disk=cfg.disk if self._disk_tier else None)
         return _Exec(name, role, device, h)
-
-    def _install_cache(self, execs: list[_Exec]) -> list[tuple[_Exec, Any]]:
-        """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
-        map); returns ``(executor, ref)`` of the calls (none before the cache is chosen). Also
-        used after an executor restarts, and a restarted Sampler counts visits again during the
-        warm-up."""
-        if not self._cache_chosen:
-            return [(e, e.handle.count_visits.remote()) for e in execs
-                    if e.role == "sampler" and self._counting]
-        out = []
-        for e in execs:
-            if e.role == "sampler":
-                out.append((e, e.handle.set_cache_map.remote(self._refs["cache_map"])))
-            else:
-                resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
-                alpha = self.alpha_resident if resident else self.alpha_full
-                out.append((e, e.handle.load_cache.remote(self._refs["placement"],
-                                                          self._refs["hotness"], alpha)))
-        return out
-
-    def _adapt_locality(self, stats: EpochStats) -> None:
-        """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
-        with, feed the epoch's data-loading share ``r`` (``stats.load_ratio``) to the
-        controller, and send the new ``s`` to every executor that samples."""
-        import ray
-
-        if not isinstance(self.sampler, LocalityAwareKHop):
-            return
-        stats.locality_scale = self.sampler.scale
-        s = self.sampler.end_epoch(stats.load_ratio)
-        ray.get([e.handle.set_scale.remote(s) for e in self._execs
-                 if e.alive and (e.role == "sampler" or self.config.runtime.mode
-                                 == "time-sharing")])
 
     def _build_layout(self, n_s: int, start_only: bool = False) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
@@ -622,22 +342,6 @@ class Runtime(EpochLoop):
             # what the executors run on, not what the driver sees
             self.device_kind = ("gpu" if any(d.startswith("cuda") for d in
                                              self.executor_devices) else "logical")
-
-    def _fill_caches(self, execs: list[_Exec]) -> None:
-        import ray
-
-        t0 = time.perf_counter()
-        pending = self._install_cache([e for e in execs if e.alive])
-        while pending:
-            e, ref = pending.pop(0)
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError as err:
-                # restarting (e.g. it died at the end of the warm-up epoch): it gets its cache
-                # again once back; gone for good: the job goes on without it
-                if self._executor_failed(e, err):
-                    pending += [(e2, r) for e2, r in self._last_reinstall]
-        self.cache_fill_s += time.perf_counter() - t0
 
     def _teardown(self) -> None:
         import ray
@@ -792,19 +496,6 @@ class Runtime(EpochLoop):
                          final_eval_s=getattr(self, "final_eval_s", 0.0),
                          early_stop=early_stop)
 
-    def _disk_layout(self) -> dict[str, Any]:
-        """The disk tier of each Trainer (GIDS): the report's ``allocation.disk``."""
-        from fgnn.cache.feature_store import num_cached_rows
-
-        d, n = self.config.disk, self.dataset.num_nodes
-        row = self.dataset.feature_row_bytes
-        return {"io": d.io, "cache": d.cache, "window": d.window, "accumulator": d.accumulator,
-                "cache_rows": num_cached_rows(self.alpha_full, n),
-                "cpu_buffer_rows": int(d.cpu_buffer * n), "row_bytes": row,
-                "file_bytes": n * row, "path": self._refs["features"].path}
-
-
-    # ------------------------------------------------------------------ model, eval, ckpt
     def _pull_weights(self) -> None:
         import ray
 
@@ -848,125 +539,6 @@ class Runtime(EpochLoop):
         if self.on_eval_batch is not None:
             self.on_eval_batch(tuple(splits), done, done)
         return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
-
-    def _checkpoint_path(self, force: bool) -> Optional[Path]:
-        d = self.config.train.checkpoint_dir
-        if d is None:
-            if not force:
-                return None
-            d = tempfile.mkdtemp(prefix="fgnn-runtime-")
-        return Path(d) / CHECKPOINT_NAME
-
-    def _save_checkpoint(self, epoch: int, force: bool = False) -> Optional[Path]:
-        """Write model + optimizer from the parameter server, the best-validation weights so far
-        and the job's identity (atomic, resumable; :func:`fgnn.load_model` reads it too)."""
-        import ray
-
-        path = self._checkpoint_path(force)
-        if path is None:
-            return None
-        from fgnn.checkpoint import save_checkpoint
-
-        state = ray.get(self.ps.state.remote())
-        model = copy.deepcopy(self.model)
-        model.load_state_dict(state["model"])
-        opt = torch.optim.Adam(model.parameters(), lr=self.config.train.lr)
-        opt.load_state_dict(state["optimizer"])
-        return save_checkpoint(path, model, opt, max(epoch, 0),
-                               extra=self._checkpoint_extra(epoch))
-
-    def _checkpoint_extra(self, epoch: int) -> dict[str, Any]:
-        """What a checkpoint stores beside the weights: the finished epoch, the best validation
-        so far (with its weights) and the job's identity."""
-        best = self.best
-        extra = {"runtime": {"finished_epoch": epoch, "best_val_acc": best["val_acc"],
-                             "best_epoch": best["epoch"], "bad_evals": best["bad"]},
-                 "job": self.identity}
-        if best["state"] is not None:
-            extra["best_state"] = best["state"]
-        return extra
-
-    def load_resume(self) -> int:
-        """With ``train.resume``, read and check the checkpoint and restore the model, optimizer
-        state and best-validation weights; returns the first epoch to run. Needs no Ray (the
-        job calls it before Ray starts); later calls return the first result.
-
-        Raises:
-            CheckpointError: one line naming the file: no checkpoint in ``checkpoint_dir``, an
-                unreadable, truncated or pickle-carrying file, or a checkpoint of another model
-                or dataset (naming both).
-        """
-        if self._start_epoch is not None:
-            return self._start_epoch
-        tc = self.config.train
-        self._start_epoch = 0
-        if not tc.resume:
-            return 0
-        from fgnn.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
-        from fgnn.model_file import check_identity
-
-        path = Path(tc.checkpoint_dir) / CHECKPOINT_NAME
-        if not path.is_file():
-            self._start_epoch = None
-            raise CheckpointError(path, f"no checkpoint {CHECKPOINT_NAME} to resume from in "
-                                        f"{tc.checkpoint_dir}")
-        try:
-            payload = read_checkpoint(path)
-            check_identity(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
-            opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
-            ckpt = load_checkpoint(path, self.model, opt, restore_rng=False, payload=payload)
-        except BaseException:
-            self._start_epoch = None
-            raise
-        self._resume_optimizer = opt.state_dict()
-        run = ckpt.extra.get("runtime", {})
-        self.best.update(val_acc=float(run.get("best_val_acc", -1.0)),
-                         epoch=run.get("best_epoch"), bad=int(run.get("bad_evals", 0)),
-                         state=ckpt.extra.get("best_state"))
-        self._start_epoch = int(run.get("finished_epoch", ckpt.epoch)) + 1
-        return self._start_epoch
-
-
-class _LocalSampling(SamplerExecutor):
-    """The in-process sampler a time-sharing Trainer carries (topology resident on its device).
-
-    Built lazily inside the Trainer actor so the graph is mapped from the object store there.
-    """
-
-    def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
-                 seed: int, device: str, eval_idx: Any = None,
-                 parts: int = 1) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts)
-        self._built = False
-
-    def _build(self) -> None:
-        import ray
-
-        graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts = self._args
-        graph, train_idx, eval_idx = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
-                                      for a in (graph, train_idx, eval_idx))
-        self._built = True  # from here the overrides below act on the built sampler
-        SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device, eval_idx=eval_idx, parts=parts)
-
-    def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
-               ):  # noqa: D102
-        if not self._built:
-            self._build()
-        return SamplerExecutor.sample(self, epoch, task_id, plan)
-
-    def set_scale(self, scale: float) -> None:  # noqa: D102
-        if not self._built:
-            self._build()
-        SamplerExecutor.set_scale(self, scale)
-
-    def set_cache_map(self, cache_map: Any) -> None:  # noqa: D102
-        if not self._built:
-            if cache_map is None:
-                return  # built without a map anyway
-            self._build()
-        SamplerExecutor.set_cache_map(self, cache_map)
-
 
 def _build_sampler(config: JobConfig) -> Sampler:
     try:

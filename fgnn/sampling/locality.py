@@ -296,7 +296,6 @@ class LocalityAwareKHop(KHop):
         group's members; the subsets come from Floyd's algorithm over the partitioned rows.
         """
         k = float(self.fanouts[hop])
-        dev = rows.device
         sets = self.layer_sets(graph)
         start, deg = _row_bounds(graph, rows)
         if sets is None or self.scale == 1.0:

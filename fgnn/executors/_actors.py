@@ -1,0 +1,123 @@
+"""How executors become Ray actors (internal): the one place, and the in-process sampler a
+time-sharing Trainer carries.
+
+Executors are plain classes (testable in-process); :func:`make_actor` turns one into a
+restartable actor on a device of the job's placement group. Its constructor arguments wait in a
+named store actor (:class:`ArgStore`) that a restarted executor reads again, so no constructor
+argument lives in the object store where it could go out of scope (ray-project/ray#53727).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fgnn.evaluation import EvalPlan
+from fgnn.executors._epoch import _MAX_RESTARTS
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.sampling.base import Sampler
+
+__all__ = ["ARGS_ACTOR", "ArgStore", "make_actor", "LocalSampling"]
+
+#: Name of the actor that keeps the executors' constructor arguments (:class:`ArgStore`).
+ARGS_ACTOR = "fgnn-args"
+
+
+class ArgStore:
+    """Keeps each executor's constructor arguments, by actor name, for the job's lifetime.
+
+    An executor is created with its name as its only argument and fetches the rest from here,
+    in its constructor, so every restart Ray makes (``max_restarts``) finds them again, and no
+    constructor argument lives in the object store where it could go out of scope (the case
+    ray-project/ray#53727 warns about for actors created with ObjectRef arguments).
+    """
+
+    def __init__(self) -> None:
+        self._args: dict[str, list[Any]] = {}
+
+    def put(self, name: str, boxed: list[Any]) -> None:
+        """Store ``[ref]``, ``ref`` an ObjectRef of ``(args, kwargs)`` (boxed: Ray passes a
+        nested ref through instead of resolving it)."""
+        self._args[name] = boxed
+
+    def get(self, name: str) -> list[Any]:
+        """The boxed ref stored under ``name``."""
+        return self._args[name]
+
+
+def _fetched(cls: type) -> type:
+    """``cls`` with a constructor that takes only the actor name and fetches the arguments of
+    ``cls.__init__`` from :class:`ArgStore` (top-level ObjectRefs resolved, as Ray would)."""
+
+    def __init__(self: Any, name: str) -> None:
+        import ray
+
+        store = ray.get_actor(ARGS_ACTOR)
+        [ref] = ray.get(store.get.remote(name))
+        args, kwargs = ray.get(ref)
+        args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
+        kwargs = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in kwargs.items()}
+        cls.__init__(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+
+
+def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
+                **kwargs: Any) -> Any:
+    """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
+    of the job's placement group, named by role and device, restartable.
+
+    ``cls(*args, **kwargs)`` runs inside the actor. The arguments go to the :class:`ArgStore`
+    actor (which the runtime starts first) and the actor is created with its name alone, so a
+    restart re-reads them from there.
+    """
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    store = ray.get_actor(ARGS_ACTOR)
+    ray.get(store.put.remote(name, [ray.put((args, kwargs))]))
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
+    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(_fetched(cls))
+    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
+
+
+
+class LocalSampling(SamplerExecutor):
+    """The in-process sampler a time-sharing Trainer carries (topology resident on its device).
+
+    Built lazily inside the Trainer actor so the graph is mapped from the object store there.
+    """
+
+    def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
+                 seed: int, device: str, eval_idx: Any = None,
+                 parts: int = 1) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts)
+        self._built = False
+
+    def _build(self) -> None:
+        import ray
+
+        graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts = self._args
+        graph, train_idx, eval_idx = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
+                                      for a in (graph, train_idx, eval_idx))
+        self._built = True  # from here the overrides below act on the built sampler
+        SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
+                                 "local", device, eval_idx=eval_idx, parts=parts)
+
+    def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
+               ):  # noqa: D102
+        if not self._built:
+            self._build()
+        return SamplerExecutor.sample(self, epoch, task_id, plan)
+
+    def set_scale(self, scale: float) -> None:  # noqa: D102
+        if not self._built:
+            self._build()
+        SamplerExecutor.set_scale(self, scale)
+
+    def set_cache_map(self, cache_map: Any) -> None:  # noqa: D102
+        if not self._built:
+            if cache_map is None:
+                return  # built without a map anyway
+            self._build()
+        SamplerExecutor.set_cache_map(self, cache_map)

@@ -1,0 +1,272 @@
+"""The cache side of the runtime (internal): hotness, per-device plans, placement, filling.
+
+:class:`CacheSetup` is mixed into :class:`~fgnn.executors.runtime.Runtime`, whose attributes
+(``config``, ``dataset``, ``_execs``, ``_refs``, ``memory_reports``, ...) it uses. The order of a
+run: a sampling-free hotness map on the driver while the executors start (or PreSC's visit counts
+from the warm-up epochs, FGNN §6.3); after the warm-up, each device's cache plan from the
+Trainers' measured steps (FGNN §6.1, :func:`fgnn.cache.budget.plan_device_cache`), the placement
+over the final layout (Song & Jiang §3.2) and its holder bits for the Samplers' M step; then every
+executor fills its cache, again after a restart. Hot-first reordering (DataTiering Algorithm 2)
+happens before anything ships; the locality sampler's scale is adapted once per epoch (Song &
+Jiang Algorithm 2).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from fgnn.executors._epoch import _Exec
+from fgnn.monitor.stats import EpochStats
+from fgnn.sampling.locality import LocalityAwareKHop
+
+__all__ = ["CacheSetup"]
+
+
+class CacheSetup:
+    """Hotness, cache plans, placement and filling; mixed into the runtime."""
+
+    def _policy_hotness(self, presample: bool = False) -> None:
+        """The hotness map of a policy that needs no sampling (degree, WRPR, random), on the
+        driver while the executors start (``hotness_s``); PreSC counts visits in the warm-up
+        epochs instead (FGNN §6.3) -- unless ``presample``, when the driver pre-samples it
+        (hot-first reordering needs the order before any epoch)."""
+        cfg, ds = self.config, self.dataset
+        if self.hotness is not None:  # computed already (for the reordering)
+            return
+        t0 = time.perf_counter()
+        if self.policy != "none" and (self.policy != "presc" or presample):
+            from fgnn.cache.hotness import compute_hotness
+
+            gen = torch.Generator().manual_seed(cfg.train.seed + 7919)
+            kw: dict[str, Any] = {"generator": gen} if self.policy == "random" else {}
+            if self.policy == "presc":  # mini-batches of one task (B / R seeds), as trained
+                kw.update(sampler=self.sampler, epochs=self.warmup_epochs,
+                          batch_size=-(-cfg.train.batch_size // self.step_tasks))
+            self.hotness = compute_hotness(self.policy, ds.graph, ds.train_idx, **kw).float()
+        self.hotness_s = time.perf_counter() - t0
+
+    @property
+    def policy(self) -> str:
+        """The hotness policy in force: time-sharing, the conventional baseline, caches by
+        degree; ``presc#K`` is ``presc`` with ``cache.presample_epochs = K``."""
+        if self.config.runtime.mode == "time-sharing":
+            return "degree"
+        from fgnn.cache.hotness import parse_policy
+
+        return parse_policy(self.config.cache.policy)[0]
+
+    @property
+    def warmup_epochs(self) -> int:
+        """Epochs at the start of the run that train without the feature cache: the PreSC#K
+        pre-sampling (K epochs, FGNN §6.3: "we run the first K epochs of an end-to-end training
+        pipeline for presampling without features cache"), else one, which measures T_s, T_t
+        (§5.3) and each Trainer's memory (§6.1)."""
+        return self.config.cache.presample_epochs if self.policy == "presc" else 1
+
+    def _size_caches(self) -> None:
+        """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
+        budget less the model, the measured step peak, the store's lookup arrays, the topology
+        and sampling working set where the device samples too, and a margin."""
+        from fgnn.cache.budget import plan_device_cache
+        from fgnn.cache.feature_store import FeatureStore
+
+        cfg, ds = self.config, self.dataset
+        n, row = ds.num_nodes, ds.feature_row_bytes
+        reports = list(self.memory_reports.values())
+        model = max((r["model_bytes"] for r in reports), default=0)
+        peak = max((r["step_peak_bytes"] or 0 for r in reports), default=0)
+        totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
+        cap = cfg.cache.cache_ratio
+        full = {"model": model, "step_peak": peak, "lookup": FeatureStore.lookup_nbytes(n)}
+        topology = {"graph": ds.graph.nbytes(), "sampler": self._sampler_working_set(reports)}
+        if cfg.cache.device_memory_gib is None and not totals and cap is not None:
+            # a ratio and no budget on a logical device: the ratio is the cache, and a device
+            # that also holds the topology gives up the topology's bytes
+            budget = int(cap * n * row)
+            plans = {"full": plan_device_cache(budget, {}, num_nodes=n, row_bytes=row,
+                                               margin_bytes=0),
+                     "resident": plan_device_cache(budget, {"graph": topology["graph"]},
+                                                   num_nodes=n, row_bytes=row, margin_bytes=0)}
+        else:
+            if cfg.cache.device_memory_gib is not None:
+                budget = int(cfg.cache.device_memory_gib * 2 ** 30)
+            elif totals:  # the device's share of its GPU
+                budget = int(min(totals) * self.gpus_per_device)
+            else:
+                budget = 2 ** 30  # the simulated device of a logical GPU
+            plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
+                                               max_alpha=cap),
+                     "resident": plan_device_cache(budget, {**full, **topology}, num_nodes=n,
+                                                   row_bytes=row, max_alpha=cap)}
+        self.cache_plans = plans
+        self.alpha_full = self.cache_plans["full"].alpha
+        self.alpha_resident = self.cache_plans["resident"].alpha
+        self.budget_bytes = self.cache_plans["full"].budget_bytes
+        self.step_peak_bytes = peak
+
+    def _sampler_working_set(self, reports: list[dict[str, Any]]) -> int:
+        """Device bytes sampling needs beside the topology: measured on CUDA, else the remap
+        scratch array plus four times the largest sample (its tensors and the candidate arrays
+        of the hop that built it)."""
+        import ray
+
+        sets = [r["sampler"] for r in reports if r.get("sampler")]
+        samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
+        if samplers:
+            sets += ray.get([e.handle.working_set.remote() for e in samplers])
+        best = 0
+        for w in sets:
+            if w.get("cuda_peak_bytes") is not None:
+                best = max(best, w["cuda_peak_bytes"] - w["graph_bytes"])
+            else:
+                best = max(best, w["scratch_bytes"] + 4 * w["max_sample_bytes"])
+        return int(best)
+
+    def _choose_cache(self) -> None:
+        """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over
+        the K epochs), each executor's cache plan, the cache map; then every executor fills its
+        cache (``cache_fill_s``)."""
+        import ray
+
+        ds = self.dataset
+        t0 = time.perf_counter()
+        if self.policy == "presc" and self.reorder_info is None:
+            samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
+            counts = [c for c in ray.get([e.handle.take_visits.remote() for e in samplers])
+                      if c is not None]
+            self.hotness = (torch.stack(counts).sum(0).float() / self.warmup_epochs
+                            if counts else None)
+        self._size_caches()
+        self._refs["hotness"] = None if self.hotness is None else ray.put(self.hotness.numpy())
+        self._place_caches()
+        if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
+            cached = (torch.zeros(ds.num_nodes, dtype=torch.bool) if self.placement is None
+                      else self.placement.holder_bits() != 0)
+            c = int(cached.sum())
+            self.reorder_info["cached_prefix"] = c
+            self.reorder_info["cache_is_prefix"] = bool(cached[:c].all())
+        self.sizing_s = time.perf_counter() - t0
+        self._cache_chosen = True
+        self._fill_caches(self._execs)
+
+    def _reorder(self) -> None:
+        """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
+        from here on every id the job uses -- topology, features, labels, splits, hotness, cache
+        map, the Samplers' seeds and the evaluation -- is a new id; ``self.reordering`` maps
+        them back. The order is the hotness of the policy in force, computed first (PreSC#K
+        pre-samples on the driver for it, since the order must exist before any epoch)."""
+        from fgnn.cache.reorder import reorder_dataset
+
+        policy = self.policy
+        self._policy_hotness(presample=True)
+        if self.hotness is None:
+            raise ValueError("cache.reorder='hot-first' orders vertices by hotness, but the cache "
+                             f"policy in force is {policy!r}")
+        t0 = time.perf_counter()
+        workdir = None
+        if isinstance(self.dataset.features, np.memmap):  # on disk: a reordered copy on disk
+            self._reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
+        self.dataset, self.reordering = reorder_dataset(self.dataset, self.hotness, workdir)
+        self.hotness = self.hotness[self.reordering.perm]
+        self.reorder_info = {"kind": "hot-first", "score": policy,
+                             "seconds": time.perf_counter() - t0}
+
+    def _place_caches(self) -> None:
+        """Place the cached rows over the final layout (Song & Jiang §3;
+        :func:`~fgnn.cache.placement.job_placement`): the Trainers share the configured
+        placement (``cache.placement``) with ``⌊α N⌋`` rows each; a standby Trainer (or every
+        device in time-sharing mode) has the smaller ``α`` of a device that also holds the
+        topology. The holder bits of the result are the Samplers' M-step map. The warm-up epochs
+        end after the allocation's re-layout, so the layout no longer changes; the disk tier's
+        device cache is dynamic (GIDS window buffering): nothing to place or mark."""
+        import ray
+
+        from fgnn.cache.feature_store import num_cached_rows
+        from fgnn.cache.placement import job_placement
+
+        cfg, n = self.config, self.dataset.num_nodes
+        rt, n_g = cfg.runtime, self.num_devices
+        live = {(e.role, e.device) for e in self._execs if e.alive}
+        if rt.mode == "time-sharing":
+            trainers, standbys = list(range(n_g)), []
+            cap = num_cached_rows(self.alpha_resident, n)
+        else:
+            trainers = sorted(d for r, d in live if r == "trainer")
+            standbys = sorted(d for r, d in live if r == "standby")
+            cap = num_cached_rows(self.alpha_full, n)
+        if (self.hotness is None or self._disk_tier
+                or max(self.alpha_full, self.alpha_resident) <= 0):
+            self.placement_name, self.placement = "none", None
+        else:
+            self.placement_name, self.placement = job_placement(
+                self.hotness, n_g, trainers, cap, standbys,
+                num_cached_rows(self.alpha_resident, n), cfg.cache.placement,
+                cfg.cache.peer_cost)
+        self._refs["placement"] = ray.put(self.placement)
+        self._refs["cache_map"] = (None if self.placement is None
+                                   else ray.put(self.placement.holder_bits().numpy()))
+
+    def _install_cache(self, execs: list[_Exec]) -> list[tuple[_Exec, Any]]:
+        """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
+        map); returns ``(executor, ref)`` of the calls (none before the cache is chosen). Also
+        used after an executor restarts, and a restarted Sampler counts visits again during the
+        warm-up."""
+        if not self._cache_chosen:
+            return [(e, e.handle.count_visits.remote()) for e in execs
+                    if e.role == "sampler" and self._counting]
+        out = []
+        for e in execs:
+            if e.role == "sampler":
+                out.append((e, e.handle.set_cache_map.remote(self._refs["cache_map"])))
+            else:
+                resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
+                alpha = self.alpha_resident if resident else self.alpha_full
+                out.append((e, e.handle.load_cache.remote(self._refs["placement"],
+                                                          self._refs["hotness"], alpha)))
+        return out
+
+    def _fill_caches(self, execs: list[_Exec]) -> None:
+        import ray
+
+        t0 = time.perf_counter()
+        pending = self._install_cache([e for e in execs if e.alive])
+        while pending:
+            e, ref = pending.pop(0)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                # restarting (e.g. it died at the end of the warm-up epoch): it gets its cache
+                # again once back; gone for good: the job goes on without it
+                if self._executor_failed(e, err):
+                    pending += [(e2, r) for e2, r in self._last_reinstall]
+        self.cache_fill_s += time.perf_counter() - t0
+
+    def _adapt_locality(self, stats: EpochStats) -> None:
+        """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
+        with, feed the epoch's data-loading share ``r`` (``stats.load_ratio``) to the
+        controller, and send the new ``s`` to every executor that samples."""
+        import ray
+
+        if not isinstance(self.sampler, LocalityAwareKHop):
+            return
+        stats.locality_scale = self.sampler.scale
+        s = self.sampler.end_epoch(stats.load_ratio)
+        ray.get([e.handle.set_scale.remote(s) for e in self._execs
+                 if e.alive and (e.role == "sampler" or self.config.runtime.mode
+                                 == "time-sharing")])
+
+    def _disk_layout(self) -> dict[str, Any]:
+        """The disk tier of each Trainer (GIDS): the report's ``allocation.disk``."""
+        from fgnn.cache.feature_store import num_cached_rows
+
+        d, n = self.config.disk, self.dataset.num_nodes
+        row = self.dataset.feature_row_bytes
+        return {"io": d.io, "cache": d.cache, "window": d.window, "accumulator": d.accumulator,
+                "cache_rows": num_cached_rows(self.alpha_full, n),
+                "cpu_buffer_rows": int(d.cpu_buffer * n), "row_bytes": row,
+                "file_bytes": n * row, "path": self._refs["features"].path}
