@@ -224,3 +224,36 @@ def test_a_push_may_claim_the_next_slot_in_the_same_call():
     assert reply.version == 1 and reply.claim.version == 1 and reply.claim.weights is not None
     ps.step(0, 2, g, "b")                               # the claimed slot delivers
     assert ps.ledger()["applied"] == {0: 1, 1: 1, 2: 1}
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_claim_from_a_dead_incarnation_cannot_block_the_step(monkeypatch, checked):
+    """A Trainer dies while its claim call waits on the server; the runtime releases its slots;
+    the call then completes. That late claim must not take a slot: the step needs every claimed
+    slot to deliver, and a dead caller never will (the killed-Trainer runtime test hung on
+    this). With the incarnation check switched off the step never comes."""
+    ps = ParameterServer(_model(), lr=0.1)
+    if not checked:
+        monkeypatch.setattr(ParameterServer, "_stale", lambda self, c, i: False)
+    ps.begin_epoch(0, tasks=2, group=2)
+    g = torch.ones_like(ps.weights()[1])
+    ps.enroll("a", 1)
+    ps.enroll("b", 1)
+    assert ps.try_claim("a", incarnation=1) is not None
+    ps.release("a")                                   # a died holding its slot
+    late = ps.try_claim("a", incarnation=1)           # its claim call completes afterwards
+    ps.enroll("a", 2)                                 # the restarted a
+    assert ps.try_claim("a", incarnation=2) is not None
+    if checked:
+        assert late is None
+        assert ps.try_claim("b", incarnation=1) is not None
+        ps.step(0, 0, g, "a", incarnation=2)
+        ps.step(0, 1, g, "b", incarnation=1)
+        assert ps.ledger()["steps"] == 1 and ps.version == 1
+        stale = ps.step(0, 1, g, "a", incarnation=1)  # a late push of the dead a
+        assert not stale.applied and ps.ledger()["attempts"][1] == 2
+    else:
+        assert late is not None                       # the dead caller holds a slot...
+        assert ps.try_claim("b", incarnation=1) is None   # ...so b gets none
+        ps.step(0, 0, g, "a", incarnation=2)
+        assert ps.ledger()["steps"] == 0              # and the step waits for a dead caller

@@ -125,6 +125,8 @@ class ParameterServer:
         self._rejected: Counter[int] = Counter()
         self._by: dict[int, str] = {}
         self._holders: Counter[str] = Counter()
+        # the incarnation of each consumer whose claims and pushes count (enroll / release)
+        self._live: dict[str, int] = getattr(self, "_live", {})
         self._sum = torch.zeros_like(self._flat)
         self._seeds = 0.0
         self._claimed = self._received = self._accepted = 0
@@ -165,21 +167,34 @@ class ParameterServer:
             return self.group
         return max(0, min(self.group, self.tasks - self._accepted + self._received))
 
-    def try_claim(self, consumer: str, base_version: Optional[int] = None) -> Optional[Claim]:
-        """Take a slot of the current step for ``consumer``, or None when all are taken.
+    def enroll(self, consumer: str, incarnation: int) -> None:
+        """``consumer``'s claims and pushes count only from ``incarnation`` on (a Trainer
+        enrolls at the start of each epoch with its queue generation): a claim or push still in
+        flight from a dead incarnation can no longer take or fill a slot."""
+        self._live[consumer] = int(incarnation)
+
+    def _stale(self, consumer: str, incarnation: Optional[int]) -> bool:
+        return incarnation is not None and self._live.get(consumer) != incarnation
+
+    def try_claim(self, consumer: str, base_version: Optional[int] = None,
+                  incarnation: Optional[int] = None) -> Optional[Claim]:
+        """Take a slot of the current step for ``consumer``, or None when all are taken (or
+        the caller is not ``consumer``'s enrolled incarnation).
 
         Args:
             consumer: the Trainer's name (its slots are given back by :meth:`release`).
             base_version: the version the caller holds; the weights are sent only if it differs.
+            incarnation: the caller's incarnation (see :meth:`enroll`); None is not checked.
         """
-        if self._claimed >= self.slots():
+        if self._claimed >= self.slots() or self._stale(consumer, incarnation):
             return None
         self._claimed += 1
         self._holders[consumer] += 1
         return Claim(self.version, None if base_version == self.version else self._flat)
 
     async def claim(self, consumer: str, base_version: Optional[int] = None,
-                    timeout_s: float = 1.0) -> Optional[Claim]:
+                    timeout_s: float = 1.0, incarnation: Optional[int] = None
+                    ) -> Optional[Claim]:
         """:meth:`try_claim`, waiting up to ``timeout_s`` for the current step to end (on the
         Ray actor); None on timeout (the caller re-checks its stop flag and asks again)."""
         import asyncio
@@ -189,14 +204,14 @@ class ParameterServer:
             self._loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         async with self._cond:
-            got = self.try_claim(consumer, base_version)
+            got = self.try_claim(consumer, base_version, incarnation)
             if got is None:
                 try:
                     await asyncio.wait_for(self._cond.wait_for(
                         lambda: self._claimed < self.slots()), timeout_s)
                 except asyncio.TimeoutError:
                     pass
-                got = self.try_claim(consumer, base_version)
+                got = self.try_claim(consumer, base_version, incarnation)
         waited = time.perf_counter() - t0
         self._wait_s += waited
         return None if got is None else got._replace(waited_s=waited)
@@ -204,7 +219,10 @@ class ParameterServer:
     def release(self, consumer: str, count: Optional[int] = None) -> int:
         """Give back ``count`` (default: all) of ``consumer``'s unused slots; returns how many.
 
-        The runtime calls it for a Trainer that died or stopped while holding slots."""
+        The runtime calls it for a Trainer that died or stopped while holding slots; releasing
+        all of them also ends the consumer's incarnation (see :meth:`enroll`)."""
+        if count is None:
+            self._live.pop(consumer, None)
         n = self._holders[consumer] if count is None else min(count, self._holders[consumer])
         self._holders[consumer] -= n
         self._claimed -= n
@@ -225,7 +243,8 @@ class ParameterServer:
 
     # ------------------------------------------------------------------ gradients
     def step(self, epoch: int, task_id: int, grad: torch.Tensor, consumer: str = "",
-             seeds: int = 1, claim_next: Optional[int] = None) -> StepReply:
+             seeds: int = 1, claim_next: Optional[int] = None,
+             incarnation: Optional[int] = None) -> StepReply:
         """Deliver the gradient of ``task_id`` on a slot ``consumer`` claimed.
 
         A duplicate (the task was already accepted this epoch) or a gradient of another epoch is
@@ -243,11 +262,17 @@ class ParameterServer:
                 next task in the same call (one round trip less per task). Only a caller that
                 already holds its next task may ask: a slot held while waiting for a task could
                 block the Trainers holding the last tasks.
+            incarnation: the caller's incarnation (see :meth:`enroll`): a push from one that is
+                no longer enrolled (its slots were released) is counted and rejected.
 
         Raises:
             ValueError: when ``consumer`` holds no slot, or ``grad``/``seeds`` are malformed.
         """
         t0 = time.perf_counter()
+        if self._stale(consumer, incarnation):
+            self._attempts[task_id] += 1
+            self._rejected[task_id] += 1
+            return StepReply(False, self.version, None)
         if self._holders[consumer] < 1:
             raise ValueError(f"{consumer!r} pushed task {task_id} without a claimed slot")
         self._holders[consumer] -= 1
@@ -269,7 +294,7 @@ class ParameterServer:
             self._rejected[task_id] += 1
             self._claimed -= 1
         self._maybe_step()
-        nxt = None if claim_next is None else self.try_claim(consumer, claim_next)
+        nxt = None if claim_next is None else self.try_claim(consumer, claim_next, incarnation)
         self._notify()
         self._busy_s += time.perf_counter() - t0
         return StepReply(applied, self.version, nxt)

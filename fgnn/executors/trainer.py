@@ -155,6 +155,7 @@ class TrainerExecutor:
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
         self._version = -1  # version of the server's weights this Trainer holds
+        self._incarnation: Optional[int] = None  # enrolled on the server per epoch
         self._next_claim: Any = None  # a slot the last push brought for the next task
 
     def ready(self) -> tuple[float, str]:
@@ -336,7 +337,8 @@ class TrainerExecutor:
             self._next_claim = None
             return 0.0
         while not self._stop.is_set():
-            got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S))
+            got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S,
+                                               self._incarnation))
             if got is not None:
                 self._adopt(got)
                 return got.waited_s
@@ -369,7 +371,8 @@ class TrainerExecutor:
         t2 = time.perf_counter()
         reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
                                             int(batch.labels.numel()),
-                                            self._version if has_next else None))
+                                            self._version if has_next else None,
+                                            self._incarnation))
         applied, self._next_claim = reply.applied, reply.claim
         if applied and self.crash_after_apply and \
                 not ray.get_runtime_context().was_current_actor_reconstructed:
@@ -453,6 +456,9 @@ class TrainerExecutor:
             self._ahead.clear()
             self.tiers.drop_staged()
         generation = ray.get(self.queue.register.remote(self.name))
+        self._incarnation = generation
+        if plan is None:  # claims of an earlier, dead incarnation no longer count
+            ray.get(self.ps.enroll.remote(self.name, generation))
         if weights is None:
             self._version, weights = ray.get(self.ps.weights.remote())
         else:
