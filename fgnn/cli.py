@@ -331,8 +331,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
     g.add_argument("--eval-batch-size", type=_auto_count, default="auto", metavar="auto|B",
-                   help="seeds per evaluation chunk; auto uses max(--batch-size, 4096) "
-                        "(default: %(default)s)")
+                   help="seeds per evaluation chunk; auto uses max(--batch-size, min(4096, "
+                        "2 MiB / feature row bytes)) (default: %(default)s)")
     g.add_argument("--eval-mode", default=trn.eval_mode, choices=("sampled", "layerwise"),
                    help="sampled: score chunks with the training sampler on the Samplers and "
                         "Trainers; layerwise: every neighbour, layer by layer, on the Trainers "

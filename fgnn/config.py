@@ -211,9 +211,9 @@ class TrainConfig:
     Samplers and Trainers with the training sampler, in parallel) or ``layerwise`` (every
     neighbour, layer by layer, on the Trainers: one split per Trainer)."""
     eval_batch_size: Optional[int] = None
-    """Seeds per evaluation chunk; ``None`` uses ``max(batch_size, 4096)``: larger chunks share
-    sampled neighbours (a 4096-seed chunk of the rmat scale-18 validation split reads 3.4x fewer
-    input vertices per seed than a 512-seed one)."""
+    """Seeds per evaluation chunk; ``None``: the runtime sets it from the feature width
+    (:func:`fgnn.evaluation.default_eval_chunk`: ``max(batch_size, min(4096, 2 MiB / row
+    bytes))``)."""
     patience: Optional[int] = None
     """Early stopping: stop after this many evaluations without a better validation accuracy."""
     checkpoint_dir: Optional[str] = None
@@ -221,8 +221,11 @@ class TrainConfig:
 
     @property
     def eval_chunk(self) -> int:
-        """Seeds per evaluation chunk in force (:attr:`eval_batch_size` or its default)."""
-        return self.eval_batch_size or max(self.batch_size, 4096)
+        """Seeds per evaluation chunk in force: :attr:`eval_batch_size`, or for a config the
+        runtime has not resolved, the default for 128 float32 features."""
+        from fgnn.evaluation import default_eval_chunk
+
+        return self.eval_batch_size or default_eval_chunk(self.batch_size, 128 * 4)
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_every"):

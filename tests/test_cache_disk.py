@@ -82,6 +82,29 @@ def test_disk_source_reads_rows_exactly(tmp_path, dtype, dim, threads):
     src.close()
 
 
+@pytest.mark.parametrize("dim", [7, 1000, 3000])
+def test_a_large_read_stages_a_bounded_slice_of_pages_at_a_time(tmp_path, dim, monkeypatch):
+    rng = np.random.default_rng(1)
+    arr = rng.standard_normal((2000, dim)).astype(np.float32)
+    src = DiskFeatureSource(_write(tmp_path / "f.npy", arr), num_threads=2,
+                            max_staging_bytes=3 * PAGE_SIZE)
+    staged: list[int] = []
+    read_rows = src._read_rows
+
+    def spy(ids_np, first, last):
+        rows = read_rows(ids_np, first, last)
+        staged.append(int(np.unique(np.concatenate(
+            [np.arange(a, b + 1) for a, b in zip(first, last)])).size))
+        return rows
+
+    monkeypatch.setattr(src, "_read_rows", spy)
+    ids = torch.from_numpy(rng.integers(0, 2000, 1500))  # any order, with repeats
+    np.testing.assert_array_equal(src.read(ids).numpy(), arr[ids.numpy()])
+    bound = max(3, -(-dim * 4 // PAGE_SIZE) + 1)
+    assert len(staged) > 1 and max(staged) <= bound
+    src.close()
+
+
 def test_disk_source_counts_whole_coalesced_pages(tmp_path):
     arr = np.arange(64 * 1024, dtype=np.float32).reshape(1024, 64)  # 256 B rows, 16 per page
     src = DiskFeatureSource(_write(tmp_path / "f.npy", arr), num_threads=2)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fgnn.evaluation import EvalPlan, SplitScore, eval_batches, eval_generator, evaluate_split
+from fgnn.evaluation import (EvalPlan, SplitScore, default_eval_chunk, eval_batches,
+                             eval_generator, evaluate_split)
 from fgnn.sampling import KHop
 
 ray = pytest.importorskip("ray")
@@ -46,6 +47,18 @@ def test_plan_chunks_are_the_reference_chunks():
     assert len(ref) == plan.num_tasks
     for t, chunk in enumerate(ref):
         assert torch.equal(plan.seeds(idx, t), chunk)
+
+
+def test_default_eval_chunk_shrinks_with_the_feature_row():
+    assert default_eval_chunk(512, 128 * 4) == 4096          # narrow rows: 4096 seeds
+    assert default_eval_chunk(8000, 128 * 4) == 8000         # never below a mini-batch
+    assert default_eval_chunk(128, 768 * 4) == 682           # 2 MiB of seed rows
+    assert default_eval_chunk(1, 10 ** 9) == 1
+    cfg = JobConfig(train=TrainConfig(batch_size=128))
+    ds = rmat_dataset(scale=8, edge_factor=4, feat_dim=768, num_classes=3, seed=0)
+    assert Runtime(cfg, ds).config.train.eval_chunk == 682  # resolved from the dataset
+    given = JobConfig(train=TrainConfig(batch_size=128, eval_batch_size=300))
+    assert Runtime(given, ds).config.train.eval_chunk == 300
 
 
 def test_eval_generators_differ_by_split_and_chunk_and_repeat():

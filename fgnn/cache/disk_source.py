@@ -145,16 +145,19 @@ class DiskFeatureSource:
 
     ``read(ids)`` maps every row to the 4 KiB pages it covers, sorts and deduplicates the pages,
     merges consecutive pages into runs of at most ``max_run_pages`` pages, and reads each run with
-    one ``os.preadv`` into one staging buffer; runs are spread over a thread pool so several reads
+    one ``os.preadv`` into a staging buffer; runs are spread over a thread pool so several reads
     are in flight (the concurrency GIDS §3.2 asks for). Rows are then gathered from the staging
-    buffer with one vectorised index. With CUDA present the returned rows are in pinned memory,
-    ready for an asynchronous host-to-device copy.
+    buffer with one vectorised index. The staging buffer holds at most ``max_staging_bytes`` of
+    pages: a larger read goes in slices of rows sorted by id (a page shared by two slices is read
+    by both), so a read costs its rows plus a bounded buffer. With CUDA present the returned rows
+    are in pinned memory, ready for an asynchronous host-to-device copy.
 
     Args:
         path: the ``.npy`` feature file.
         num_threads: reads in flight (thread-pool size); 1 reads inline.
         page_size: storage access granularity in bytes (4096, GIDS §4.2).
         max_run_pages: longest coalesced read, in pages.
+        max_staging_bytes: most page bytes staged at once by one read.
         pin_memory: return pinned rows; ``None`` pins when CUDA is available.
         direct: open with ``O_DIRECT`` (bypass the OS page cache); needs ``page_size`` a
             multiple of 4096 and a file system that supports it.
@@ -166,7 +169,8 @@ class DiskFeatureSource:
 
     def __init__(self, path: Union[str, os.PathLike], *, num_threads: int = 4,
                  page_size: int = PAGE_SIZE, max_run_pages: int = 64,
-                 pin_memory: Optional[bool] = None, direct: bool = False) -> None:
+                 max_staging_bytes: int = 16 << 20, pin_memory: Optional[bool] = None,
+                 direct: bool = False) -> None:
         if num_threads < 1:
             raise ValueError(f"DiskFeatureSource: num_threads must be >= 1, got {num_threads}")
         if page_size < 512 or page_size & (page_size - 1):
@@ -179,6 +183,9 @@ class DiskFeatureSource:
         self.path = self.layout.path
         self.page_size = int(page_size)
         self.max_run_pages = int(max_run_pages)
+        # at least one row's pages, so every slice makes progress
+        self.max_staging_pages = max(int(max_staging_bytes) // self.page_size,
+                                     -(-self.layout.row_bytes // self.page_size) + 1)
         self.num_threads = int(num_threads)
         self.pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self.stats = DiskStats()
@@ -282,8 +289,31 @@ class DiskFeatureSource:
             self.stats.rows += m
         if m == 0:
             return out
-        psz = self.page_size
         first, last = self._page_bounds(ids_np)
+        if int((last - first + 1).sum()) <= self.max_staging_pages:
+            out.copy_(torch.from_numpy(self._read_rows(ids_np, first, last)))
+            return out
+        order = np.argsort(ids_np, kind="stable")
+        first_s, last_s = first[order], last[order]
+        # Pages a row adds to the rows before it (sorted ids: only its last page can be shared).
+        prev_last = np.concatenate([[-1], last_s[:-1]])
+        new_pages = np.maximum(last_s - np.maximum(first_s, prev_last + 1) + 1, 0)
+        cum = np.cumsum(new_pages)
+        lo = 0
+        while lo < m:
+            # the slice's first row also re-reads the page it shares with the slice before
+            shared = int(last_s[lo] - first_s[lo] + 1 - new_pages[lo])
+            base = (cum[lo - 1] if lo else 0) - shared
+            hi = max(lo + 1, int(np.searchsorted(cum, base + self.max_staging_pages, "right")))
+            sel = order[lo:hi]
+            out[torch.from_numpy(sel)] = torch.from_numpy(
+                self._read_rows(ids_np[sel], first_s[lo:hi], last_s[lo:hi]))
+            lo = hi
+        return out
+
+    def _read_rows(self, ids_np: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """``(len(ids_np), F)`` rows read through one staging buffer of their pages."""
+        psz, f = self.page_size, self.dim
         pages = _unique_pages(first, last)
         # Runs of consecutive pages, split at max_run_pages.
         brk = np.flatnonzero(np.diff(pages) != 1) + 1
@@ -327,9 +357,7 @@ class DiskFeatureSource:
         elem = (slot * psz + (starts_b - first * psz)) // self.layout.dtype.itemsize
         flat = staging.view(self.layout.dtype)
         # A sliding-window view makes row starts indexable without an (M, F) index array.
-        rows = np.lib.stride_tricks.sliding_window_view(flat, f)[elem]
-        out.copy_(torch.from_numpy(rows))
-        return out
+        return np.lib.stride_tricks.sliding_window_view(flat, f)[elem]
 
     # ------------------------------------------------------------------ helpers
     def _check_ids(self, ids: torch.Tensor) -> np.ndarray:

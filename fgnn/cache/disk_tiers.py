@@ -139,6 +139,7 @@ class DiskTiers:
 
     def _stage(self, group: Sequence[torch.Tensor]) -> None:
         """Read once, from CPU buffer / disk, the rows of ``group`` not in the device cache."""
+        self.drop_staged()  # the last group's rows are not needed any more: free them first
         ids = torch.unique(torch.cat([b.cpu().long() for b in group]))
         node_accesses = int(sum(b.numel() for b in group))
         if self.cache is not None and self.cache.capacity > 0:

@@ -117,7 +117,8 @@ def open_disk_tiers(payload: Any, hotness: Optional[torch.Tensor], alpha: float,
 
     Args:
         payload: the :class:`MemmapFeatures` descriptor of the file.
-        hotness: ``(N,)`` hotness of the job's cache policy (orders the CPU buffer).
+        hotness: ``(N,)`` hotness of the job's cache policy (orders the CPU buffer); None in
+            the warm-up epochs, which run without the CPU buffer.
         alpha: this Trainer's cache ratio (the device cache's share of rows).
         device: the training device.
         disk: the :class:`~fgnn.config.DiskConfig`.
@@ -127,8 +128,8 @@ def open_disk_tiers(payload: Any, hotness: Optional[torch.Tensor], alpha: float,
         A :class:`~fgnn.cache.disk_tiers.DiskTiers`.
 
     Raises:
-        ValueError: in-memory features, a file that disagrees with the descriptor, a CPU buffer
-            without hotness, or a file that cannot be read with direct I/O.
+        ValueError: in-memory features, a file that disagrees with the descriptor, or a file
+            that cannot be read with direct I/O.
     """
     from fgnn.cache.disk import (AccessAccumulator, CPUBufferedSource, DeviceSoftwareCache,
                                  DiskFeatureSource, DiskTiers, StorageAccessModel)
@@ -145,10 +146,7 @@ def open_disk_tiers(payload: Any, hotness: Optional[torch.Tensor], alpha: float,
                          f"but the dataset maps offset {payload.offset}, shape {payload.shape}")
     n = src.num_rows
     source: Any = src
-    if disk.cpu_buffer > 0:
-        if hotness is None:
-            raise ValueError(f"DiskConfig.cpu_buffer={disk.cpu_buffer} keeps the hottest rows, but "
-                             f"the job has no hotness (cache policy none)")
+    if disk.cpu_buffer > 0 and hotness is not None:  # no hotness yet: the warm-up, no buffer
         source = CPUBufferedSource(src, hotness, ratio=disk.cpu_buffer)
         src.reset_stats()  # the one-time fill is preprocessing, not per-epoch traffic
     rows = num_cached_rows(alpha, n)
