@@ -80,14 +80,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runtime=RuntimeConfig(mode="factored", devices=args.devices, samplers=args.samplers))
     rt = Runtime(cfg, ds, evaluate=False)
     result = rt.run()
-    trained = [d for d in rt.details if not d["profiling"]]
-    rows = [exchange_shares(s, d) for s, d in zip(result.epochs, trained)]
+    rows = [exchange_shares(s, d) for s, d in zip(result.epochs, rt.details)]
     for r in rows:
         print(f"epoch {r['epoch']}: {r['time_s']:.2f} s, {r['tasks']} tasks / {r['steps']} "
               f"steps on {r['trainers']} trainers; exchange {r['sync_per_task_ms']:.1f} ms per "
               f"task = {100 * r['exchange_share']:.2f}% of executor-time; waiting for steps "
               f"{100 * r['step_wait_share']:.2f}%")
-    later = rows[1:] or rows  # the first epoch includes warm-up
+    warm = {d["epoch"] for d in rt.details if d["warmup"]}
+    later = [r for r in rows if r["epoch"] not in warm] or rows  # after the uncached warm-up
     share = sum(r["exchange_share"] for r in later) / len(later)
     out = {"config": {k: v for k, v in vars(args).items() if k != "json"},
            "allocation": result.allocation, "epochs": rows,

@@ -289,8 +289,6 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--model", default="sage")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--cache-policy", default="presc")
-    p.add_argument("--cache-ratio", type=float, default=None,
-                   help="cache ratio alpha (default: from --device-memory)")
     p.add_argument("--placements", default="replicate",
                    help=f"comma-separated placements across Trainers, each run per mode "
                         f"(some of {', '.join(PLACEMENTS)})")

@@ -55,6 +55,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--dashboard-host": "runtime.dashboard_host",
     "--gpus-per-device": "runtime.gpus_per_device",
     "--sample-transport": "runtime.sample_transport",
+    "--stall-timeout": "runtime.stall_timeout_s",
     "--cache-policy": "cache.policy",
     "--presample-epochs": "cache.presample_epochs",
     "--cache-ratio": "cache.cache_ratio",
@@ -234,6 +235,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "to GPU on one node, no host round trip), auto (cuda_ipc when the "
                         "Samplers are on CUDA and the job is on one node) "
                         "(default: %(default)s)")
+    g.add_argument("--stall-timeout", type=_float_in(0.0, None, lo_open=True),
+                   default=rt.stall_timeout_s, metavar="S",
+                   help="stop with an error when no task finishes for S seconds (a hung "
+                        "executor) (default: %(default)s)")
 
     g = p.add_argument_group("cache")
     g.add_argument("--cache-policy", default=cache.policy, choices=CACHE_POLICIES,
@@ -402,7 +407,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               switching=not args.no_switching, address=args.address,
                               dashboard_host=args.dashboard_host,
                               gpus_per_device=args.gpus_per_device,
-                              sample_transport=args.sample_transport),
+                              sample_transport=args.sample_transport,
+                              stall_timeout_s=args.stall_timeout),
         report=args.report,
         save_model=args.save_model,
     )

@@ -269,6 +269,10 @@ class RuntimeConfig:
     """How samples reach Trainers: ``object_store`` (host memory), ``cuda_ipc`` (Ray Direct
     Transport between GPUs of one node, no host round trip), or ``auto`` (``cuda_ipc`` when the
     Samplers are on CUDA and the job is on one node)."""
+    stall_timeout_s: float = 600.0
+    """Stop with :class:`~fgnn.executors.RuntimeFailure` (after a checkpoint) when no task of an
+    epoch or evaluation pass finishes for this many seconds: a hung executor or parameter server
+    becomes an error naming the epoch instead of a job that never ends."""
 
     @property
     def devices_used(self) -> int:
@@ -294,6 +298,8 @@ class RuntimeConfig:
                       f"must be < devices={self.devices} in factored mode")
         if self.queue_size < 1:
             _fail("RuntimeConfig", "queue_size", self.queue_size, "must be >= 1")
+        if not self.stall_timeout_s > 0:
+            _fail("RuntimeConfig", "stall_timeout_s", self.stall_timeout_s, "must be > 0")
         if not 0.0 < self.gpus_per_device <= 1.0:
             _fail("RuntimeConfig", "gpus_per_device", self.gpus_per_device, "must lie in (0, 1]")
         if self.sample_transport not in SAMPLE_TRANSPORTS:

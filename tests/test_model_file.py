@@ -65,7 +65,7 @@ def test_save_load_evaluate_reproduces_the_reported_scores(ray_session, dataset,
     meta = saved.meta
     assert meta["model"]["name"] == "sage" and meta["model"]["hidden"] == 16
     assert meta["dataset"]["spec"] == TINY and meta["dataset"]["num_nodes"] == 256
-    assert meta["eval"] == {"seed": 0, "batch_size": 16}
+    assert meta["eval"] == {"seed": 0, "batch_size": 16, "mode": "sampled"}
     assert tuple(meta["sampler"]["config"]["fanouts"]) == (4, 4)
     assert saved.final == final
     test = evaluate_split(saved.model, dataset, "test", saved.eval_sampler(),

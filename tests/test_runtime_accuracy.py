@@ -82,7 +82,8 @@ def test_factored_cora_on_8_devices_matches_the_single_process_loop(ray_cluster,
         result = rt.run()
         got.append(result.final["test_acc"])
         assert result.allocation["trainers"] == DEVICES - 1
-        assert all(d["steps"] == 5 for d in rt.details if not d["profiling"])  # 140 / 28
+        # every epoch, the uncached warm-up included, takes 140 / 28 optimizer steps
+        assert [d["steps"] for d in rt.details] == [5] * cfg.train.epochs
     mean_ref, mean_got = sum(ref) / len(ref), sum(got) / len(got)
     print(f"\ncora {model}, {DEVICES} devices: fit {ref} mean {mean_ref:.4f}; runtime {got} "
           f"mean {mean_got:.4f}; {time.perf_counter() - start:.0f} s")

@@ -136,6 +136,7 @@ class EpochLoop:
         flushing: dict[Any, _Exec] = {}  # flush ref -> sampler
         switched: dict[str, int] = {}
         seen, done, last_loss, last_poll = 0, 0, float("nan"), 0.0
+        last_progress = time.perf_counter()
         while True:
             # hand out tasks dynamically (§5.2)
             for s in samplers:
@@ -217,6 +218,8 @@ class EpochLoop:
                             running[e.handle.run_epoch.remote(epoch, policy, plan,
                                                               weights, measure)] = e
             now = time.perf_counter()
+            if ready:
+                last_progress = now
             if now - last_poll >= _POLL_S or not ready:
                 last_poll = now
                 st = ray.get(self.queue.poll.remote(seen))
@@ -237,7 +240,11 @@ class EpochLoop:
                         self.on_batch(epoch, done, total, float(last_loss))
                 if st["done"] >= total:
                     break
+                if st["records"]:
+                    last_progress = now
                 self._check_alive(samplers, trainers, standbys, sched, mode, epoch)
+                if now - last_progress > rt.stall_timeout_s:
+                    self._stalled(epoch, plan is not None, done, total, int(st["depth"]))
         # the epoch is complete: wait for the executors to notice and return
         for r, e in list(running.items()):
             try:
@@ -330,6 +337,20 @@ class EpochLoop:
             f"epoch {epoch}: every {what} executor died and could not be restarted; the job "
             f"stopped. Resume from the checkpoint {path} with train.resume=True and "
             f"train.checkpoint_dir={path.parent}", path)
+
+    def _stalled(self, epoch: int, evaluating: bool, done: int, total: int, depth: int) -> None:
+        """Stop: no task finished for ``runtime.stall_timeout_s``. No checkpoint is written (the
+        parameter server may be the hung part, mid-step); the last end-of-epoch checkpoint of
+        ``train.checkpoint_dir`` stays the one to resume from."""
+        import ray
+
+        limit = self.config.runtime.stall_timeout_s
+        ray.get(self.queue.abort.remote("stalled"))
+        what = "evaluation pass" if evaluating else f"epoch {epoch}"
+        raise RuntimeFailure(
+            f"{what}: no task finished for {limit:.0f}s ({done} of {total} done, {depth} "
+            f"queued): an executor or the parameter server is hung, and the job stopped "
+            f"(runtime.stall_timeout_s, --stall-timeout, sets the limit)")
 
     def _epoch_stats(self, epoch: int, elapsed: float, acc: _EpochAcc, ledger: dict,
                      switched: dict[str, int], samplers: list[_Exec], trainers: list[_Exec],
