@@ -19,9 +19,12 @@ newly discovered vertices follow in order of first appearance among that hop's c
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from fgnn.sampling.base import Sample
 
 __all__ = ["Remapper", "sample_layers"]
 
