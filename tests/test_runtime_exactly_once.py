@@ -30,7 +30,7 @@ DEVICES = 4
 #: the Trainer of index 0 sits on device 1 (device 0 holds the Sampler)
 CRASHED = "fgnn-trainer-1"
 # a broken component may hang the step instead of finishing wrongly: the stall guard ends it
-STALL_S = 30.0
+STALL_S = 20.0
 
 
 @pytest.fixture(scope="module")

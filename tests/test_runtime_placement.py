@@ -113,7 +113,7 @@ class _OneItemQueue:
 
     def _get(self, name, generation, timeout):
         if self.items:
-            return ray.put(("ok", self.items.pop(), 0.0))
+            return ray.put(("item", self.items.pop(), 0.0))
         return ray.put(("done", None, 0.0))
 
 
