@@ -1,4 +1,5 @@
-"""Shared fixtures: device parametrisation, the Planetoid data root, seeded random graphs."""
+"""Shared fixtures: device parametrisation, the Planetoid data root, seeded random graphs, and one
+local Ray cluster of logical GPUs shared by the modules that ask for it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,62 @@ def _devices() -> list[str]:
 def device(request) -> str:
     """Every device-aware test runs on CPU and, when present, on the first GPU."""
     return request.param
+
+
+#: Logical GPUs of the shared test cluster: room for the largest job of the suite (8 devices).
+RAY_GPUS = 8
+_shared_ray = {"up": False}
+_ray_modules: set = set()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray with ``RAY_GPUS`` logical GPUs. Started once and kept for every module that
+    asks for it (a Ray start costs seconds); shut down before a module that does not, so those
+    start their own or none."""
+    import ray
+
+    if ray.is_initialized() and not _shared_ray["up"]:
+        ray.shutdown()  # a Ray some test started with other resources
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=4, num_gpus=RAY_GPUS, include_dashboard=False,
+                 log_to_driver=False)
+        _shared_ray["up"] = True
+    yield
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A Ray of the module's own with 2 logical GPUs (the Jobs it runs join it); the shared
+    cluster is down by then (see :func:`pytest_runtest_setup`)."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _stop_shared_ray() -> None:
+    if _shared_ray["up"]:
+        import ray
+
+        ray.shutdown()
+        _shared_ray["up"] = False
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    _ray_modules.update(item.module.__name__ for item in items
+                        if "ray_cluster" in getattr(item, "fixturenames", ()))
+
+
+def pytest_runtest_setup(item) -> None:
+    module = getattr(item, "module", None)
+    if module is not None and module.__name__ not in _ray_modules:
+        _stop_shared_ray()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    _stop_shared_ray()
 
 
 @pytest.fixture

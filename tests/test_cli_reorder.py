@@ -29,19 +29,6 @@ COMMON = ["--dataset", "rmat:scale=9,edge_factor=8,feat_dim=16,num_classes=4,tra
           "--no-progress"]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < DEVICES:
-        ray.shutdown()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=4, num_gpus=DEVICES, include_dashboard=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def _run(tmp_path, name: str, *extra: str) -> dict:
     path = tmp_path / f"{name}.json"
     assert main([*COMMON, "--report", str(path), *extra]) == 0

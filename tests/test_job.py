@@ -36,15 +36,6 @@ def doc():
     return _doc_namespace()
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    assert not ray.is_initialized()
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_doc_sampler_builds_valid_samples(doc):
     #   3 ──> 0 <── 1 <── 2 <── 3      edge u -> v: v aggregates from (samples) u
     g = fgnn.CSRGraph.from_edge_index(torch.tensor([[1, 2, 3, 3], [0, 1, 0, 2]]), num_nodes=4)

@@ -17,15 +17,6 @@ from fgnn.report import format_report, validate_report
 TINY = "rmat:scale=8,edge_factor=4,feat_dim=16,num_classes=4,train_frac=0.3,seed=1"
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    assert not ray.is_initialized()
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _run(cfg: JobConfig) -> tuple[list[str], dict]:
     out = io.StringIO()
     Job(cfg, progress=False, out=out).run()

@@ -22,19 +22,6 @@ DEVICES = 4
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < DEVICES:
-        ray.shutdown()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=4, num_gpus=DEVICES, include_dashboard=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def dataset():
     # 512 vertices, 160 training seeds -> 10 mini-batches of 16 per epoch
     return rmat_dataset(scale=9, edge_factor=8, feat_dim=16, num_classes=4, train_frac=0.3125,

@@ -33,19 +33,6 @@ PINSAGE_GRAPH = ("rmat:scale=10,edge_factor=8,feat_dim=16,num_classes=4,train_fr
                  "val_frac=0.2,test_frac=0.3,seed=0")
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < DEVICES:
-        ray.shutdown()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=4, num_gpus=DEVICES, include_dashboard=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 @pytest.fixture
 def one_thread():
     threads = torch.get_num_threads()

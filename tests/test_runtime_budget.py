@@ -20,19 +20,6 @@ from fgnn.executors.runtime import Runtime  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 2:
-        ray.shutdown()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def dataset():
     # 4096 vertices x 512 features x 4 B = 8 MiB of features against budgets of tens of MiB
     return rmat_dataset(scale=12, edge_factor=8, feat_dim=512, num_classes=4, train_frac=0.05,

@@ -25,19 +25,6 @@ SPEC = "rmat:scale=9,edge_factor=8,feat_dim=16,num_classes=4,train_frac=0.3125,s
 ROW_BYTES = 16 * 4
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < DEVICES:
-        ray.shutdown()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=4, num_gpus=DEVICES, include_dashboard=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def launch(tmp_path, name: str, *flags: str) -> dict:
     path = tmp_path / f"{name}.json"
     argv = ["--dataset", SPEC, "--model", "sage", "--hidden", "16", "--fanouts", "4,4",
