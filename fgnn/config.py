@@ -270,9 +270,10 @@ class RuntimeConfig:
     Transport between GPUs of one node, no host round trip), or ``auto`` (``cuda_ipc`` when the
     Samplers are on CUDA and the job is on one node)."""
     stall_timeout_s: float = 600.0
-    """Stop with :class:`~fgnn.executors.RuntimeFailure` (after a checkpoint) when no task of an
-    epoch or evaluation pass finishes for this many seconds: a hung executor or parameter server
-    becomes an error naming the epoch instead of a job that never ends."""
+    """Stop with :class:`~fgnn.executors.RuntimeFailure` when no task of an epoch or evaluation
+    pass finishes for this many seconds: a hung executor or parameter server becomes an error
+    naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
+    ``train.checkpoint_dir`` resumes it)."""
 
     @property
     def devices_used(self) -> int:

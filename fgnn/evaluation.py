@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from fgnn.graph import CSRGraph
     from fgnn.sampling.base import Sampler
 
-__all__ = ["SPLITS", "EVAL_MODES", "default_eval_chunk", "SplitScore", "EvalPlan", "eval_batches", "eval_generator",
-           "score_logits", "evaluate_split", "evaluate_layerwise"]
+__all__ = ["SPLITS", "EVAL_MODES", "default_eval_chunk", "SplitScore", "EvalPlan", "eval_batches",
+           "eval_generator", "score_logits", "evaluate_split", "evaluate_layerwise"]
 
 #: How a split is scored: ``sampled`` (the chunk recipe below, the job's sampler) or
 #: ``layerwise`` (every neighbour, layer by layer: :func:`fgnn.inference.layerwise_inference`).

@@ -128,6 +128,7 @@ def _bad(argv: list[str], capsys, tmp_path: Path) -> str:
     (["--model", "pinsage", "--fanouts", "5,5"], "--fanouts", "5,5"),
     (["--placement", "spread"], "--placement", "spread"),
     (["--peer-cost", "-1"], "--peer-cost", "-1"),
+    (["--stall-timeout", "0"], "--stall-timeout", "0"),
     (["--locality-ut", "1.5"], "--locality-ut", "1.5"),
     (["--locality-lt", "0.5", "--locality-ut", "0.2"], "--locality-lt", "0.5"),
     (["--locality-max-scale", "0.5"], "--locality-max-scale", "0.5"),
