@@ -188,7 +188,7 @@ def test_bad_input(ray_cluster, dataset):
     with pytest.raises(ValueError, match="config"):
         Runtime("factored", dataset)
     with pytest.raises(ValueError, match="devices"):
-        Runtime(job(devices=DEVICES + 4), dataset).run()
+        Runtime(job(devices=int(ray.cluster_resources()["GPU"]) + 1), dataset).run()
     with pytest.raises(ValueError, match="switching"):
         Runtime(job(devices=1, switching=False), dataset).run()
 
