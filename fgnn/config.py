@@ -219,14 +219,6 @@ class TrainConfig:
     checkpoint_dir: Optional[str] = None
     resume: bool = False
 
-    @property
-    def eval_chunk(self) -> int:
-        """Seeds per evaluation chunk in force: :attr:`eval_batch_size`, or for a config the
-        runtime has not resolved, the default for 128 float32 features."""
-        from fgnn.evaluation import default_eval_chunk
-
-        return self.eval_batch_size or default_eval_chunk(self.batch_size, 128 * 4)
-
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:

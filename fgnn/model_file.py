@@ -85,11 +85,15 @@ def job_identity(config: "JobConfig", dataset: "Dataset", model: nn.Module,
         model: the job's model (built-in or custom).
         sampler: the job's training sampler (it also scores, :mod:`fgnn.evaluation`).
     """
+    from fgnn.evaluation import default_eval_chunk
+
+    chunk = config.train.eval_batch_size or default_eval_chunk(config.train.batch_size,
+                                                               dataset.feature_row_bytes)
     return {
         "model": model_identity(model, config.model.dropout),
         "sampler": {"config": asdict(config.sampler), "class": _qualname(sampler)},
         "dataset": dataset_fingerprint(dataset, config.dataset),
-        "eval": {"seed": int(config.train.seed), "batch_size": int(config.train.eval_chunk),
+        "eval": {"seed": int(config.train.seed), "batch_size": int(chunk),
                  "mode": config.train.eval_mode},
     }
 

@@ -56,9 +56,9 @@ def test_default_eval_chunk_shrinks_with_the_feature_row():
     assert default_eval_chunk(1, 10 ** 9) == 1
     cfg = JobConfig(train=TrainConfig(batch_size=128))
     ds = rmat_dataset(scale=8, edge_factor=4, feat_dim=768, num_classes=3, seed=0)
-    assert Runtime(cfg, ds).config.train.eval_chunk == 682  # resolved from the dataset
+    assert Runtime(cfg, ds).config.train.eval_batch_size == 682  # resolved from the dataset
     given = JobConfig(train=TrainConfig(batch_size=128, eval_batch_size=300))
-    assert Runtime(given, ds).config.train.eval_chunk == 300
+    assert Runtime(given, ds).config.train.eval_batch_size == 300
 
 
 def test_eval_generators_differ_by_split_and_chunk_and_repeat():

@@ -114,6 +114,9 @@ class ParameterServer:
         self._flat = flatten(self.params)
         self._cond: Any = None  # asyncio.Condition of the actor's event loop, made on first use
         self._loop: Any = None
+        # the incarnation of each consumer whose claims and pushes count (enroll / release);
+        # kept across epochs, unlike the ledger
+        self._live: dict[str, int] = {}
         self._reset_ledger()
 
     def _reset_ledger(self) -> None:
@@ -125,8 +128,6 @@ class ParameterServer:
         self._rejected: Counter[int] = Counter()
         self._by: dict[int, str] = {}
         self._holders: Counter[str] = Counter()
-        # the incarnation of each consumer whose claims and pushes count (enroll / release)
-        self._live: dict[str, int] = getattr(self, "_live", {})
         self._sum = torch.zeros_like(self._flat)
         self._seeds = 0.0
         self._claimed = self._received = self._accepted = 0

@@ -508,7 +508,8 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
 
     def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
         """Score ``splits`` through the Samplers and Trainers (an evaluation pass with the
-        recipe of :mod:`fgnn.evaluation`: the job's sampler, ``train.eval_chunk`` and seed).
+        recipe of :mod:`fgnn.evaluation`: the job's sampler, ``train.eval_batch_size`` (resolved
+        in ``__init__``) and seed).
 
         Args:
             splits: split names to score.
@@ -518,7 +519,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         if tc.eval_mode == "layerwise":
             return self._evaluate_layerwise(splits, weights)
         plan = EvalPlan(tuple(splits), tuple(int(getattr(ds, f"{s}_idx").numel())
-                                             for s in splits), tc.eval_chunk, tc.seed)
+                                             for s in splits), tc.eval_batch_size, tc.seed)
         self._eval_passes += 1
         # evaluation passes get ids of their own (negative: training epochs count from 0)
         return self._run_epoch(-1 - self._eval_passes, plan=plan, weights=weights)
