@@ -14,6 +14,20 @@ dropout 0.5):
   same graph saved to a temporary file. Without an importable PyG the script stops with exit
   status 2 and one line saying so; it never substitutes anything.
 
+**Paired seeds** (the default; ``--unpaired`` turns it off). The learning curves of one seed
+differ by up to 9 points between seeds of the *same* library (weight init and batch order), so
+three independent seeds cannot resolve a 2-point difference. Per seed, PyG therefore starts from
+fgnn's initial weights (mapped name by name: fgnn's ``lin_self`` is PyG's root weight
+``lin_r`` plus the bias, which PyG keeps on ``lin_l``; the function is the same) and visits the
+training vertices in fgnn's batch order of every epoch
+(:func:`fgnn.executors.scheduler.epoch_batches`). What still differs is each library's own
+randomness: neighbour sampling and dropout masks. This is common random numbers, a
+variance reduction: it does not move either side's mean.
+
+**Noise floor** (``--noise-floor``): per seed, PyG runs a second time with the same pairing and
+another random seed for its sampling and dropout. The gap between PyG and itself is the smallest
+fgnn-vs-PyG gap the comparison can resolve; the summary gives both.
+
 Per seed and side: loss and validation accuracy per epoch, training time per epoch (fgnn: the
 runtime's epoch; PyG: the loop over its loader), and the whole run's wall time (fgnn:
 ``Runtime.run`` with its per-epoch validation, then the test score; PyG: the subprocess's own
@@ -89,8 +103,36 @@ def _job(args: argparse.Namespace, seed: int) -> JobConfig:
         runtime=RuntimeConfig(mode=args.mode, devices=args.devices))
 
 
-def run_fgnn(args: argparse.Namespace, ds: Any, seed: int) -> dict[str, Any]:
-    """One fgnn run on the already started Ray instance."""
+#: fgnn's GraphSAGE parameter -> PyG's ``GraphSAGE`` parameter (layer index substituted).
+PYG_NAMES = {"lin_self.weight": "lin_r.weight", "lin_self.bias": "lin_l.bias",
+             "lin_neigh.weight": "lin_l.weight"}
+
+
+def pyg_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s (fgnn ``GraphSAGE``) weights under PyG ``GraphSAGE``'s parameter names."""
+    out = {}
+    for name, value in model.state_dict().items():
+        layer, _, rest = name.removeprefix("layers.").partition(".")
+        if rest not in PYG_NAMES:
+            raise KeyError(f"no PyG name for fgnn parameter {name!r}")
+        out[f"convs.{layer}.{PYG_NAMES[rest]}"] = value.detach().clone()
+    return out
+
+
+def pairing(args: argparse.Namespace, ds: Any, seed: int, model: torch.nn.Module
+            ) -> dict[str, Any]:
+    """What the PyG side of a paired seed shares with fgnn: initial weights, batch orders."""
+    from fgnn.executors.scheduler import epoch_batches
+
+    orders = [torch.cat(epoch_batches(ds.train_idx, args.batch_size, seed, e))
+              for e in range(args.epochs)]
+    return {"state": pyg_state(model), "orders": orders}
+
+
+def run_fgnn(args: argparse.Namespace, ds: Any, seed: int,
+             pair_file: str | None = None) -> dict[str, Any]:
+    """One fgnn run on the already started Ray instance; with ``pair_file``, first saves there
+    what a paired PyG run needs (:func:`pairing`)."""
     from fgnn.evaluation import evaluate_split
     from fgnn.executors.runtime import Runtime
     from fgnn.sampling import KHop
@@ -99,6 +141,8 @@ def run_fgnn(args: argparse.Namespace, ds: Any, seed: int) -> dict[str, Any]:
     epochs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     rt = Runtime(_job(args, seed), ds, evaluate=False)
+    if pair_file is not None:
+        torch.save(pairing(args, ds, seed, rt.model), pair_file)
 
     def on_epoch(stats: Any) -> None:  # rt.model holds the server's weights of this epoch
         t = time.perf_counter()
@@ -113,10 +157,16 @@ def run_fgnn(args: argparse.Namespace, ds: Any, seed: int) -> dict[str, Any]:
             "wall_s": time.perf_counter() - t0, "allocation": result.allocation}
 
 
-def run_pyg(args: argparse.Namespace, graph_file: str, seed: int) -> dict[str, Any]:
-    """One PyG run in a subprocess of ``args.pyg_python``."""
-    out = subprocess.run([args.pyg_python, str(PYG_SIDE), graph_file, str(seed)],
-                         capture_output=True, text=True)
+#: Offset of the PyG replicate's random seed in a ``--noise-floor`` run.
+REPLICATE_SEED = 1000
+
+
+def run_pyg(args: argparse.Namespace, graph_file: str, seed: int,
+            pair_file: str | None = None) -> dict[str, Any]:
+    """One PyG run in a subprocess of ``args.pyg_python`` (paired when ``pair_file`` is given;
+    ``seed`` seeds PyG's sampling and dropout, and its weights when unpaired)."""
+    cmd = [args.pyg_python, str(PYG_SIDE), graph_file, str(seed)]
+    out = subprocess.run(cmd + ([pair_file] if pair_file else []), capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"the PyG side failed (exit {out.returncode}): "
                            f"{out.stderr.strip()[-2000:]}")
@@ -135,6 +185,13 @@ def _save_graph(ds: Any, args: argparse.Namespace, path: str) -> None:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
+
+
+def noise_floor(pg: list[dict[str, Any]], rep: list[dict[str, Any]]) -> dict[str, Any]:
+    """PyG against its replicate: per-epoch mean validation gap and the largest one."""
+    gaps = [_mean([r["epochs"][e]["val_acc"] for r in rep])
+            - _mean([r["epochs"][e]["val_acc"] for r in pg]) for e in range(len(pg[0]["epochs"]))]
+    return {"pyg_replicate_diff": gaps, "max_abs_val_diff": max(abs(g) for g in gaps)}
 
 
 def summarize(fg: list[dict[str, Any]], pg: list[dict[str, Any]]) -> dict[str, Any]:
@@ -177,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="interpreter with PyG (default: $FGNN_PYG_PYTHON, else this one)")
     ap.add_argument("--pyg-threads", type=int, default=None,
                     help="torch threads of the PyG side (default: torch's own choice)")
+    ap.add_argument("--unpaired", action="store_true",
+                    help="independent initial weights and batch orders on the two sides "
+                         "(default: paired seeds, see the module docstring)")
+    ap.add_argument("--noise-floor", action="store_true",
+                    help="also run PyG a second time per seed (same pairing, another random "
+                         "seed) and report its gap to itself")
     ap.add_argument("--json", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -189,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     ds = load_dataset(args.dataset)
-    fg, pg = [], []
+    fg, pg, rep = [], [], []
     with tempfile.TemporaryDirectory(prefix="fgnn-e2e-") as tmp:
         graph_file = str(Path(tmp) / "graph.pt")
         _save_graph(ds, args, graph_file)
@@ -199,8 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         ray_start_s = time.perf_counter() - t0
         try:
             for seed in seeds:
-                fg.append(run_fgnn(args, ds, seed))
-                pg.append(run_pyg(args, graph_file, seed))
+                pair = None if args.unpaired else str(Path(tmp) / f"pair{seed}.pt")
+                fg.append(run_fgnn(args, ds, seed, pair))
+                pg.append(run_pyg(args, graph_file, seed, pair))
+                if args.noise_floor:
+                    rep.append(run_pyg(args, graph_file, seed + REPLICATE_SEED, pair))
                 print(f"seed {seed}: fgnn val {[round(e['val_acc'], 3) for e in fg[-1]['epochs']]}"
                       f" wall {fg[-1]['wall_s']:.1f}s; PyG val "
                       f"{[round(e['val_acc'], 3) for e in pg[-1]['epochs']]} wall "
@@ -208,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             ray.shutdown()
     s = summarize(fg, pg)
+    if rep:
+        s["noise_floor"] = noise_floor(pg, rep)
     print(f"\n{'epoch':>5} {'fgnn val':>9} {'PyG val':>8} {'diff':>7} {'fgnn loss':>10} "
           f"{'PyG loss':>9}")
     for c in s["curve"]:
@@ -218,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{s['epoch_ratio']:.3f}")
     print(f"whole run: fgnn {s['fgnn_wall_s']:.1f}s (+ Ray start {ray_start_s:.1f}s once), PyG "
           f"{s['pyg_wall_s']:.1f}s, ratio {s['wall_ratio']:.3f}")
+    if rep:
+        gaps = s["noise_floor"]["pyg_replicate_diff"]
+        print(f"noise floor, PyG replicate - PyG per epoch: {' '.join(f'{g:+.4f}' for g in gaps)}"
+              f" (max |diff| {s['noise_floor']['max_abs_val_diff']:.4f})")
     print(f"validation within {VAL_TOLERANCE} of PyG after every epoch: "
           f"{s['val_within_tolerance']} (max |diff| {s['max_abs_val_diff']:.4f})")
     out = {"config": {k: v for k, v in vars(args).items() if k != "json"},

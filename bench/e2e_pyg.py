@@ -7,7 +7,11 @@ for ``NeighborLoader``); needs nothing from fgnn. Reads the ``.pt`` file ``bench
 after every epoch and the test split at the end (sampled with the training fanouts, in order),
 and prints one JSON line. Exit status 2 with one line when PyG cannot be imported.
 
-Usage: ``python bench/e2e_pyg.py GRAPH.pt SEED``
+With a third argument, the pairing file ``bench/e2e.py`` wrote for this seed: the model starts
+from those weights (fgnn's, under PyG's names) and epoch ``e`` visits the training vertices in
+the saved order ``orders[e]`` (batches of ``batch_size`` cut in turn, as fgnn cuts them).
+
+Usage: ``python bench/e2e_pyg.py GRAPH.pt SEED [PAIR.pt]``
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 import time
 
 
-def main(path: str, seed: int) -> dict:
+def main(path: str, seed: int, pair_path: str | None = None) -> dict:
     t_start = time.perf_counter()
     try:
         import torch
@@ -40,10 +44,18 @@ def main(path: str, seed: int) -> dict:
     torch.manual_seed(seed)
     model = GraphSAGE(data.num_features, hp["hidden"], num_layers=len(hp["fanouts"]),
                       out_channels=hp["num_classes"], dropout=hp["dropout"])
+    pair = torch.load(pair_path) if pair_path else None
+    if pair is not None:
+        model.load_state_dict(pair["state"])
     opt = torch.optim.Adam(model.parameters(), lr=hp["lr"])
     fan = list(hp["fanouts"])
-    train_loader = NeighborLoader(data, num_neighbors=fan, batch_size=hp["batch_size"],
+
+    def train_loader(epoch: int) -> NeighborLoader:
+        if pair is None:
+            return NeighborLoader(data, num_neighbors=fan, batch_size=hp["batch_size"],
                                   input_nodes=blob["train_idx"], shuffle=True)
+        return NeighborLoader(data, num_neighbors=fan, batch_size=hp["batch_size"],
+                              input_nodes=pair["orders"][epoch], shuffle=False)
 
     @torch.no_grad()
     def score(idx: torch.Tensor) -> float:
@@ -62,7 +74,7 @@ def main(path: str, seed: int) -> dict:
         t0 = time.perf_counter()
         model.train()
         total, n = 0.0, 0
-        for b in train_loader:
+        for b in train_loader(epoch):
             opt.zero_grad()
             out = model(b.x, b.edge_index)[:b.batch_size]
             loss = F.cross_entropy(out, b.y[:b.batch_size])
@@ -75,12 +87,13 @@ def main(path: str, seed: int) -> dict:
         epochs.append({"epoch": epoch, "loss": total / n, "train_s": t1 - t0,
                        "eval_s": time.perf_counter() - t1, "val_acc": val})
     test = score(blob["test_idx"])
-    return {"seed": seed, "setup_s": t_setup, "epochs": epochs, "test_acc": test,
+    return {"seed": seed, "paired": pair is not None, "setup_s": t_setup, "epochs": epochs,
+            "test_acc": test,
             "wall_s": time.perf_counter() - t_start}
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        print("usage: python bench/e2e_pyg.py GRAPH.pt SEED", file=sys.stderr)
+    if len(sys.argv) not in (3, 4):
+        print("usage: python bench/e2e_pyg.py GRAPH.pt SEED [PAIR.pt]", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(main(sys.argv[1], int(sys.argv[2]))))
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), (sys.argv[3:] or [None])[0])))
