@@ -4,20 +4,31 @@ The public API in one place: the graph and dataset containers, the sampler inter
 built-in samplers, the models, configs, :class:`Job`, which runs a whole training job, model files
 (:func:`save_model`, :func:`load_model`) and layer-wise full-graph inference
 (:func:`layerwise_inference`).
+
+The names are imported on first use (PEP 562), so a process that needs only a light module (the
+global queue's actor, the argument store) does not pay for importing torch.
 """
 
-from fgnn.config import JobConfig
-from fgnn.data import Dataset, load_dataset
-from fgnn.graph import CSRGraph
-from fgnn.inference import layerwise_inference
-from fgnn.job import Job
-from fgnn.model_file import SavedModel, load_model, save_model
-from fgnn.models import GCN, GraphSAGE, PinSAGE, build_model
-from fgnn.monitor.stats import RunResult
-from fgnn.sampling import (Block, KHop, LocalityAwareKHop, RandomWalk, Sample, Sampler,
-                           build_sampler)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "CSRGraph": "fgnn.graph",
+    "Dataset": "fgnn.data", "load_dataset": "fgnn.data",
+    "Block": "fgnn.sampling", "Sample": "fgnn.sampling", "Sampler": "fgnn.sampling",
+    "KHop": "fgnn.sampling", "RandomWalk": "fgnn.sampling",
+    "LocalityAwareKHop": "fgnn.sampling", "build_sampler": "fgnn.sampling",
+    "GCN": "fgnn.models", "GraphSAGE": "fgnn.models", "PinSAGE": "fgnn.models",
+    "build_model": "fgnn.models",
+    "Job": "fgnn.job", "JobConfig": "fgnn.config", "RunResult": "fgnn.monitor.stats",
+    "SavedModel": "fgnn.model_file", "save_model": "fgnn.model_file",
+    "load_model": "fgnn.model_file", "layerwise_inference": "fgnn.inference",
+}
 
 __all__ = [
     "CSRGraph", "Dataset", "load_dataset",
@@ -27,3 +38,28 @@ __all__ = [
     "SavedModel", "save_model", "load_model", "layerwise_inference",
     "__version__",
 ]
+
+if TYPE_CHECKING:
+    from fgnn.config import JobConfig
+    from fgnn.data import Dataset, load_dataset
+    from fgnn.graph import CSRGraph
+    from fgnn.inference import layerwise_inference
+    from fgnn.job import Job
+    from fgnn.model_file import SavedModel, load_model, save_model
+    from fgnn.models import GCN, GraphSAGE, PinSAGE, build_model
+    from fgnn.monitor.stats import RunResult
+    from fgnn.sampling import (Block, KHop, LocalityAwareKHop, RandomWalk, Sample, Sampler,
+                               build_sampler)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fgnn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -2,29 +2,51 @@
 scheduler (allocation and dynamic switching) and the :class:`Runtime` that wires them.
 
 Executors are plain classes; :mod:`fgnn.executors.runtime` is the one place they become Ray
-actors, so each is testable in-process.
+actors, so each is testable in-process. The names below are imported on first use (PEP 562):
+the actors that need no torch (the global queue, the argument store) start without it.
 """
 
-from fgnn.executors.ps import ParameterServer
-from fgnn.executors.queue import GlobalQueue, QueueItem
-from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RuntimeFailure
-from fgnn.executors.sampler import SamplerExecutor
-from fgnn.executors.scheduler import (StandbyPolicy, TaskScheduler, allocate, epoch_batches,
-                                      profit)
-from fgnn.executors.trainer import TrainerExecutor
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "Runtime": "fgnn.executors.runtime", "RuntimeFailure": "fgnn.executors.runtime",
+    "CHECKPOINT_NAME": "fgnn.executors.runtime",
+    "SamplerExecutor": "fgnn.executors.sampler", "TrainerExecutor": "fgnn.executors.trainer",
+    "ParameterServer": "fgnn.executors.ps",
+    "GlobalQueue": "fgnn.executors.queue", "QueueItem": "fgnn.executors.queue",
+    "TaskScheduler": "fgnn.executors.scheduler", "StandbyPolicy": "fgnn.executors.scheduler",
+    "allocate": "fgnn.executors.scheduler", "profit": "fgnn.executors.scheduler",
+    "epoch_batches": "fgnn.executors.scheduler",
+}
 
 __all__ = [
-    "Runtime",
-    "RuntimeFailure",
-    "CHECKPOINT_NAME",
-    "SamplerExecutor",
-    "TrainerExecutor",
-    "ParameterServer",
-    "GlobalQueue",
-    "QueueItem",
-    "TaskScheduler",
-    "StandbyPolicy",
-    "allocate",
-    "profit",
-    "epoch_batches",
+    "Runtime", "RuntimeFailure", "CHECKPOINT_NAME",
+    "SamplerExecutor", "TrainerExecutor", "ParameterServer", "GlobalQueue", "QueueItem",
+    "TaskScheduler", "StandbyPolicy", "allocate", "profit", "epoch_batches",
 ]
+
+if TYPE_CHECKING:
+    from fgnn.executors.ps import ParameterServer
+    from fgnn.executors.queue import GlobalQueue, QueueItem
+    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RuntimeFailure
+    from fgnn.executors.sampler import SamplerExecutor
+    from fgnn.executors.scheduler import (StandbyPolicy, TaskScheduler, allocate,
+                                          epoch_batches, profit)
+    from fgnn.executors.trainer import TrainerExecutor
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fgnn.executors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -186,6 +186,15 @@ def task_generator(seed: int, epoch: int, task_id: int, device: torch.device | s
     return g
 
 
+def seed_task_rng(seed: int, epoch: int, task_id: int) -> None:
+    """Seed this process's global torch RNG (CPU and CUDA) for one task's training step, so its
+    dropout masks depend only on ``(seed, epoch, task_id)``: a run repeats exactly with the same
+    seed, and a task re-run after a fault draws the same masks. Salted apart from
+    :func:`task_generator`'s sampling stream."""
+    torch.manual_seed((int(seed) * 1_000_003 + int(epoch) * 100_003 + int(task_id) + 0x5EED)
+                      % (2 ** 63))
+
+
 class NullMetrics:
     """Stand-in for :class:`fgnn.monitor.metrics.RuntimeMetrics` when it is unavailable."""
 

@@ -287,7 +287,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0),
                         crash_after_apply=not standby and index in self.crash_after_apply,
-                        disk=cfg.disk if self._disk_tier else None)
+                        disk=cfg.disk if self._disk_tier else None, seed=cfg.train.seed)
         return _Exec(name, role, device, h)
 
     def _build_layout(self, n_s: int, start_only: bool = False) -> None:

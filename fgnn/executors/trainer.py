@@ -37,7 +37,8 @@ from torch import nn
 
 from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, _device_tag, graph_from_payload,
-                                    metrics_for, open_disk_tiers, open_features, tensor_from)
+                                    metrics_for, open_disk_tiers, open_features, seed_task_rng,
+                                    tensor_from)
 from fgnn.executors._device import actor_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
@@ -126,13 +127,15 @@ class TrainerExecutor:
             the GIDS tiers of the on-disk file (device software cache of ``alpha``, CPU buffer,
             storage) instead of a static cache over the host matrix; ``features`` must then be a
             :class:`~fgnn.executors._common.MemmapFeatures`.
+        seed: the job's seed; each training step seeds its dropout from ``(seed, epoch, task)``
+            (:func:`~fgnn.executors._common.seed_task_rng`).
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
                  placement: Optional[Placement], device_index: int, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
-                 crash_after_apply: bool = False, disk: Any = None) -> None:
+                 crash_after_apply: bool = False, disk: Any = None, seed: int = 0) -> None:
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
@@ -152,6 +155,7 @@ class TrainerExecutor:
         self.load_cache(placement)
         self.delay_s = float(delay_s)
         self.crash_after_apply = bool(crash_after_apply)
+        self.seed = int(seed)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
         self._version = -1  # version of the server's weights this Trainer holds
@@ -361,6 +365,7 @@ class TrainerExecutor:
         self.model.train()
         for p in self.params:
             p.grad = None
+        seed_task_rng(self.seed, epoch, batch.task_id)
         logits = self.model(batch.sample.blocks, batch.x)
         loss = F.cross_entropy(logits, batch.labels)
         loss.backward()
