@@ -137,10 +137,11 @@ def run_fgnn(args: argparse.Namespace, ds: Any, seed: int,
     from fgnn.executors.runtime import Runtime
     from fgnn.sampling import KHop
 
-    eval_sampler = KHop(list(args.fanouts))
+    eval_sampler = KHop(list(args.fanouts), frontier=args.frontier)
     epochs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    rt = Runtime(_job(args, seed), ds, evaluate=False)
+    rt = Runtime(_job(args, seed), ds, evaluate=False,
+                 sampler=KHop(list(args.fanouts), frontier=args.frontier))
     if pair_file is not None:
         torch.save(pairing(args, ds, seed, rt.model), pair_file)
 
@@ -227,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--fanouts", type=lambda s: [int(x) for x in s.split(",")], default=[25, 10])
+    ap.add_argument("--frontier", choices=("all", "new"), default="all",
+                    help="fgnn's k-hop frontier: all (DGL blocks) or new (PyG's NeighborLoader)")
     ap.add_argument("--mode", default="single")
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--cache-ratio", type=float, default=0.2)

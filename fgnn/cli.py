@@ -72,6 +72,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--peer-cost": "cache.peer_cost",
     "--sampler": "sampler.kind",
     "--fanouts": "sampler.fanouts",
+    "--frontier": "sampler.frontier",
     "--num-walks": "sampler.num_walks",
     "--walk-length": "sampler.walk_length",
     "--top-k": "sampler.top_k",
@@ -300,6 +301,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="sampling algorithm (default: random_walk for pinsage, khop otherwise)")
     g.add_argument("--fanouts", type=_fanouts, default=None, metavar="F1,F2,...",
                    help=f"neighbours per layer, seed hop first (default per model: {fan})")
+    g.add_argument("--frontier", choices=("all", "new"), default=smp.frontier,
+                   help="k-hop samplers: which vertices draw neighbours at each hop: all of the "
+                        "sample so far (DGL blocks) or only the new ones, each layer reusing "
+                        "the edges before it (PyG's NeighborLoader) (default: %(default)s)")
     g.add_argument("--num-walks", type=_int_at_least(1), default=smp.num_walks, metavar="W",
                    help="random walks per vertex, pinsage (default: %(default)s)")
     g.add_argument("--walk-length", type=_int_at_least(1), default=smp.walk_length, metavar="L",
@@ -386,7 +391,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               walk_length=args.walk_length, top_k=args.top_k,
                               num_layers=args.num_layers, locality_lt=args.locality_lt,
                               locality_ut=args.locality_ut,
-                              locality_max_scale=args.locality_max_scale),
+                              locality_max_scale=args.locality_max_scale,
+                              frontier=args.frontier),
         cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
                           cache_ratio=_auto(args.cache_ratio),
                           device_memory_gib=_auto(args.device_memory), reorder=args.reorder,

@@ -61,6 +61,10 @@ class SamplerConfig:
     """``ut`` of Algorithm 2: above it, ``s`` doubles."""
     locality_max_scale: float = 8.0
     """``MAXS`` of Algorithm 2: the largest scale factor ``s``."""
+    frontier: str = "all"
+    """k-hop samplers: which vertices draw neighbours at each hop. ``all`` vertices of the
+    sample so far (DGL blocks, GNNLab) or only the ``new`` ones of the previous hop, every layer
+    reusing the edges sampled before it (PyG's ``NeighborLoader``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("khop", "weighted", "random_walk", "locality"):
@@ -83,6 +87,11 @@ class SamplerConfig:
                   f"must be <= locality_ut={self.locality_ut}")
         if not self.locality_max_scale >= 1.0:
             _fail("SamplerConfig", "locality_max_scale", self.locality_max_scale, "must be >= 1")
+        if self.frontier not in ("all", "new"):
+            _fail("SamplerConfig", "frontier", self.frontier, "must be 'all' or 'new'")
+        if self.frontier == "new" and self.kind not in ("khop", "weighted"):
+            _fail("SamplerConfig", "frontier", self.frontier,
+                  f"'new' is for the k-hop samplers (khop, weighted), not kind={self.kind!r}")
 
 
 @dataclass

@@ -74,6 +74,8 @@ def test_flags_map_onto_config(tmp_path):
     assert (s.kind, s.locality_lt, s.locality_ut, s.locality_max_scale) == \
         ("locality", 0.1, 0.3, 4.0)
     assert _config("--dashboard-host", "off").runtime.dashboard_host is None
+    assert _config().sampler.frontier == "all"
+    assert _config("--frontier", "new").sampler.frontier == "new"
 
 
 def test_help_documents_every_flag_with_default(capsys):
@@ -133,6 +135,7 @@ def _bad(argv: list[str], capsys, tmp_path: Path) -> str:
     (["--locality-lt", "0.5", "--locality-ut", "0.2"], "--locality-lt", "0.5"),
     (["--locality-max-scale", "0.5"], "--locality-max-scale", "0.5"),
     (["--sampler", "locality", "--cache-policy", "none"], "--sampler", "locality"),
+    (["--sampler", "locality", "--frontier", "new"], "--frontier", "new"),
 ])
 def test_bad_flag_one_line(argv, flag, value, capsys, tmp_path):
     line = _bad(argv, capsys, tmp_path)

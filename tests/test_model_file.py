@@ -81,6 +81,23 @@ def test_save_load_evaluate_reproduces_the_reported_scores(ray_session, dataset,
     assert from_ckpt.evaluate(dataset, "test").accuracy == final["test_acc"]
 
 
+def test_the_new_frontier_trains_end_to_end_and_a_loaded_model_scores_with_it(
+        ray_session, dataset, tmp_path):
+    """``--frontier new`` (PyG's NeighborLoader semantics) reaches the Samplers, the report and
+    the model file: the loaded model re-scores every split exactly with the same frontier."""
+    from fgnn.cli import main
+
+    model_path, report = tmp_path / "model.pt", tmp_path / "r.json"
+    assert main(ARGS + ["--epochs", "2", "--eval-batch-size", "16", "--frontier", "new",
+                        "--save-model", str(model_path), "--report", str(report)]) == 0
+    rep = json.loads(report.read_text())
+    assert rep["config"]["sampler"]["frontier"] == "new"
+    saved = fgnn.load_model(model_path, dataset)
+    assert saved.eval_sampler().frontier == "new"
+    for split in ("train", "val", "test"):
+        assert saved.evaluate(dataset, split).accuracy == rep["final"][f"{split}_acc"]
+
+
 def test_full_disk_under_the_checkpoint_directory_ends_in_one_line(ray_session, tmp_path,
                                                                    monkeypatch, capsys):
     from fgnn.cli import main

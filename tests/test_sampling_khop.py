@@ -227,3 +227,51 @@ def test_empty_seeds():
     g = random_graph(20, 50)
     sample = KHop([3, 2]).sample(g, torch.empty(0, dtype=torch.int64))
     assert sample.input_nodes.numel() == 0 and sample.num_edges == 0
+
+
+@pytest.mark.parametrize("fanouts", [(5, 3), (15, 10, 5)])
+def test_new_frontier_samples_each_vertex_once_and_reuses_its_edges(device, fanouts):
+    """``frontier="new"`` (PyG's NeighborLoader): a vertex draws neighbours only at the hop after
+    it was discovered, with that hop's fanout, and every later layer reuses those edges."""
+    g = simple_graph(300, 3000, seed=1).to(device)
+    seeds = torch.randperm(300, generator=torch.Generator().manual_seed(0))[:40].to(device)
+    sample = KHop(fanouts, frontier="new").sample(g, seeds, torch.Generator(device).manual_seed(0))
+    sample, g = sample.to("cpu"), g.to("cpu")
+    check_structure(g, sample, seeds.cpu())
+    deg, nodes = g.degrees(), sample.input_nodes
+    hops = list(reversed(sample.blocks))  # hops[h] aggregates the edges of hops 0..h
+    for h in range(1, len(hops)):  # each layer's edges extend the previous layer's
+        prev = hops[h - 1]
+        assert torch.equal(hops[h].src[:prev.num_edges], prev.src)
+        assert torch.equal(hops[h].dst[:prev.num_edges], prev.dst)
+    lo = 0
+    for h, b in enumerate(hops):  # the vertices discovered by hop h-1 sample fanouts[h] each
+        per_dst = torch.bincount(b.dst, minlength=b.num_dst)
+        expect = deg[nodes[lo:b.num_dst]].clamp(max=fanouts[h])
+        assert torch.equal(per_dst[lo:b.num_dst], expect)
+        lo = b.num_dst
+
+
+def test_new_frontier_blocks_compute_what_the_whole_sampled_subgraph_computes():
+    """A model on the ``frontier="new"`` blocks gives the seeds the logits of PyG's computation:
+    every layer over all vertices and all sampled edges of the subgraph."""
+    from fgnn.models import GraphSAGE
+    from fgnn.sampling.base import Block
+
+    g = simple_graph(400, 4000, seed=2)
+    seeds = torch.arange(0, 400, 13)
+    sample = KHop([6, 4], frontier="new").sample(g, seeds, torch.Generator().manual_seed(3))
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 3, num_layers=2, hidden=16, dropout=0.0).eval()
+    x = torch.randn(400, 8)[sample.input_nodes]
+    inp = sample.blocks[0]
+    whole = Block(inp.src, inp.dst, num_src=x.shape[0], num_dst=x.shape[0])
+    with torch.no_grad():
+        ours = model(sample.blocks, x)
+        pyg = model([whole, whole], x)[: seeds.numel()]
+    torch.testing.assert_close(ours, pyg, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_frontier():
+    with pytest.raises(ValueError, match="frontier"):
+        KHop([5], frontier="old")

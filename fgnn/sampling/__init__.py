@@ -41,9 +41,9 @@ def build_sampler(cfg: SamplerConfig, **kw: Any) -> Sampler:
         raise ValueError(f"build_sampler expects a SamplerConfig, got {type(cfg).__name__}")
     try:
         if cfg.kind == "khop":
-            return KHop(cfg.fanouts, **kw)
+            return KHop(cfg.fanouts, frontier=cfg.frontier, **kw)
         if cfg.kind == "weighted":
-            return KHop(cfg.fanouts, weighted=True, **kw)
+            return KHop(cfg.fanouts, weighted=True, frontier=cfg.frontier, **kw)
         if cfg.kind == "random_walk":
             return RandomWalk(cfg.num_walks, cfg.walk_length, cfg.top_k, cfg.num_layers, **kw)
         if cfg.kind == "locality":

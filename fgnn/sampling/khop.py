@@ -212,6 +212,11 @@ class KHop(Sampler):
         weighted: draw proportionally to ``graph.weights`` (without replacement).
         replace: draw with replacement (repeated neighbours become repeated edges). Only the
             uniform sampler supports it.
+        frontier: which vertices draw neighbours at each hop
+            (:func:`~fgnn.sampling.remap.sample_layers`): ``"all"`` vertices of the sample so
+            far (DGL blocks, GNNLab; the default), or only the ``"new"`` ones of the previous
+            hop, each layer aggregating over every edge sampled up to its hop (PyG's
+            ``NeighborLoader``).
 
     Example::
 
@@ -219,12 +224,16 @@ class KHop(Sampler):
         sample.blocks[0]  # input layer: the last hop sampled
 
     Raises:
-        ValueError: on empty or non-positive ``fanouts``, or ``weighted`` with ``replace``.
+        ValueError: on empty or non-positive ``fanouts``, ``weighted`` with ``replace``, or
+            another ``frontier``.
     """
 
     def __init__(self, fanouts: Sequence[int], weighted: bool = False,
-                 replace: bool = False) -> None:
+                 replace: bool = False, frontier: str = "all") -> None:
         self.fanouts = check_fanouts(fanouts)
+        if frontier not in ("all", "new"):
+            raise ValueError(f"KHop: frontier must be 'all' or 'new', got {frontier!r}")
+        self.frontier = frontier
         if weighted and replace:
             raise ValueError("KHop: weighted=True with replace=True is not supported, got "
                              "replace=True")
@@ -236,8 +245,9 @@ class KHop(Sampler):
         self._row_max_of: Optional[torch.Tensor] = None
 
     def __repr__(self) -> str:
+        extra = "" if self.frontier == "all" else f", frontier={self.frontier!r}"
         return (f"{type(self).__name__}(fanouts={list(self.fanouts)}, weighted={self.weighted}, "
-                f"replace={self.replace})")
+                f"replace={self.replace}{extra})")
 
     def _select(self, graph: CSRGraph, rows: torch.Tensor, hop: int,
                 generator: Optional[torch.Generator]
@@ -270,7 +280,8 @@ class KHop(Sampler):
         seeds = check_seeds(graph, seeds)
         self.check_graph(graph)
         return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers,
-                             lambda frontier, hop: self._select(graph, frontier, hop, generator))
+                             lambda frontier, hop: self._select(graph, frontier, hop, generator),
+                             self.frontier)
 
 
 def _sample_with_replacement(graph: CSRGraph, rows: torch.Tensor, fanout: int,

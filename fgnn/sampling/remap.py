@@ -165,29 +165,55 @@ LayerSelect = Callable[[torch.Tensor, int],
 
 
 def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_layers: int,
-                  select: LayerSelect) -> "Sample":
-    """The layer loop every sampler shares (FGNN §2, Fig. 1): from the current frontier (all
-    local vertices so far), ``select`` picks neighbours, the remapper gives new ones the next local
-    ids, and one block is recorded per layer; blocks come back input layer first.
+                  select: LayerSelect, frontier: str = "all") -> "Sample":
+    """The layer loop every sampler shares (FGNN §2, Fig. 1): from the current frontier,
+    ``select`` picks neighbours, the remapper gives new ones the next local ids, and one block is
+    recorded per layer; blocks come back input layer first.
+
+    Two frontiers (``frontier``):
+
+    * ``"all"`` (DGL blocks, GNNLab): every vertex of the sample so far draws neighbours at each
+      hop, so a layer's destination vertices get a fresh sample for every layer.
+    * ``"new"`` (PyG's ``NeighborLoader``): only the vertices the previous hop discovered draw
+      neighbours, and the block of hop ``h`` aggregates over every edge sampled at hops
+      ``0 .. h``, so the seeds use the same sampled edges in every layer.
 
     Args:
         remapper: the sampler's scratch-array remapper (reset on success and on error).
         seeds: validated int64 seed ids on the graph's device.
         num_nodes: N of the graph.
         num_layers: blocks to produce.
-        select: picks the sampled edges of ``frontier`` for layer ``layer`` (0 = seeds' hop).
+        select: picks the sampled edges of ``frontier`` for layer ``layer`` (0 = seeds' hop);
+            its destination indices are positions in the frontier it was given.
+        frontier: ``"all"`` or ``"new"``.
+
+    Raises:
+        ValueError: on another ``frontier``, or edge weights with ``frontier="new"``.
     """
     from fgnn.sampling.base import Block, Sample
 
+    if frontier not in ("all", "new"):
+        raise ValueError(f"frontier must be 'all' or 'new', got {frontier!r}")
     remapper.begin(seeds, num_nodes)
     try:
-        blocks = []
+        blocks: list[Block] = []
+        start = 0  # local id of the first vertex that samples at this hop
+        src_so_far: list[torch.Tensor] = []
+        dst_so_far: list[torch.Tensor] = []
         for layer in range(num_layers):
-            frontier = remapper.nodes()
-            nbr, dst, w = select(frontier, layer)
+            nodes = remapper.nodes()
+            hop = nodes if frontier == "all" else nodes[start:]
+            nbr, dst, w = select(hop, layer)
             src = remapper.add(nbr)
-            blocks.append(Block(src, dst, num_src=remapper.size,
-                                num_dst=int(frontier.numel()), weights=w))
+            if frontier == "new":
+                if w is not None:
+                    raise ValueError("frontier='new' does not take edge weights")
+                src_so_far.append(src)
+                dst_so_far.append(dst + start)
+                src, dst = torch.cat(src_so_far), torch.cat(dst_so_far)
+                start = int(nodes.numel())
+            blocks.append(Block(src, dst, num_src=remapper.size, num_dst=int(nodes.numel()),
+                                weights=w))
         input_nodes = remapper.end()
     except BaseException:
         remapper.abort()
