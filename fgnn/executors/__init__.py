@@ -8,8 +8,9 @@ the actors that need no torch (the global queue, the argument store) start witho
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fgnn._lazy import lazy_exports
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -39,14 +40,4 @@ if TYPE_CHECKING:
     from fgnn.executors.trainer import TrainerExecutor
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fgnn.executors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
