@@ -60,6 +60,7 @@ import torch  # noqa: E402
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig,  # noqa: E402
                          RuntimeConfig, SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
+from fgnn.raystart import local_system_config  # noqa: E402
 
 __all__ = ["check_pyg", "run_fgnn", "run_pyg", "main"]
 
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         _save_graph(ds, args, graph_file)
         t0 = time.perf_counter()
         ray.init(address="local", num_gpus=max(args.devices, 1), include_dashboard=False,
-                 log_to_driver=False)
+                 log_to_driver=False, _system_config=local_system_config())
         ray_start_s = time.perf_counter() - t0
         try:
             for seed in seeds:

@@ -49,6 +49,7 @@ from fgnn.config import (MODES, PLACEMENTS, CacheConfig, JobConfig,  # noqa: E40
                          ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.executors.runtime import Runtime  # noqa: E402
+from fgnn.raystart import local_system_config  # noqa: E402
 
 __all__ = ["run_mode", "summarize", "main"]
 
@@ -328,7 +329,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     print(f"dataset {ds!r} loaded in {load_s:.1f}s; graph {_fmt_bytes(ds.graph.nbytes())}, "
           f"features {_fmt_bytes(ds.num_nodes * ds.feature_row_bytes)}", flush=True)
     ray.init(address="local", num_cpus=max(4, args.devices), num_gpus=args.devices,
-             include_dashboard=False, log_to_driver=False)
+             include_dashboard=False, log_to_driver=False, _system_config=local_system_config())
     rows = []
     try:
         for m in args.mode_list:

@@ -28,7 +28,8 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
-from fgnn.raystart import explicit_token_auth, init_with_dashboard, token_auth_enabled
+from fgnn.raystart import (explicit_token_auth, init_with_dashboard, local_system_config,
+                           token_auth_enabled)
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
@@ -346,6 +347,7 @@ class Job:
                     kwargs["num_gpus"] = rc.gpus_needed
                 # Executors are light on CPU; declare enough logical CPUs for all of them.
                 kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
+                kwargs["_system_config"] = local_system_config()
                 if dashboard:
                     kwargs["dashboard_host"] = rc.dashboard_host
                 explicit_token_auth()  # Ray's default for a new cluster, without its warning

@@ -1,6 +1,7 @@
-"""Starting a local Ray for a job: token authentication stated explicitly, an optional dashboard.
+"""Starting a local Ray for a job: token authentication stated explicitly, an optional dashboard,
+and larger inline objects.
 
-Two things Ray does on a plain ``ray.init()`` that a training job should not inherit:
+Three things Ray does on a plain ``ray.init()`` that a training job should not inherit:
 
 * With ``RAY_AUTH_MODE`` unset, Ray turns token authentication on for a new local cluster and
   logs a WARNING saying so on every run. :func:`explicit_token_auth` turns it on the same way
@@ -10,6 +11,13 @@ Two things Ray does on a plain ``ray.init()`` that a training job should not inh
   an address it cannot bind) makes ``ray.init`` raise after the rest of the node has started.
   :func:`init_with_dashboard` stops that half-started node and starts Ray again without the
   dashboard, returning the reason in one line for the caller to print.
+* Ray passes a task argument or return value inline only up to 100 KiB; anything larger goes
+  through the shared-memory object store (a put, a fetch and a release per call). A Trainer's
+  gradient push and the weights that come back are larger than that for most models (296 KiB
+  for GraphSAGE 128-256-16) and cross on every task. :func:`local_system_config` raises the
+  limit to :data:`INLINE_OBJECT_BYTES` for a cluster fgnn starts itself: on the 2-core test
+  machine the exchange went from 31–38 ms to 17–23 ms per task (``bench/ps.py``,
+  docs/benchmarks.md). A cluster fgnn joins keeps its own setting.
 """
 
 from __future__ import annotations
@@ -18,13 +26,23 @@ import logging
 import os
 from typing import Any, Optional
 
-__all__ = ["AUTH_MODE_ENV", "explicit_token_auth", "token_auth_enabled", "init_with_dashboard"]
+__all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "explicit_token_auth", "token_auth_enabled",
+           "init_with_dashboard", "local_system_config"]
+
+#: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
+#: 100 KiB); it covers the gradients and weights of models up to a million parameters.
+INLINE_OBJECT_BYTES = 4 * 1024 * 1024
 
 #: Environment variable that selects Ray's authentication mode (``token`` or ``disabled``).
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 # Ray's loggers whose records about a failed dashboard start are replaced by one fgnn line.
 _DASHBOARD_LOGGER = "ray._private.services"
+
+
+def local_system_config() -> dict[str, Any]:
+    """The ``_system_config`` of a local Ray that fgnn starts (``ray.init(_system_config=...)``)."""
+    return {"max_direct_call_object_size": INLINE_OBJECT_BYTES}
 
 
 def explicit_token_auth() -> str:

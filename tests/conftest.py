@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fgnn.graph import CSRGraph
+from fgnn.raystart import local_system_config
 
 REPO = Path(__file__).resolve().parents[1]
 PLANETOID_ROOT = Path(os.environ.get("FGNN_PLANETOID_ROOT",
@@ -46,7 +47,7 @@ def ray_cluster():
         ray.shutdown()  # a Ray some test started with other resources
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=4, num_gpus=RAY_GPUS, include_dashboard=False,
-                 log_to_driver=False)
+                 log_to_driver=False, _system_config=local_system_config())
         _shared_ray["up"] = True
     yield
 
@@ -57,7 +58,8 @@ def ray_session():
     cluster is down by then (see :func:`pytest_runtest_setup`)."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config=local_system_config())
     yield ray
     ray.shutdown()
 

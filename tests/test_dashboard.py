@@ -186,3 +186,38 @@ def test_up_serves_the_fgnn_console_on_rays_config(tmp_path):
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert "Grafana not started" in out
+
+
+class _Stop(Exception):
+    """Raised by a fake ``ray.init`` once it has recorded its arguments."""
+
+
+@pytest.mark.parametrize("starter", ["job-with-dashboard", "job", "runtime"])
+def test_a_ray_fgnn_starts_passes_objects_up_to_4_mib_inline(monkeypatch, starter):
+    """Gradient pushes and weights (296 KiB for GraphSAGE 128-256-16) cross on every task; Ray's
+    100 KiB default sends them through the object store."""
+    import types
+
+    import ray
+
+    from fgnn.config import JobConfig, RuntimeConfig
+    from fgnn.executors.runtime import Runtime
+    from fgnn.job import Job
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    host = "127.0.0.1" if starter == "job-with-dashboard" else None
+    cfg = JobConfig(runtime=RuntimeConfig(devices=2, dashboard_host=host))
+    with pytest.raises(_Stop):
+        if starter == "runtime":
+            Runtime._init_ray(types.SimpleNamespace(config=cfg))
+        else:
+            Job(cfg)._init_ray()
+    assert calls[0]["_system_config"] == {"max_direct_call_object_size": 4 * 1024 * 1024}
+    assert raystart.INLINE_OBJECT_BYTES == 4 * 1024 * 1024
