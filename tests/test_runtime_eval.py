@@ -124,6 +124,10 @@ def test_reported_accuracies_are_the_reference_recipe(ray_cluster, dataset, mode
     assert ("val",) in {s for s, _, _ in seen}
     assert max(d for s, d, t in seen if s == ("val",)) == val_chunks
     assert rt.final_eval_s > 0
+    # the final pass reuses the best epoch's validation score (checked above against a
+    # re-score) and scores only train and test
+    assert {s for s, _, _ in seen} == {("val",), ("train", "test")}
+    assert result.final["val_acc"] == max(e.val_acc for e in result.epochs)
 
 
 def _unpatched_evaluate_split(*args, **kwargs) -> SplitScore:
