@@ -57,7 +57,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from fgnn.config import (CacheConfig, JobConfig, ModelConfig,  # noqa: E402
+from fgnn.config import (FRONTIERS, CacheConfig, JobConfig, ModelConfig,  # noqa: E402
                          RuntimeConfig, SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.raystart import local_system_config  # noqa: E402
@@ -138,23 +138,22 @@ def run_fgnn(args: argparse.Namespace, ds: Any, seed: int,
     from fgnn.executors.runtime import Runtime
     from fgnn.sampling import KHop
 
-    eval_sampler = KHop(list(args.fanouts), frontier=args.frontier)
+    sampler = KHop(list(args.fanouts), frontier=args.frontier)  # trains (on the actors), scores
     epochs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    rt = Runtime(_job(args, seed), ds, evaluate=False,
-                 sampler=KHop(list(args.fanouts), frontier=args.frontier))
+    rt = Runtime(_job(args, seed), ds, evaluate=False, sampler=sampler)
     if pair_file is not None:
         torch.save(pairing(args, ds, seed, rt.model), pair_file)
 
     def on_epoch(stats: Any) -> None:  # rt.model holds the server's weights of this epoch
         t = time.perf_counter()
-        val = evaluate_split(rt.model, ds, "val", eval_sampler, args.eval_batch_size, seed)
+        val = evaluate_split(rt.model, ds, "val", sampler, args.eval_batch_size, seed)
         epochs.append({"epoch": stats.epoch, "loss": stats.loss, "train_s": stats.time_s,
                        "eval_s": time.perf_counter() - t, "val_acc": val.accuracy})
 
     rt.on_epoch = on_epoch
     result = rt.run()
-    test = evaluate_split(rt.model, ds, "test", eval_sampler, args.eval_batch_size, seed)
+    test = evaluate_split(rt.model, ds, "test", sampler, args.eval_batch_size, seed)
     return {"seed": seed, "epochs": epochs, "test_acc": test.accuracy,
             "wall_s": time.perf_counter() - t0, "allocation": result.allocation}
 
@@ -229,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--fanouts", type=lambda s: [int(x) for x in s.split(",")], default=[25, 10])
-    ap.add_argument("--frontier", choices=("all", "new"), default="all",
+    ap.add_argument("--frontier", choices=FRONTIERS, default="all",
                     help="fgnn's k-hop frontier: all (DGL blocks) or new (PyG's NeighborLoader)")
     ap.add_argument("--mode", default="single")
     ap.add_argument("--devices", type=int, default=1)

@@ -20,6 +20,7 @@ from fgnn.config import (
     DISK_CACHES,
     DISK_IO,
     FEATURE_TIERS,
+    FRONTIERS,
     MODELS,
     MODES,
     SAMPLE_TRANSPORTS,
@@ -301,7 +302,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="sampling algorithm (default: random_walk for pinsage, khop otherwise)")
     g.add_argument("--fanouts", type=_fanouts, default=None, metavar="F1,F2,...",
                    help=f"neighbours per layer, seed hop first (default per model: {fan})")
-    g.add_argument("--frontier", choices=("all", "new"), default=smp.frontier,
+    g.add_argument("--frontier", choices=FRONTIERS, default=smp.frontier,
                    help="k-hop samplers: which vertices draw neighbours at each hop: all of the "
                         "sample so far (DGL blocks) or only the new ones, each layer reusing "
                         "the edges before it (PyG's NeighborLoader) (default: %(default)s)")

@@ -29,6 +29,8 @@ FEATURE_TIERS = ("memory", "disk")
 DISK_CACHES = ("window", "lru", "random")
 DISK_IO = ("direct", "buffered")
 PLACEMENTS = ("replicate", "algorithm1", "auto")
+#: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
+FRONTIERS = ("all", "new")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -87,8 +89,9 @@ class SamplerConfig:
                   f"must be <= locality_ut={self.locality_ut}")
         if not self.locality_max_scale >= 1.0:
             _fail("SamplerConfig", "locality_max_scale", self.locality_max_scale, "must be >= 1")
-        if self.frontier not in ("all", "new"):
-            _fail("SamplerConfig", "frontier", self.frontier, "must be 'all' or 'new'")
+        if self.frontier not in FRONTIERS:
+            _fail("SamplerConfig", "frontier", self.frontier,
+                  f"must be one of {', '.join(FRONTIERS)}")
         if self.frontier == "new" and self.kind not in ("khop", "weighted"):
             _fail("SamplerConfig", "frontier", self.frontier,
                   f"'new' is for the k-hop samplers (khop, weighted), not kind={self.kind!r}")

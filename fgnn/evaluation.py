@@ -26,12 +26,14 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
+    from fgnn.config import TrainConfig
     from fgnn.data.dataset import Dataset
     from fgnn.graph import CSRGraph
     from fgnn.sampling.base import Sampler
 
-__all__ = ["SPLITS", "EVAL_MODES", "default_eval_chunk", "SplitScore", "EvalPlan", "eval_batches",
-           "eval_generator", "score_logits", "evaluate_split", "evaluate_layerwise"]
+__all__ = ["SPLITS", "EVAL_MODES", "default_eval_chunk", "eval_chunk", "SplitScore", "EvalPlan",
+           "eval_batches", "eval_generator", "score_logits", "evaluate_split",
+           "evaluate_layerwise"]
 
 #: How a split is scored: ``sampled`` (the chunk recipe below, the job's sampler) or
 #: ``layerwise`` (every neighbour, layer by layer: :func:`fgnn.inference.layerwise_inference`).
@@ -89,6 +91,12 @@ def default_eval_chunk(batch_size: int, row_bytes: int) -> int:
     mini-batches."""
     by_width = EVAL_CHUNK_ROW_BYTES // max(1, int(row_bytes))
     return max(int(batch_size), min(EVAL_CHUNK_SEEDS, max(1, by_width)))
+
+
+def eval_chunk(train: "TrainConfig", row_bytes: int) -> int:
+    """Seeds per evaluation chunk in force: ``train.eval_batch_size``, else
+    :func:`default_eval_chunk` of the training batch and the feature row bytes."""
+    return int(train.eval_batch_size or default_eval_chunk(train.batch_size, row_bytes))
 
 
 def eval_batches(idx: torch.Tensor, batch_size: int) -> list[torch.Tensor]:

@@ -85,10 +85,9 @@ def job_identity(config: "JobConfig", dataset: "Dataset", model: nn.Module,
         model: the job's model (built-in or custom).
         sampler: the job's training sampler (it also scores, :mod:`fgnn.evaluation`).
     """
-    from fgnn.evaluation import default_eval_chunk
+    from fgnn.evaluation import eval_chunk
 
-    chunk = config.train.eval_batch_size or default_eval_chunk(config.train.batch_size,
-                                                               dataset.feature_row_bytes)
+    chunk = eval_chunk(config.train, dataset.feature_row_bytes)
     return {
         "model": model_identity(model, config.model.dropout),
         "sampler": {"config": asdict(config.sampler), "class": _qualname(sampler)},

@@ -182,8 +182,13 @@ def task_generator(seed: int, epoch: int, task_id: int, device: torch.device | s
     """The random source of one mini-batch task: the same on every executor, so a task
     re-sampled after a fault draws the same neighbourhood."""
     g = torch.Generator(device=device)
-    g.manual_seed((int(seed) * 1_000_003 + int(epoch) * 100_003 + int(task_id)) % (2 ** 63))
+    g.manual_seed(_task_seed(seed, epoch, task_id))
     return g
+
+
+def _task_seed(seed: int, epoch: int, task_id: int, salt: int = 0) -> int:
+    """The seed of one task's random stream; ``salt`` keeps streams of one task apart."""
+    return (int(seed) * 1_000_003 + int(epoch) * 100_003 + int(task_id) + salt) % (2 ** 63)
 
 
 def seed_task_rng(seed: int, epoch: int, task_id: int) -> None:
@@ -191,8 +196,7 @@ def seed_task_rng(seed: int, epoch: int, task_id: int) -> None:
     dropout masks depend only on ``(seed, epoch, task_id)``: a run repeats exactly with the same
     seed, and a task re-run after a fault draws the same masks. Salted apart from
     :func:`task_generator`'s sampling stream."""
-    torch.manual_seed((int(seed) * 1_000_003 + int(epoch) * 100_003 + int(task_id) + 0x5EED)
-                      % (2 ** 63))
+    torch.manual_seed(_task_seed(seed, epoch, task_id, salt=0x5EED))
 
 
 class NullMetrics:

@@ -71,7 +71,7 @@ from torch import nn
 
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
-from fgnn.evaluation import EvalPlan, default_eval_chunk
+from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore, LocalSampling, make_actor
 from fgnn.executors._caches import CacheSetup
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
@@ -136,7 +136,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         if not isinstance(dataset, Dataset):
             raise ValueError(f"dataset must be a Dataset, got {type(dataset).__name__}")
         if config.train.eval_batch_size is None:
-            chunk = default_eval_chunk(config.train.batch_size, dataset.feature_row_bytes)
+            chunk = eval_chunk(config.train, dataset.feature_row_bytes)
             config = replace(config, train=replace(config.train, eval_batch_size=chunk))
         self.config, self.dataset = config, dataset
         self.sampler = sampler if sampler is not None else _build_sampler(config)

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from fgnn.config import FRONTIERS
 from fgnn.graph import CSRGraph
 from fgnn.sampling._util import check_fanouts, check_seeds, rand, segment_arange
 from fgnn.sampling.base import Sample, Sampler
@@ -231,8 +232,9 @@ class KHop(Sampler):
     def __init__(self, fanouts: Sequence[int], weighted: bool = False,
                  replace: bool = False, frontier: str = "all") -> None:
         self.fanouts = check_fanouts(fanouts)
-        if frontier not in ("all", "new"):
-            raise ValueError(f"KHop: frontier must be 'all' or 'new', got {frontier!r}")
+        if frontier not in FRONTIERS:
+            raise ValueError(f"KHop: frontier must be one of {', '.join(FRONTIERS)}, got "
+                             f"{frontier!r}")
         self.frontier = frontier
         if weighted and replace:
             raise ValueError("KHop: weighted=True with replace=True is not supported, got "

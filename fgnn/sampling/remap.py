@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
+from fgnn.config import FRONTIERS
+
 if TYPE_CHECKING:
     from fgnn.sampling.base import Sample
 
@@ -192,8 +194,8 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
     """
     from fgnn.sampling.base import Block, Sample
 
-    if frontier not in ("all", "new"):
-        raise ValueError(f"frontier must be 'all' or 'new', got {frontier!r}")
+    if frontier not in FRONTIERS:
+        raise ValueError(f"frontier must be one of {', '.join(FRONTIERS)}, got {frontier!r}")
     remapper.begin(seeds, num_nodes)
     try:
         blocks: list[Block] = []
