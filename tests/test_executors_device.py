@@ -42,6 +42,8 @@ def test_actor_device_asks_ray_inside_the_actor(monkeypatch):
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [1])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
+    monkeypatch.setattr(_device, "node_nvidia_gpus", lambda: 0)  # logical GPUs below
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert actor_device(AUTO) == torch.device("cuda:1")
     assert actor_device("cpu") == torch.device("cpu")

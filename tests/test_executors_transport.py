@@ -13,24 +13,29 @@ from fgnn.executors._streams import CopyStream, StageClock
 from conftest import random_graph
 
 
-@pytest.mark.parametrize("requested,device,one_node,want", [
-    ("auto", "cuda", True, "cuda_ipc"),          # GPU samplers, one node: no host round trip
-    ("auto", "cuda", False, "object_store"),     # across nodes: the object store
-    ("auto", "cpu", True, "object_store"),       # Ray logical GPUs on CPU
-    ("object_store", "cuda", True, "object_store"),
-    ("cuda_ipc", "cuda", True, "cuda_ipc"),
+@pytest.mark.parametrize("requested,device,one_node,shared,want", [
+    # the default is the object store: Ray's CUDA IPC receiver only reads tensors made on its
+    # own GPU, and every Trainer takes from one queue (tests/test_executors_cuda_contract.py)
+    ("auto", "cuda", True, False, "object_store"),
+    ("auto", "cuda", True, True, "object_store"),
+    ("auto", "cpu", True, False, "object_store"),       # Ray logical GPUs on CPU
+    ("object_store", "cuda", True, True, "object_store"),
+    ("cuda_ipc", "cuda", True, True, "cuda_ipc"),      # every Trainer on its Sampler's GPU
 ])
-def test_transport_choice(requested, device, one_node, want):
-    assert choose_transport(requested, device, one_node) == want
+def test_transport_choice(requested, device, one_node, shared, want):
+    assert choose_transport(requested, device, one_node, shared) == want
 
 
-@pytest.mark.parametrize("device,one_node,why", [("cpu", True, "not on CUDA"),
-                                                 ("cuda", False, "several nodes")])
-def test_cuda_ipc_where_it_cannot_work_is_refused(device, one_node, why):
+@pytest.mark.parametrize("device,one_node,shared,why", [
+    ("cpu", True, True, "not on CUDA"),
+    ("cuda", False, True, "several nodes"),
+    ("cuda", True, False, "other GPUs than their Sampler"),
+])
+def test_cuda_ipc_where_it_cannot_work_is_refused(device, one_node, shared, why):
     with pytest.raises(ValueError, match=why):
-        choose_transport("cuda_ipc", device, one_node)
+        choose_transport("cuda_ipc", device, one_node, shared)
     with pytest.raises(ValueError, match="must be one of"):
-        choose_transport("nccl", device, one_node)
+        choose_transport("nccl", device, one_node, shared)
 
 
 def test_both_packings_unpack_to_the_same_sample():

@@ -107,20 +107,21 @@ class StageClock:
     """
 
     def __init__(self, device: torch.device | str) -> None:
-        self.cuda = torch.device(device).type == "cuda"
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
 
-    def start(self) -> Any:
-        """Mark a stage's start on the current stream."""
-        if not self.cuda:
-            return time.perf_counter()
+    def _mark(self) -> Any:
+        # on this device's current stream, whatever the thread's current device is
         ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
+        ev.record(torch.cuda.current_stream(self.device))
         return ev
 
+    def start(self) -> Any:
+        """Mark a stage's start on the device's current stream."""
+        return time.perf_counter() if not self.cuda else self._mark()
+
     def stop(self, start: Any) -> Lap:
-        """Mark the stage's end on the current stream."""
+        """Mark the stage's end on the device's current stream."""
         if not self.cuda:
             return Lap(start, time.perf_counter(), False)
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return Lap(start, ev, True)
+        return Lap(start, self._mark(), True)

@@ -80,7 +80,7 @@ from fgnn.executors._epoch import EpochLoop, EvalOutcome, RuntimeFailure, _Exec
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
-from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.sampler import SamplerExecutor, trainers_share_gpu
 from fgnn.executors.scheduler import allocate, step_tasks
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
@@ -252,6 +252,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
 
         nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
         self.one_node = len(set(nodes.values())) <= 1
+        self.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
         self.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
             name=ARGS_ACTOR).remote()
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
@@ -269,7 +270,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                         cfg.train.batch_size, cfg.train.seed, None, self.queue, name,
                         self.torch_device, eval_idx=self._refs["eval_idx"],
                         transport=cfg.runtime.sample_transport, one_node=self.one_node,
-                        parts=self.step_tasks)
+                        parts=self.step_tasks, shared_gpu=self.shared_gpu)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:

@@ -36,36 +36,61 @@ from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
-           "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport"]
+           "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport",
+           "trainers_share_gpu", "transport_errors"]
 
 #: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
-#: object store, numpy buffers mapped zero-copy; every device kind, across nodes) or
-#: ``cuda_ipc`` (Ray Direct Transport: the sample stays in the Sampler's GPU memory and the
-#: Trainer's GPU reads it over CUDA IPC -- no host round trip; one node, Ray-assigned GPUs).
+#: object store, numpy buffers mapped zero-copy; every device kind, across nodes; what ``auto``
+#: takes) or ``cuda_ipc`` (Ray Direct Transport: the sample stays in the Sampler's GPU memory
+#: and the Trainer maps it over CUDA IPC -- no host round trip). Ray's CUDA IPC receiver only
+#: accepts tensors made on a GPU Ray assigned to the *receiving* actor
+#: (``ray/experimental/rdt/cuda_ipc_transport.py``), and every Trainer takes from one queue, so
+#: ``cuda_ipc`` is only valid when every Trainer of the job is on its Sampler's physical GPU.
 TRANSPORTS = SAMPLE_TRANSPORTS
 
+def transport_errors() -> tuple[type, ...]:
+    """What a failed receipt of a sample raises: a :class:`ray.exceptions.RayError` (the owner
+    died, the fetch timed out), ``ValueError`` (CUDA IPC: the receiver is not on the sender's
+    GPU or node) or ``RuntimeError`` (CUDA IPC: the tensor cannot be reconstructed, e.g. its
+    producer died). A Trainer answers each by handing the task back to be sampled again."""
+    import ray
 
-def choose_transport(requested: str, device_type: str, one_node: bool) -> str:
+    return (ray.exceptions.RayError, ValueError, RuntimeError)
+
+
+def trainers_share_gpu(mode: str, cluster_gpus: float) -> bool:
+    """Whether every Trainer that can take a Sampler's samples runs on that Sampler's physical
+    GPU, by construction: in ``single`` mode only the standby trains, in its Sampler's bundle;
+    otherwise only a Ray cluster of one GPU puts every bundle on the same GPU (Ray picks the GPU
+    of a fractional bundle itself)."""
+    return mode == "single" or cluster_gpus <= 1
+
+
+def choose_transport(requested: str, device_type: str, one_node: bool,
+                     shared_gpu: bool) -> str:
     """The sample transport in force.
 
-    ``auto`` takes ``cuda_ipc`` when the Samplers sample on CUDA and every executor is on one
-    node, else ``object_store``.
+    ``auto`` is ``object_store``. ``cuda_ipc`` is taken only when asked for, and only where Ray's
+    CUDA IPC receiver can read the samples: CUDA Samplers, one node and ``shared_gpu`` (every
+    Trainer that can take a sample runs on its Sampler's physical GPU,
+    :func:`trainers_share_gpu`: ``single`` mode, or a cluster of one GPU, e.g.
+    ``--devices 2 --gpus-per-device 0.5`` on one GPU).
 
     Raises:
-        ValueError: for an unknown name, or ``cuda_ipc`` asked for without CUDA samplers on one
-            node.
+        ValueError: for an unknown name, or ``cuda_ipc`` asked for where it cannot work.
     """
     if requested not in TRANSPORTS:
         raise ValueError(f"sample transport must be one of {', '.join(TRANSPORTS)}, got "
                          f"{requested!r}")
-    ipc_ok = device_type == "cuda" and one_node
-    if requested == "auto":
-        return "cuda_ipc" if ipc_ok else "object_store"
-    if requested == "cuda_ipc" and not ipc_ok:
-        why = "the Samplers are not on CUDA" if device_type != "cuda" else \
-            "the executors span several nodes"
-        raise ValueError(f"sample transport cuda_ipc needs CUDA Samplers and Trainers on one "
-                         f"node: {why}; use object_store")
+    if requested != "cuda_ipc":
+        return "object_store"
+    why = ("the Samplers are not on CUDA" if device_type != "cuda" else
+           "the executors span several nodes" if not one_node else
+           "some Trainers are on other GPUs than their Sampler (Ray's CUDA IPC receiver only "
+           "accepts tensors made on its own GPU)" if not shared_gpu else None)
+    if why is not None:
+        raise ValueError(f"sample transport cuda_ipc needs every Trainer on its Sampler's GPU: "
+                         f"{why}; use object_store")
     return requested
 
 
@@ -73,8 +98,9 @@ def mark_sample(sample: Sample, cache_map: Optional[torch.Tensor]) -> Sample:
     """The M step: ``sample.cached = cache_map[input_nodes]``, the holder bits of each input
     vertex (``(N,)`` integer map, bit ``d`` = device ``d`` caches the row; None: nothing is
     cached, every mark 0)."""
-    if cache_map is None:
-        sample.cached = torch.zeros(sample.input_nodes.numel(), dtype=torch.uint8)
+    if cache_map is None:  # on the sample's device: one RDT object holds one device's tensors
+        sample.cached = torch.zeros(sample.input_nodes.numel(), dtype=torch.uint8,
+                                    device=sample.input_nodes.device)
     else:
         sample.cached = cache_map[sample.input_nodes.to(cache_map.device)]
     return sample
@@ -90,14 +116,18 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
     return m.to(device)
 
 
-def sample_nbytes(sample: Sample) -> int:
-    """Bytes of the sample's tensors (what the C step copies)."""
+def _sample_tensors(sample: Sample) -> list[torch.Tensor]:
     ts = [sample.seeds, sample.input_nodes]
     if sample.cached is not None:
         ts.append(sample.cached)
     for b in sample.blocks:
         ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
-    return int(sum(t.numel() * t.element_size() for t in ts))
+    return ts
+
+
+def sample_nbytes(sample: Sample) -> int:
+    """Bytes of the sample's tensors (what the C step copies)."""
+    return int(sum(t.numel() * t.element_size() for t in _sample_tensors(sample)))
 
 
 def pack_sample(sample: Sample) -> dict[str, Any]:
@@ -114,7 +144,16 @@ def pack_sample(sample: Sample) -> dict[str, Any]:
 
 def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
     """The sample's layout with its tensors left where they are (on the GPU), for a direct
-    tensor transport (:data:`TRANSPORTS`)."""
+    tensor transport (:data:`TRANSPORTS`).
+
+    Raises:
+        ValueError: when the tensors are not all on one device (Ray puts one RDT object only
+            when they are).
+    """
+    devices = {str(t.device) for t in _sample_tensors(sample)}
+    if len(devices) > 1:
+        raise ValueError(f"a sample sent by a tensor transport must have every tensor on one "
+                         f"device, got {', '.join(sorted(devices))}")
     return {"seeds": sample.seeds, "input_nodes": sample.input_nodes, "cached": sample.cached,
             "task_id": sample.task_id,
             "blocks": [(b.src, b.dst, b.num_src, b.num_dst, b.weights) for b in sample.blocks]}
@@ -155,9 +194,10 @@ class SamplerExecutor:
         name: actor name, e.g. ``fgnn-sampler-0``.
         device: the sampling device (``"cpu"`` with Ray logical GPUs, ``"auto"``: the GPU Ray
             assigned this actor).
-        transport: how samples reach the Trainers (:data:`TRANSPORTS`; ``auto`` picks
-            ``cuda_ipc`` on a CUDA device when ``one_node``).
+        transport: how samples reach the Trainers (:data:`TRANSPORTS`, :func:`choose_transport`).
         one_node: whether every executor of the job is on this node.
+        shared_gpu: whether every Trainer that can take this Sampler's samples runs on its
+            physical GPU (what ``cuda_ipc`` needs).
         eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
             ``train`` is ``train_idx``).
         parts: tasks per mini-batch (R of :mod:`fgnn.executors.ps`).
@@ -167,12 +207,12 @@ class SamplerExecutor:
                  cache_map: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
                  device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
                  transport: str = "object_store", one_node: bool = True,
-                 parts: int = 1) -> None:
+                 parts: int = 1, shared_gpu: bool = False) -> None:
         torch.set_num_threads(1)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.name, self.device = name, actor_device(device)
-        self.transport = choose_transport(transport, self.device.type, one_node)
+        self.transport = choose_transport(transport, self.device.type, one_node, shared_gpu)
         self.graph = graph_from_payload(graph, self.device)
         self.sampler = sampler
         self.train_idx = tensor_from(train_idx)

@@ -39,11 +39,11 @@ from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, _device_tag, graph_from_payload,
                                     metrics_for, open_disk_tiers, open_features, seed_task_rng,
                                     tensor_from)
-from fgnn.executors._device import actor_device
+from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
 from fgnn.executors.ps import flatten, unflatten_into
-from fgnn.executors.sampler import unpack_sample
+from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample
@@ -247,16 +247,21 @@ class TrainerExecutor:
             t1 = time.perf_counter()
             rec: dict[str, Any] = {"role": self.role, "wait_s": wait_s, "rpc_s": rpc,
                                    "producer": item.producer, "nbytes": item.nbytes}
-            if item.ref is not None:
-                try:
-                    sample = unpack_sample(ray.get(item.ref))
-                except ray.exceptions.RayError:  # owner (a Sampler) died: sample it again
-                    self.queue.fail.remote(self.name, item.task_id)
-                    continue
-                rec["fetch_s"] = time.perf_counter() - t1
-            else:  # time-sharing: sample (S) and mark (M) on this device
-                sample, s, m = self.local_sampler.sample(epoch, item.task_id, plan)
-                rec.update(S=s, M=m, fetch_s=0.0)
+            # On the copy stream: a CUDA IPC receipt makes the current stream wait for the
+            # sender's event, and the local sampler's host syncs then wait only for its own
+            # kernels, not for the training queued on the training stream.
+            with self.copies.scope():
+                if item.ref is not None:
+                    try:
+                        payload = ray.get(item.ref)
+                    except transport_errors():  # sender died, or its GPU is unreachable
+                        self.queue.fail.remote(self.name, item.task_id)  # sample it again
+                        continue
+                    sample = unpack_sample(payload)
+                    rec["fetch_s"] = time.perf_counter() - t1
+                else:  # time-sharing: sample (S) and mark (M) on this device
+                    sample, s, m = self.local_sampler.sample(epoch, item.task_id, plan)
+                    rec.update(S=s, M=m, fetch_s=0.0)
             return item.task_id, sample, rec
         return None
 
@@ -477,7 +482,8 @@ class TrainerExecutor:
             return run(b) if meter is None else meter.run(run, b)
         batches, busy, last_ack = 0, 0.0, None
         if policy is None:  # pipelined: extract i + 1 while training i
-            with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch") as pool:
+            with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch",
+                                    initializer=bind_device, initargs=(self.device,)) as pool:
                 nxt: Future = pool.submit(self._fetch, epoch, generation, plan)
                 while True:
                     t0 = time.perf_counter()
