@@ -233,9 +233,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--sample-transport", default=rt.sample_transport,
                    choices=SAMPLE_TRANSPORTS,
-                   help="how samples reach Trainers: object_store (host memory), cuda_ipc (GPU "
-                        "to GPU on one node, no host round trip), auto (cuda_ipc when the "
-                        "Samplers are on CUDA and the job is on one node) "
+                   help="how samples reach Trainers: object_store (host memory), cuda_ipc (the "
+                        "sample stays on its Sampler's GPU; only when every Trainer is on that "
+                        "GPU: --mode single, or a job on one GPU), auto (object_store) "
                         "(default: %(default)s)")
     g.add_argument("--stall-timeout", type=_float_in(0.0, None, lo_open=True),
                    default=rt.stall_timeout_s, metavar="S",

@@ -271,8 +271,9 @@ class RuntimeConfig:
     that share of its GPU."""
     sample_transport: str = "auto"
     """How samples reach Trainers: ``object_store`` (host memory), ``cuda_ipc`` (Ray Direct
-    Transport between GPUs of one node, no host round trip), or ``auto`` (``cuda_ipc`` when the
-    Samplers are on CUDA and the job is on one node)."""
+    Transport: the sample stays in its Sampler's GPU memory; Ray's receiver only reads it on that
+    GPU, so only when every Trainer is there: ``single`` mode, or a job on one GPU), or ``auto``
+    (``object_store``)."""
     stall_timeout_s: float = 600.0
     """Stop with :class:`~fgnn.executors.RuntimeFailure` when no task of an epoch or evaluation
     pass finishes for this many seconds: a hung executor or parameter server becomes an error
