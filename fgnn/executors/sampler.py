@@ -263,6 +263,8 @@ class SamplerExecutor:
         self.cache_map = _check_cache_map(cache_map, self.device)
         if isinstance(self.sampler, LocalityAwareKHop):
             self.sampler.set_local(None if self.cache_map is None else self.cache_map != 0)
+        if self.device.type == "cuda":  # once per cache choice: a time-sharing Trainer samples
+            torch.cuda.current_stream(self.device).synchronize()  # on its copy stream
 
     def set_scale(self, scale: float) -> None:
         """Set the scale factor ``s`` of a locality-aware sampler (Song & Jiang Eq. 8); the
