@@ -48,6 +48,7 @@ __all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
 #: ``cuda_ipc`` is only valid when every Trainer of the job is on its Sampler's physical GPU.
 TRANSPORTS = SAMPLE_TRANSPORTS
 
+
 def transport_errors() -> tuple[type, ...]:
     """What a failed receipt of a sample raises: a :class:`ray.exceptions.RayError` (the owner
     died, the fetch timed out), ``ValueError`` (CUDA IPC: the receiver is not on the sender's
