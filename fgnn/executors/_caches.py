@@ -70,10 +70,9 @@ class CacheSetup:
 
     def _size_caches(self) -> None:
         """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
-        budget less the model, the measured step peak, the store's lookup arrays, the topology
+        budget less the model, the measured step peak, the topology
         and sampling working set where the device samples too, and a margin."""
         from fgnn.cache.budget import plan_device_cache
-        from fgnn.cache.feature_store import FeatureStore
 
         cfg, ds = self.config, self.dataset
         n, row = ds.num_nodes, ds.feature_row_bytes
@@ -82,7 +81,7 @@ class CacheSetup:
         peak = max((r["step_peak_bytes"] or 0 for r in reports), default=0)
         totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
         cap = cfg.cache.cache_ratio
-        full = {"model": model, "step_peak": peak, "lookup": FeatureStore.lookup_nbytes(n)}
+        full = {"model": model, "step_peak": peak}
         topology = {"graph": ds.graph.nbytes(), "sampler": self._sampler_working_set(reports)}
         if cfg.cache.device_memory_gib is None and not totals and cap is not None:
             # a ratio and no budget on a logical device: the ratio is the cache, and a device
