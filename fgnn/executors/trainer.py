@@ -137,6 +137,8 @@ class TrainerExecutor:
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
                  crash_after_apply: bool = False, disk: Any = None, seed: int = 0) -> None:
+        # one compute thread (executors share the host's cores); host gathers run on the
+        # feature store's own pool (fgnn.cache.feature_store.extract_threads)
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
