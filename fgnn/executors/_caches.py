@@ -75,6 +75,7 @@ class CacheSetup:
         and sampling working set where the device samples too) and a margin."""
         from fgnn.cache.budget import plan_device_cache
         from fgnn.cache.sizing import device_terms, eval_ratio
+        from fgnn.evaluation import eval_chunk
 
         cfg, ds = self.config, self.dataset
         n, row = ds.num_nodes, ds.feature_row_bytes
@@ -83,7 +84,7 @@ class CacheSetup:
                  for k in ("model_bytes", "step_peak_bytes", "gather_bytes")}
         totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
         cap = cfg.cache.cache_ratio
-        ratio = eval_ratio(cfg.train.eval_batch_size, cfg.train.batch_size, self.step_tasks,
+        ratio = eval_ratio(eval_chunk(cfg.train, row), cfg.train.batch_size, self.step_tasks,
                            self.do_evaluate and cfg.train.eval_mode != "layerwise")
         shares = 1 if cfg.runtime.mode == "time-sharing" else 2  # Sampler + standby
         full = device_terms(worst, ratio=ratio, cuda=bool(totals))
