@@ -171,6 +171,7 @@ def test_the_device_holds_rows_only():
     assert [b.device.type for b in store.buffers if b is not None] == ["meta"]
     assert store.dev_num.device.type == "cpu" and store.buf_pos.device.type == "cpu"
     cache = load_cache(torch.rand(N), 0.25, feats(), "meta")
-    assert cache.slot.device.type == "cpu" and cache.rows.device.type == "meta"
+    assert cache.slot.device.type == "cpu" and cache.ids.device.type == "cpu"
+    assert cache.rows.device.type == "meta"
     assert FeatureStore.single(feats(), cache, "meta").dev_num.device.type == "cpu"
     assert not hasattr(FeatureStore, "lookup_nbytes")

@@ -238,7 +238,8 @@ class FeatureCache:
     """A static device cache: the rows of ``ids`` on ``device`` and the id → slot lookup.
 
     Attributes:
-        ids: ``(C,)`` int64 cached vertex ids, hottest first; slot ``i`` holds ``ids[i]``.
+        ids: ``(C,)`` int64 cached vertex ids, hottest first; slot ``i`` holds ``ids[i]`` (on
+            the host).
         rows: ``(C, F)`` feature rows on the device.
         slot: ``(N,)`` int64, ``slot[v]`` = cache row of ``v`` or ``-1``, on the host (the
             store splits a batch on the host; the device holds only rows).
@@ -314,7 +315,7 @@ def load_cache(hotness: torch.Tensor, alpha: float, host: HostLike,
     rows = fill_rows(src, ids, device, extract_threads())
     slot = torch.full((n,), -1, dtype=torch.int64)
     slot[ids] = torch.arange(c, dtype=torch.int64)
-    return FeatureCache(ids.to(device), rows, slot)
+    return FeatureCache(ids, rows, slot)
 
 
 TIERS = ("device", "peer", "host")
