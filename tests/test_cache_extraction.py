@@ -175,3 +175,19 @@ def test_the_device_holds_rows_only():
     assert cache.rows.device.type == "meta"
     assert FeatureStore.single(feats(), cache, "meta").dev_num.device.type == "cpu"
     assert not hasattr(FeatureStore, "lookup_nbytes")
+
+
+def test_the_trainer_store_uploads_through_its_copy_stream():
+    from fgnn.config import ModelConfig
+    from fgnn.executors.trainer import TrainerExecutor
+    from fgnn.models import build_model
+
+    model = build_model(ModelConfig("sage", hidden=8), F, 4, 2)
+    threads = torch.get_num_threads()
+    try:
+        trainer = TrainerExecutor(feats(), torch.zeros(N, dtype=torch.long), model,
+                                  _placement(), 0, None, None)
+    finally:
+        torch.set_num_threads(threads)  # the Trainer keeps one compute thread
+    assert trainer.store._h2d == trainer.copies.h2d
+    assert trainer.cached_rows() == 1024
