@@ -191,3 +191,19 @@ def test_the_trainer_store_uploads_through_its_copy_stream():
         torch.set_num_threads(threads)  # the Trainer keeps one compute thread
     assert trainer.store._h2d == trainer.copies.h2d
     assert trainer.cached_rows() == 1024
+
+
+def test_misses_and_host_served_peers_are_read_in_one_pass(monkeypatch):
+    """On CUDA each host read refills the pinned staging buffer after the previous copy out of
+    it ends; one read per batch means no peer's read waits on another's copy."""
+    placement = _placement(devices=4, per_device=512)
+    store = FeatureStore.from_placement(feats(), placement, 0, peers_from_host=True)
+    calls = []
+    read = FeatureStore._read_host
+    monkeypatch.setattr(FeatureStore, "_read_host",
+                        lambda self, ids: calls.append(ids.numel()) or read(self, ids))
+    ids = torch.randperm(N, generator=torch.Generator().manual_seed(5))[:800]
+    assert torch.equal(store.gather(ids, placement.holder_bits()[ids]), feats()[ids])
+    s = store.stats
+    assert s.hits and s.peer and s.misses
+    assert calls == [s.peer + s.misses]
