@@ -19,6 +19,10 @@ Samplers: 3-hop uniform k-hop (FGNN §7.1 fanouts 15,10,5; ``--fanouts``), ``--w
 (edge weight = the neighbour's "registration year" 1..10, so newer neighbours are preferred, as
 for Twitter in FGNN §3 Fig. 5b), or ``--walk`` (PinSAGE random walks, 4 walks of length 3, top 5,
 3 layers).
+
+With gathering on, the extract rate of the cache-miss path is measured too: every input row of
+the measured epochs read from host memory by a store without a cache, with one host-gather thread
+and with the default pool (``fgnn.cache.feature_store.extract_threads``), in GB/s.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fgnn.cache import FeatureStore, compute_hotness, load_cache, parse_policy  # noqa: E402
+from fgnn.cache.feature_store import extract_threads  # noqa: E402
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.graph import CSRGraph  # noqa: E402
 from fgnn.sampling import KHop, RandomWalk  # noqa: E402
@@ -54,6 +59,24 @@ def record_epochs(graph, train, sampler, epochs, batch_size, seed):
         order = train[torch.randperm(train.numel(), generator=gen)]
         out.append([sampler.sample(graph, seeds, gen).input_nodes
                     for seeds in torch.split(order, batch_size)])
+    return out
+
+
+def extract_rates(feats, batches, row_bytes: int) -> dict:
+    """Host (cache-miss) extract GB/s over every input row of ``batches``, with one gather
+    thread and with the default pool."""
+    rows = sum(ids.numel() for ep in batches for ids in ep)
+    out = {"rows": rows, "threads": {}}
+    for threads in sorted({1, extract_threads()}):
+        store = FeatureStore.single(feats, None, threads=threads)
+        t0 = time.perf_counter()
+        for ep in batches:
+            for ids in ep:
+                store.gather(ids)
+        sec = time.perf_counter() - t0
+        out["threads"][str(threads)] = {"seconds": sec, "gbps": rows * row_bytes / sec / 1e9}
+    rates = [v["gbps"] for v in out["threads"].values()]
+    out["speedup"] = rates[-1] / rates[0]
     return out
 
 
@@ -118,6 +141,7 @@ def run(args: argparse.Namespace) -> dict:
         "epochs": args.epochs, "accesses_per_epoch": float(visits.sum(1).mean()),
         "load_seconds": load_s, "sampling_seconds_per_epoch": epoch_s,
         "policies": results,
+        "extract": extract_rates(feats, batches, ds.feature_row_bytes) if args.gather else None,
     }
 
 
@@ -133,6 +157,11 @@ def print_table(rep: dict) -> None:
         frac_s = f"{frac:.3f}" if frac is not None else "-"
         print(f"{name:<10}{r['hit_rate']:>10.4f}{frac_s:>12}"
               f"{r['host_bytes_per_epoch'] / 2**20:>16.1f}{r['hotness_seconds']:>11.2f}")
+    ext = rep.get("extract")
+    if ext:
+        rates = ", ".join(f"{t} thread(s) {v['gbps']:.2f} GB/s"
+                          for t, v in ext["threads"].items())
+        print(f"host extract ({ext['rows']} rows): {rates}; speedup {ext['speedup']:.2f}x")
 
 
 def main(argv=None) -> int:

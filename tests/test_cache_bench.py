@@ -34,4 +34,10 @@ def test_bench_cache_reports_every_policy(tmp_path, capsys, extra):
         assert len(r["epochs"]) == 2
         e = r["epochs"][0]
         assert e["bytes"]["host"] == e["misses"] * rep["row_bytes"]
+    ext = rep["extract"]
+    if "--no-gather" in extra:
+        assert ext is None
+    else:
+        assert ext["rows"] > 0 and "1" in ext["threads"]
+        assert all(v["gbps"] > 0 for v in ext["threads"].values())
     assert "presc1" in capsys.readouterr().out

@@ -6,10 +6,12 @@ No training step runs on the driver for sizing: the plans come from the Trainers
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fgnn.cache.budget import SIZING_MARGIN_MIN_BYTES, plan_device_cache
-from fgnn.cache.feature_store import FeatureStore
+from fgnn.cache.sizing import eval_ratio
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,
                          TrainConfig)
 from fgnn.data.synthetic import rmat_dataset
@@ -51,8 +53,9 @@ def test_plans_come_from_the_trainers_measurements(ray_cluster, dataset, no_driv
     # a first run with room for everything learns what the step costs...
     first = Runtime(_job(1.0), dataset).run().allocation["cache_plans"]["resident"]
     assert first["alpha"] == 1.0
-    # ...then a budget that leaves about half the features after model, step, lookup,
-    # topology and sampling working set: the two layouts get different partial caches
+    # ...then a budget that leaves about half the features after model, step, evaluation
+    # chunk, gather, fragmentation, topology and sampling working set: the two layouts get
+    # different partial caches
     # (at this budget the margin is its 32 MiB floor)
     gib = (SIZING_MARGIN_MIN_BYTES + sum(first["resident"].values()) + n * row // 2) / 2 ** 30
     rt = Runtime(_job(gib), dataset)
@@ -60,9 +63,15 @@ def test_plans_come_from_the_trainers_measurements(ray_cluster, dataset, no_driv
     a = result.allocation
     full, res = a["cache_plans"]["full"], a["cache_plans"]["resident"]
     # every device-resident structure is itemised
-    assert set(full["resident"]) == {"model", "step_peak", "lookup"}
-    assert set(res["resident"]) == {"model", "step_peak", "lookup", "graph", "sampler"}
-    assert full["resident"]["lookup"] == FeatureStore.lookup_nbytes(n) == 9 * n
+    working = {"model", "step_peak", "eval_chunk", "gather", "fragmentation", "context"}
+    assert set(full["resident"]) == working
+    assert set(res["resident"]) == working | {"graph", "sampler"}
+    # an evaluation chunk (the default chunk against a task of 64 / R seeds) is sized from the
+    # measured step; logical devices have no CUDA context
+    ratio = eval_ratio(rt.config.train.eval_batch_size, 64, rt.step_tasks)
+    assert ratio > 1 and full["resident"]["context"] == 0
+    assert full["resident"]["eval_chunk"] == math.ceil((ratio - 1) * full["resident"]["step_peak"])
+    assert full["resident"]["gather"] >= 64 * row  # the input rows of a task, at least
     assert res["resident"]["graph"] == dataset.graph.nbytes()
     assert res["resident"]["sampler"] >= 4 * n  # the remap scratch array at least
     # the step peak counts the batch (at least its seeds' feature rows) and the model

@@ -24,14 +24,24 @@ buffer; a row it would read from a peer is read from the host source instead (th
 the Ray executors of fgnn are separate processes, and on CPU the "peer device" is host memory
 anyway) and is still counted in the ``peer`` tier, so the counters give the traffic per tier of
 the placement.
+
+Host-side extraction (what a GPU Trainer's prefetch thread does while the GPU trains): host rows
+are gathered by a small pool of threads over row chunks (:func:`extract_threads`; ``np.take`` and
+``index_select`` release the GIL), every upload to a CUDA device -- rows and the index tensors
+alike -- goes from pinned memory without blocking (:func:`upload`, or the Trainer's copy stream),
+the misses and the peers served from the host are read in one pass (no read waits for another's
+copy), the cache is filled in bounded chunks (:data:`FILL_CHUNK_BYTES` of host memory, not the
+whole cache), and the per-vertex lookup stays on the host, where ``gather`` reads it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -41,9 +51,64 @@ from fgnn.cache.source import FeatureSource
 from fgnn.sampling.base import Sample
 
 __all__ = ["FeatureCache", "FeatureStore", "TensorSource", "TierStats", "load_cache",
-           "num_cached_rows", "as_source"]
+           "num_cached_rows", "as_source", "extract_threads", "fill_rows", "upload",
+           "FILL_CHUNK_BYTES", "GATHER_CHUNK_BYTES"]
 
 HostLike = Union[FeatureSource, torch.Tensor, np.ndarray]
+
+#: Host bytes a gather thread is given at least (smaller gathers stay on the calling thread:
+#: a pool hand-off costs tens of microseconds).
+GATHER_CHUNK_BYTES = 1 << 20
+#: Host bytes of one chunk of a cache fill: the fill reads, (pins) and copies this much at a
+#: time, so filling a cache of any size needs one chunk of host memory in each Trainer.
+FILL_CHUNK_BYTES = 64 << 20
+#: Most threads a host gather uses.
+MAX_EXTRACT_THREADS = 8
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def extract_threads() -> int:
+    """Threads for host-side gathers: the CPUs this process may use, at most
+    :data:`MAX_EXTRACT_THREADS` (independent of ``torch.get_num_threads()``, which a CPU
+    Trainer keeps at 1 for its compute)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_EXTRACT_THREADS, cpus))
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The process's shared gather pool of ``threads`` workers (made once per size)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads,
+                                                        thread_name_prefix="fgnn-gather")
+        return pool
+
+
+def _row_chunks(k: int, row_bytes: int, threads: int) -> list[slice]:
+    """``k`` rows cut into at most ``threads`` contiguous parts of at least
+    :data:`GATHER_CHUNK_BYTES` each (one part for a small gather)."""
+    parts = max(1, min(int(threads), k * int(row_bytes) // GATHER_CHUNK_BYTES))
+    bounds = [k * i // parts for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def upload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``: from pinned memory and non-blocking when ``device`` is CUDA (the
+    caching host allocator keeps a pinned copy alive until its transfer is done), a plain move
+    elsewhere; a tensor already there is returned as is."""
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        if not t.is_pinned():
+            t = t.pin_memory()
+        return t.to(device, non_blocking=True)
+    return t.to(device)
 
 
 class TensorSource:
@@ -102,18 +167,29 @@ class TensorSource:
             raise ValueError(f"ids holds {bad}, outside [0, {self.num_rows})")
         return self._read_unchecked(idx)
 
-    def _read_unchecked(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None
-                        ) -> torch.Tensor:
+    def _read_unchecked(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None,
+                        threads: int = 1) -> torch.Tensor:
         """:meth:`read` for int64 CPU ``idx`` already known to be in range (the store validated
-        them once at its entry point); writes into ``out`` (``(len(idx), F)``) when given."""
-        if self._t is not None:
-            if out is None:
-                return self._t.index_select(0, idx)
-            return torch.index_select(self._t, 0, idx, out=out)
+        them once at its entry point); writes into ``out`` (``(len(idx), F)``) when given.
+        With ``threads > 1`` a large read is split into row chunks gathered in parallel by the
+        shared pool (``np.take``/``index_select`` release the GIL; a memmap's page faults then
+        overlap too)."""
+        k = int(idx.numel())
         if out is None:
-            return torch.from_numpy(np.ascontiguousarray(self._np[idx.numpy()]))
-        np.take(self._np, idx.numpy(), axis=0, out=out.numpy(), mode="clip")  # ids in range
+            out = torch.empty(k, self.dim, dtype=self._dtype)
+        parts = _row_chunks(k, self.row_bytes, threads)
+        if len(parts) == 1:
+            self._take(idx, out)
+        else:
+            list(_pool(int(threads)).map(lambda s: self._take(idx[s], out[s]), parts))
         return out
+
+    def _take(self, idx: torch.Tensor, out: torch.Tensor) -> None:
+        """Rows ``idx`` (in range) into ``out``."""
+        if self._t is not None:
+            torch.index_select(self._t, 0, idx, out=out)
+        else:
+            np.take(self._np, idx.numpy(), axis=0, out=out.numpy(), mode="clip")  # in range
 
 
 def _out_of_range(idx: torch.Tensor, n: int) -> Optional[int]:
@@ -162,9 +238,11 @@ class FeatureCache:
     """A static device cache: the rows of ``ids`` on ``device`` and the id → slot lookup.
 
     Attributes:
-        ids: ``(C,)`` int64 cached vertex ids, hottest first; slot ``i`` holds ``ids[i]``.
+        ids: ``(C,)`` int64 cached vertex ids, hottest first; slot ``i`` holds ``ids[i]`` (on
+            the host).
         rows: ``(C, F)`` feature rows on the device.
-        slot: ``(N,)`` int64, ``slot[v]`` = cache row of ``v`` or ``-1`` (on the device).
+        slot: ``(N,)`` int64, ``slot[v]`` = cache row of ``v`` or ``-1``, on the host (the
+            store splits a batch on the host; the device holds only rows).
     """
 
     ids: torch.Tensor
@@ -182,9 +260,43 @@ class FeatureCache:
         return int(self.rows.numel() * self.rows.element_size())
 
 
+def fill_rows(host: HostLike, ids: torch.Tensor, device: torch.device | str = "cpu",
+              threads: int = 1) -> torch.Tensor:
+    """``(len(ids), F)`` rows of ``host`` on ``device``, filled in chunks of
+    :data:`FILL_CHUNK_BYTES`: host memory beyond the result is one chunk (pinned with CUDA),
+    never the whole cache.
+
+    Raises:
+        ValueError: if an id is outside ``[0, N)``.
+    """
+    src, dev = as_source(host), torch.device(device)
+    idx = torch.as_tensor(ids).long().cpu()
+    bad = _out_of_range(idx, src.num_rows)
+    if bad is not None:
+        raise ValueError(f"ids holds {bad}, outside [0, {src.num_rows})")
+    k, dense = int(idx.numel()), isinstance(src, TensorSource)
+    rows = torch.empty(k, src.dim, dtype=src.dtype, device=dev)
+    step = max(1, FILL_CHUNK_BYTES // _row_bytes(src))
+    if dev.type == "cpu" and dense:  # the result is host memory: read straight into it
+        for a in range(0, k, step):
+            src._read_unchecked(idx[a:a + step], out=rows[a:a + step], threads=threads)
+        return rows
+    stage = (torch.empty(min(step, k), src.dim, dtype=src.dtype,
+                         pin_memory=dev.type == "cuda") if dense and k else None)
+    for a in range(0, k, step):
+        part = idx[a:a + step]
+        if stage is not None:
+            chunk = src._read_unchecked(part, out=stage[:part.numel()], threads=threads)
+        else:
+            chunk = src.read(part)
+        rows[a:a + part.numel()].copy_(chunk)  # blocking: the stage is reused next
+    return rows
+
+
 def load_cache(hotness: torch.Tensor, alpha: float, host: HostLike,
                device: torch.device | str = "cpu") -> FeatureCache:
-    """FGNN §6.1 ``load_cache(hotness_map, α)``: cache the top ``⌊α|V|⌋`` rows on ``device``.
+    """FGNN §6.1 ``load_cache(hotness_map, α)``: cache the top ``⌊α|V|⌋`` rows on ``device``
+    (filled in bounded chunks, :func:`fill_rows`).
 
     Args:
         hotness: ``(N,)`` hotness map (ties: smaller id first).
@@ -200,10 +312,10 @@ def load_cache(hotness: torch.Tensor, alpha: float, host: HostLike,
     h = _check_hotness_len(hotness, n)
     c = num_cached_rows(alpha, n)
     ids = hot_order(h)[:c].cpu()
-    rows = src.read(ids).to(device)
+    rows = fill_rows(src, ids, device, extract_threads())
     slot = torch.full((n,), -1, dtype=torch.int64)
     slot[ids] = torch.arange(c, dtype=torch.int64)
-    return FeatureCache(ids.to(device), rows, slot.to(device))
+    return FeatureCache(ids, rows, slot)
 
 
 TIERS = ("device", "peer", "host")
@@ -252,11 +364,22 @@ class FeatureStore:
         buf_pos: ``(N,)`` row of each vertex in its ``dev_num`` buffer.
         local: this store's device index within the group.
         device: where gathered rows are returned.
+        h2d: moves a host tensor to ``device`` (e.g. the Trainer's
+            :meth:`CopyStream.h2d <fgnn.executors._streams.CopyStream.h2d>`); every upload of
+            :meth:`gather` goes through it. ``None``: :func:`upload` (pinned, non-blocking on
+            CUDA).
+        threads: threads of a host gather; ``None``: :func:`extract_threads`.
+
+    Attributes:
+        dev_num: ``(N,)`` int8 ``dev_num`` on the host (where :meth:`gather` splits a batch).
+        buf_pos: ``(N,)`` int64 ``buf_pos`` on the host.
     """
 
     def __init__(self, host: HostLike, buffers: Sequence[Optional[torch.Tensor]],
                  dev_num: torch.Tensor, buf_pos: torch.Tensor, local: int = 0,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu",
+                 h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                 threads: Optional[int] = None):
         self.host = as_source(host)
         n = self.host.num_rows
         if dev_num.shape != (n,) or buf_pos.shape != (n,):
@@ -270,19 +393,21 @@ class FeatureStore:
             if b is not None and (b.dim() != 2 or b.shape[1] != self.host.dim):
                 raise ValueError(f"buffers[{i}] has shape {tuple(b.shape)}, expected "
                                  f"(C, {self.host.dim})")
+        if threads is not None and int(threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {threads!r}")
         self.device = torch.device(device)
         self.buffers = list(buffers)
         self.local = local
         self._bits = bits_dtype(len(self.buffers))  # one mark bit per device (<= 63)
-        self.dev_num = dev_num.to(self.device, torch.int8)  # 1 byte per vertex
-        self.buf_pos = buf_pos.to(self.device, torch.int64)
+        # The lookup lives on the host only: gather splits host/cache there, so only gathered
+        # rows and positions cross to the device (no device->host sync per batch, and no
+        # per-vertex arrays on the device that nothing reads).
+        self.dev_num = dev_num.cpu().to(torch.int8)  # 1 byte per vertex
+        self.buf_pos = buf_pos.cpu().to(torch.int64)
         self.row_bytes = _row_bytes(self.host)
         self.stats = TierStats()
-        # CPU copies of the lookup: gather splits host/cache on the host, so only gathered rows
-        # and slot ids cross to the device (no device->host sync per batch). Same tensors on CPU.
-        on_cpu = self.device.type == "cpu"
-        self._dev_num_h = self.dev_num if on_cpu else self.dev_num.cpu()
-        self._buf_pos_h = self.buf_pos if on_cpu else self.buf_pos.cpu()
+        self.threads = extract_threads() if threads is None else int(threads)
+        self._h2d = h2d if h2d is not None else (lambda t: upload(t, self.device))
         self._pin = self.device.type == "cuda" and torch.cuda.is_available()
         # CUDA only: one pinned staging buffer for host rows, grown as needed, reused per batch
         # once the previous batch's asynchronous copy out of it has finished.
@@ -290,34 +415,32 @@ class FeatureStore:
         self._staging_done: Any = None
         self._staging_lock = threading.Lock()
 
-    @staticmethod
-    def lookup_nbytes(num_nodes: int) -> int:
-        """Device bytes of the per-vertex lookup every store keeps (``dev_num`` int8 and
-        ``buf_pos`` int64: 9 bytes a vertex), which the cache budget must leave room for."""
-        return 9 * int(num_nodes)
-
     # ------------------------------------------------------------------ constructors
     @classmethod
     def single(cls, host: HostLike, cache: Optional[FeatureCache] = None,
-               device: torch.device | str = "cpu") -> "FeatureStore":
+               device: torch.device | str = "cpu",
+               h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+               threads: Optional[int] = None) -> "FeatureStore":
         """A one-device store over ``cache`` (``None``: every row comes from the host)."""
         src = as_source(host)
         n = src.num_rows
         if cache is None:
             return cls(src, [], torch.full((n,), -1, dtype=torch.int64), torch.arange(n),
-                       0, device)
+                       0, device, h2d, threads)
         if cache.slot.shape != (n,):
             raise ValueError(f"cache.slot has shape {tuple(cache.slot.shape)}, expected ({n},)")
         slot = cache.slot.cpu()
         dev_num = torch.where(slot >= 0, 0, -1).to(torch.int64)
         buf_pos = torch.where(slot >= 0, slot, torch.arange(n))
-        return cls(src, [cache.rows.to(device)], dev_num, buf_pos, 0, device)
+        return cls(src, [cache.rows.to(device)], dev_num, buf_pos, 0, device, h2d, threads)
 
     @classmethod
     def from_placement(cls, host: HostLike, placement: Placement, local: int,
                        buffers: Optional[Sequence[torch.Tensor]] = None,
                        device: torch.device | str = "cpu",
-                       peers_from_host: bool = False) -> "FeatureStore":
+                       peers_from_host: bool = False,
+                       h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                       threads: Optional[int] = None) -> "FeatureStore":
         """The store of device ``local`` in a group sharing ``placement``.
 
         Args:
@@ -325,26 +448,29 @@ class FeatureStore:
             placement: ids per device (:mod:`fgnn.cache.placement`).
             local: this device's index.
             buffers: the devices' row tensors (shared between the group's stores); ``None``
-                reads them from ``host`` (each on ``device``; on CPU peers are plain tensors).
+                reads them from ``host`` (each on ``device``, filled in chunks,
+                :func:`fill_rows`; on CPU peers are plain tensors).
             device: this store's device.
             peers_from_host: keep only this device's buffer and read peer rows from ``host``
                 (same bytes, counted in the ``peer`` tier); ignores ``buffers``.
+            h2d, threads: see :class:`FeatureStore`.
         """
         src = as_source(host)
         if placement.num_nodes != src.num_rows:
             raise ValueError(f"placement covers {placement.num_nodes} vertices, host has "
                              f"{src.num_rows} rows")
+        nthreads = extract_threads() if threads is None else int(threads)
         if peers_from_host:
             if not isinstance(local, int) or not 0 <= local < placement.num_devices:
                 raise ValueError(f"local must be in [0, {placement.num_devices}), got {local!r}")
-            buffers = [src.read(b).to(device) if d == local else None
+            buffers = [fill_rows(src, b, device, nthreads) if d == local else None
                        for d, b in enumerate(placement.buffers)]
         elif buffers is None:
-            buffers = [src.read(b).to(device) for b in placement.buffers]
+            buffers = [fill_rows(src, b, device, nthreads) for b in placement.buffers]
         if len(buffers) != placement.num_devices:
             raise ValueError(f"got {len(buffers)} buffers for {placement.num_devices} devices")
         dev_num, buf_pos = placement.lookup(local)
-        return cls(src, buffers, dev_num, buf_pos, local, device)
+        return cls(src, buffers, dev_num, buf_pos, local, device, h2d, threads)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -358,9 +484,9 @@ class FeatureStore:
         return self.host.dim
 
     def cached_mask(self, ids: torch.Tensor) -> torch.Tensor:
-        """``(M,)`` bool: True where ``ids`` are in this device's own cache."""
-        idx = self._check_ids(ids)
-        return (self.dev_num[idx.to(self.device)] == self.local).to(idx.device)
+        """``(M,)`` bool (on the host): True where ``ids`` are in this device's own cache."""
+        idx = self._check_ids(torch.as_tensor(ids).cpu())
+        return self.dev_num.index_select(0, idx) == self.local
 
     def mark(self, sample: Sample) -> Sample:
         """Fill ``sample.cached`` (FGNN Table 5 "M") with holder bits as this store sees them:
@@ -370,7 +496,7 @@ class FeatureStore:
         Returns the same sample, for chaining.
         """
         idx = self._check_ids(torch.as_tensor(sample.input_nodes).cpu())
-        dev = self._dev_num_h.index_select(0, idx).long()
+        dev = self.dev_num.index_select(0, idx).long()
         one = torch.ones((), dtype=torch.int64)
         bits = torch.where(dev >= 0, torch.bitwise_left_shift(one, dev.clamp(min=0)), 0)
         sample.cached = bits.to(self._bits)
@@ -405,44 +531,46 @@ class FeatureStore:
             ValueError: on ids outside ``[0, N)``, or marks that disagree with this store's
                 placement for a row marked cached (a sample marked against another cache map).
         """
-        # Validated once here; the host split is computed on CPU copies of the lookup (ids on a
-        # device are copied to the host once, a no-op for the usual CPU sample).
+        # Validated once here; the host split is computed on the host lookup (ids on a device
+        # are copied to the host once, a no-op for the usual CPU sample).
         idx = self._check_ids(torch.as_tensor(input_nodes).cpu())
         m = idx.numel()
         if not m:
             return torch.empty(0, self.dim, dtype=self.host.dtype, device=self.device)
         dev = self._tiers(idx, marks)
-        host_sel = torch.nonzero(dev < 0).flatten()
+        # rows read from the host copy: the misses and the peers served from it, in one read
+        from_host = dev < 0
+        n_miss = int(from_host.sum())
+        for d, buf in enumerate(self.buffers):
+            if buf is None:
+                from_host |= dev == d
+        host_sel = torch.nonzero(from_host).flatten()
         n_host = int(host_sel.numel())
-        if n_host == m:  # every row is a miss: the gathered rows are the result
-            self._count(0, 0, m)
+        n_local, n_peer = 0, n_host - n_miss
+        if n_host == m:  # every row comes from the host: the gathered rows are the result
+            self._count(0, n_peer, n_miss)
             return self._read_host(idx)
         out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
         if n_host:
             rows = self._read_host(idx.index_select(0, host_sel))
-            out.index_copy_(0, host_sel.to(self.device, non_blocking=self._pin), rows)
-        n_local = n_peer = 0
+            out.index_copy_(0, self._h2d(host_sel), rows)
         for d, buf in enumerate(self.buffers):  # a handful of devices, not nodes
+            if buf is None:
+                continue
             sel = torch.nonzero(dev == d).flatten()
             k = int(sel.numel())
             if not k:
                 continue
-            ids = idx.index_select(0, sel)
-            sel = sel.to(self.device, non_blocking=self._pin)
-            if buf is None:  # a peer served from the host copy: same bytes, peer tier
-                out.index_copy_(0, sel, self._read_host(ids))
-                n_peer += k
-                continue
-            p = self._buf_pos_h.index_select(0, ids)
+            p = self.buf_pos.index_select(0, idx.index_select(0, sel))
             if d == self.local:
-                rows = buf.index_select(0, p.to(buf.device, non_blocking=self._pin))
-                out.index_copy_(0, sel, rows.to(out.dtype))
+                rows = buf.index_select(0, self._h2d(p))
                 n_local += k
-            else:
-                rows = buf.index_select(0, p.to(buf.device)).to(self.device, out.dtype)
-                out.index_copy_(0, sel, rows)
+            else:  # a peer device: its copy is queued, not waited for (non-blocking)
+                rows = buf.index_select(0, upload(p, buf.device)).to(self.device,
+                                                                      non_blocking=True)
                 n_peer += k
-        self._count(n_local, n_peer, n_host)
+            out.index_copy_(0, self._h2d(sel), rows.to(out.dtype))
+        self._count(n_local, n_peer, n_miss)
         return out
 
     def _tiers(self, idx: torch.Tensor, marks: Optional[torch.Tensor]) -> torch.Tensor:
@@ -451,7 +579,7 @@ class FeatureStore:
         if marks is None or not self.buffers:
             if not self.buffers:
                 return torch.full((idx.numel(),), -1, dtype=torch.int64)
-            return self._dev_num_h.index_select(0, idx).long()
+            return self.dev_num.index_select(0, idx).long()
         bits = torch.as_tensor(marks).cpu()
         if bits.shape != idx.shape or bits.is_floating_point() or bits.dtype == torch.bool:
             raise ValueError(f"marks must be the (M,) integer holder bits of the M step "
@@ -465,7 +593,7 @@ class FeatureStore:
         dev[((bits >> self.local) & 1).bool()] = self.local
         cached = torch.nonzero(dev >= 0).flatten()
         if cached.numel():
-            want = self._dev_num_h.index_select(0, idx.index_select(0, cached)).long()
+            want = self.dev_num.index_select(0, idx.index_select(0, cached)).long()
             got = dev.index_select(0, cached)
             bad = torch.nonzero(want != got).flatten()
             if bad.numel():
@@ -481,14 +609,15 @@ class FeatureStore:
         return dev
 
     def _read_host(self, ids: torch.Tensor) -> torch.Tensor:
-        """Host rows of in-range CPU ``ids`` on this store's device (through the pinned staging
-        buffer with CUDA)."""
+        """Host rows of in-range CPU ``ids`` on this store's device, gathered by
+        :attr:`threads` threads (through the pinned staging buffer with CUDA)."""
+        dense = isinstance(self.host, TensorSource)
         if not self._pin:
-            if isinstance(self.host, TensorSource):
-                rows = self.host._read_unchecked(ids)
+            if dense:
+                rows = self.host._read_unchecked(ids, threads=self.threads)
             else:
                 rows = self.host.read(ids)
-            return rows.to(self.device, self.host.dtype)
+            return self._h2d(rows.to(dtype=self.host.dtype))
         k = int(ids.numel())
         with self._staging_lock:
             if self._staging_done is not None:
@@ -497,8 +626,8 @@ class FeatureStore:
                 self._staging = torch.empty(max(k, 1), self.dim, dtype=self.host.dtype,
                                             pin_memory=True)
             stage = self._staging[:k]
-            if isinstance(self.host, TensorSource):
-                self.host._read_unchecked(ids, out=stage)
+            if dense:
+                self.host._read_unchecked(ids, out=stage, threads=self.threads)
             else:
                 stage.copy_(self.host.read(ids))
             rows = stage.to(self.device, non_blocking=True)

@@ -70,27 +70,34 @@ class CacheSetup:
 
     def _size_caches(self) -> None:
         """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
-        budget less the model, the measured step peak, the store's lookup arrays, the topology
-        and sampling working set where the device samples too, and a margin."""
+        budget less the terms of :func:`fgnn.cache.sizing.device_terms` (model, measured step
+        peak, an evaluation chunk's excess, gather, fragmentation, CUDA contexts; the topology
+        and sampling working set where the device samples too) and a margin."""
         from fgnn.cache.budget import plan_device_cache
-        from fgnn.cache.feature_store import FeatureStore
+        from fgnn.cache.sizing import device_terms, eval_ratio
+        from fgnn.evaluation import eval_chunk
 
         cfg, ds = self.config, self.dataset
         n, row = ds.num_nodes, ds.feature_row_bytes
         reports = list(self.memory_reports.values())
-        model = max((r["model_bytes"] for r in reports), default=0)
-        peak = max((r["step_peak_bytes"] or 0 for r in reports), default=0)
+        worst = {k: max((r.get(k) or 0 for r in reports), default=0)
+                 for k in ("model_bytes", "step_peak_bytes", "gather_bytes")}
         totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
         cap = cfg.cache.cache_ratio
-        full = {"model": model, "step_peak": peak, "lookup": FeatureStore.lookup_nbytes(n)}
-        topology = {"graph": ds.graph.nbytes(), "sampler": self._sampler_working_set(reports)}
+        ratio = eval_ratio(eval_chunk(cfg.train, row), cfg.train.batch_size, self.step_tasks,
+                           self.do_evaluate and cfg.train.eval_mode != "layerwise")
+        shares = 1 if cfg.runtime.mode == "time-sharing" else 2  # Sampler + standby
+        full = device_terms(worst, ratio=ratio, cuda=bool(totals))
+        resident = device_terms(worst, ratio=ratio, cuda=bool(totals), processes=shares,
+                                graph_bytes=ds.graph.nbytes(),
+                                sampler=self._sampler_working_set(reports, ratio))
         if cfg.cache.device_memory_gib is None and not totals and cap is not None:
             # a ratio and no budget on a logical device: the ratio is the cache, and a device
             # that also holds the topology gives up the topology's bytes
             budget = int(cap * n * row)
             plans = {"full": plan_device_cache(budget, {}, num_nodes=n, row_bytes=row,
                                                margin_bytes=0),
-                     "resident": plan_device_cache(budget, {"graph": topology["graph"]},
+                     "resident": plan_device_cache(budget, {"graph": resident["graph"]},
                                                    num_nodes=n, row_bytes=row, margin_bytes=0)}
         else:
             if cfg.cache.device_memory_gib is not None:
@@ -101,31 +108,27 @@ class CacheSetup:
                 budget = 2 ** 30  # the simulated device of a logical GPU
             plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
                                                max_alpha=cap),
-                     "resident": plan_device_cache(budget, {**full, **topology}, num_nodes=n,
+                     "resident": plan_device_cache(budget, resident, num_nodes=n,
                                                    row_bytes=row, max_alpha=cap)}
         self.cache_plans = plans
         self.alpha_full = self.cache_plans["full"].alpha
         self.alpha_resident = self.cache_plans["resident"].alpha
         self.budget_bytes = self.cache_plans["full"].budget_bytes
-        self.step_peak_bytes = peak
+        self.step_peak_bytes = worst["step_peak_bytes"]
 
-    def _sampler_working_set(self, reports: list[dict[str, Any]]) -> int:
-        """Device bytes sampling needs beside the topology: measured on CUDA, else the remap
-        scratch array plus four times the largest sample (its tensors and the candidate arrays
-        of the hop that built it)."""
+    def _sampler_working_set(self, reports: list[dict[str, Any]], ratio: float) -> int:
+        """Device bytes sampling needs beside the topology, for samples up to ``ratio`` times a
+        training task's (:func:`fgnn.cache.sizing.sampler_bytes`, the largest over the
+        Samplers and the time-sharing Trainers)."""
         import ray
+
+        from fgnn.cache.sizing import sampler_bytes
 
         sets = [r["sampler"] for r in reports if r.get("sampler")]
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
         if samplers:
             sets += ray.get([e.handle.working_set.remote() for e in samplers])
-        best = 0
-        for w in sets:
-            if w.get("cuda_peak_bytes") is not None:
-                best = max(best, w["cuda_peak_bytes"] - w["graph_bytes"])
-            else:
-                best = max(best, w["scratch_bytes"] + 4 * w["max_sample_bytes"])
-        return int(best)
+        return max((sampler_bytes(w, ratio) for w in sets), default=0)
 
     def _choose_cache(self) -> None:
         """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over

@@ -6,11 +6,14 @@ during the first epoch of the run (which trains without the cache):
 
 * CUDA: the allocator's peak over the whole measured epoch above what was allocated when it
   started (model, lookup arrays), so the batch being prefetched while another trains is in it;
-* CPU (Ray logical devices): one step under :class:`~fgnn.cache.budget.TensorAllocationMeter`
-  (the prefetch thread's allocations are not seen by it, so one batch's bytes are added for the
-  batch in flight).
+* CPU (Ray logical devices): one step under :class:`~fgnn.cache.budget.TensorAllocationMeter`,
+  the batch's features, labels and sample tensors resident from its start (the prefetch
+  thread's allocations are not seen by it, so one batch's bytes are added for the batch in
+  flight, and the rows ``gather`` holds beside its output are reported apart, as
+  ``gather_bytes``).
 
-The runtime turns the reports into each device's cache plan
+The runtime turns the reports into each device's sizing terms (:mod:`fgnn.cache.sizing`: the
+evaluation chunk, the gather, fragmentation and CUDA contexts are added there) and cache plan
 (:func:`fgnn.cache.budget.plan_device_cache`).
 """
 
@@ -33,6 +36,16 @@ def batch_bytes(batch: Any) -> int:
     return int(resident_bytes(batch.x, batch.labels) + sample_nbytes(batch.sample))
 
 
+def _sample_tensors(sample: Any) -> list[torch.Tensor]:
+    """The tensors of a sample (seeds, input nodes, marks, every block's edges)."""
+    ts = [sample.seeds, sample.input_nodes]
+    if sample.cached is not None:
+        ts.append(sample.cached)
+    for b in sample.blocks:
+        ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
+    return ts
+
+
 class StepMemoryMeter:
     """Measures the training step of one Trainer on its device.
 
@@ -45,6 +58,7 @@ class StepMemoryMeter:
     def __init__(self, model: nn.Module, device: torch.device, pipelined: bool) -> None:
         self.model, self.device, self.pipelined = model, torch.device(device), pipelined
         self.step_peak: Optional[int] = None
+        self.gather_bytes = 0
         self._base = 0
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -55,17 +69,22 @@ class StepMemoryMeter:
         """Run ``step(batch)``; the first call on CPU is measured."""
         if self.device.type == "cuda" or self.step_peak is not None:
             return step(batch)
-        meter = TensorAllocationMeter([self.model, batch.x, batch.labels])
+        meter = TensorAllocationMeter([self.model, batch.x, batch.labels,
+                                       _sample_tensors(batch.sample)])
         out: list = []
         peak = meter.measure(lambda: out.append(step(batch)))
         if out[0] is not None:  # None: the Trainer stopped before it trained
             in_flight = batch_bytes(batch) if self.pipelined else 0
             self.step_peak = max(0, int(peak) - resident_bytes(self.model)) + in_flight
+            # gather's temporary of local-cache rows: at most the batch's input rows
+            self.gather_bytes = int(resident_bytes(batch.x))
         return out[0]
 
     def report(self) -> dict[str, Any]:
-        """``{"model_bytes", "step_peak_bytes", "device_total_bytes"}`` (the last is None on
-        CPU, where the budget is simulated)."""
+        """``{"model_bytes", "step_peak_bytes", "gather_bytes", "device_total_bytes"}``:
+        ``gather_bytes`` is what ``gather`` holds beside its output outside the measured peak
+        (0 on CUDA, whose peak covers the prefetch thread's gathers); ``device_total_bytes`` is
+        None on CPU, where the budget is simulated."""
         total = None
         peak = self.step_peak
         if self.device.type == "cuda":
@@ -73,4 +92,5 @@ class StepMemoryMeter:
             peak = int(torch.cuda.max_memory_allocated(self.device)) - self._base
             total = int(torch.cuda.mem_get_info(self.device)[1])
         return {"model_bytes": int(resident_bytes(self.model)), "step_peak_bytes": peak,
+                "gather_bytes": 0 if self.device.type == "cuda" else self.gather_bytes,
                 "device_total_bytes": total}

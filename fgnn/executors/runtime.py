@@ -37,9 +37,10 @@ the driver computes a sampling-free hotness map (degree, WRPR, random). The firs
 epochs of an end-to-end training pipeline for presampling without features cache", §6.3): it
 measures T_s and T_t for the allocation (§5.3), each Trainer measures its training step's memory
 on its own device (§6.1), and for PreSC the Samplers count visits. Then each executor's cache is
-planned (:func:`fgnn.cache.budget.plan_device_cache`: the device budget less the model, the
-measured step, the lookup arrays, the topology and sampling working set where the device also
-samples, and a margin) and filled. The driver samples nothing.
+planned (:func:`fgnn.cache.budget.plan_device_cache` over the terms of
+:mod:`fgnn.cache.sizing`: the device budget less the model, the measured step, an evaluation
+chunk's excess, gather's temporary rows, fragmentation, CUDA contexts, the topology and sampling
+working set where the device also samples, and a margin) and filled. The driver samples nothing.
 
 Evaluation: validation after each epoch and the final train/val/test scores are passes of tasks
 through the same Samplers and Trainers (:mod:`fgnn.evaluation`'s recipe), with the best-validation

@@ -248,13 +248,17 @@ class SamplerExecutor:
 
     def working_set(self) -> dict[str, Any]:
         """Device bytes sampling needs beside the topology: the remap scratch array, the largest
-        sample so far and, on CUDA, the process's measured peak."""
+        sample so far and, on CUDA, the process's peak of allocated and of *reserved* bytes
+        (the latter is what the caching allocator holds, and what sizes the cache)."""
         from fgnn.sampling.remap import Remapper
 
-        cuda_peak = (int(torch.cuda.max_memory_allocated(self.device))
-                     if self.device.type == "cuda" else None)
+        cuda = self.device.type == "cuda"
         return {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
-                "max_sample_bytes": self._max_sample_bytes, "cuda_peak_bytes": cuda_peak,
+                "max_sample_bytes": self._max_sample_bytes,
+                "cuda_peak_bytes": int(torch.cuda.max_memory_allocated(self.device))
+                if cuda else None,
+                "cuda_reserved_bytes": int(torch.cuda.max_memory_reserved(self.device))
+                if cuda else None,
                 "graph_bytes": self.graph.nbytes()}
 
     def set_cache_map(self, cache_map: Any) -> None:

@@ -55,17 +55,18 @@ _GET_TIMEOUT_S = 1.0
 
 
 def build_store(features: Any, placement: Optional[Placement], device_index: int,
-                device: str = "cpu") -> Any:
+                device: str = "cpu", h2d: Any = None) -> Any:
     """The Trainer's feature store: the rows ``placement`` puts on device ``device_index``
     cached on ``device`` (FGNN §6.1 ``load_cache``), rows other devices cache in the peer tier
     (served from the host copy, counted as peer reads), the rest read from host memory.
-    ``placement=None``: no cache."""
+    ``placement=None``: no cache. ``h2d``: the copy stream's upload (pinned, non-blocking),
+    which every upload of the store's ``gather`` goes through."""
     from fgnn.cache.feature_store import FeatureStore
 
     if placement is None:
-        return FeatureStore.single(features, None, device)
+        return FeatureStore.single(features, None, device, h2d)
     return FeatureStore.from_placement(features, placement, int(device_index), device=device,
-                                       peers_from_host=True)
+                                       peers_from_host=True, h2d=h2d)
 
 
 @dataclass
@@ -136,6 +137,8 @@ class TrainerExecutor:
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
                  crash_after_apply: bool = False, disk: Any = None, seed: int = 0) -> None:
+        # one compute thread (executors share the host's cores); host gathers run on the
+        # feature store's own pool (fgnn.cache.feature_store.extract_threads)
         torch.set_num_threads(1)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
@@ -193,7 +196,8 @@ class TrainerExecutor:
             ahead = self._disk.cache == "window" or self._disk.accumulator
             self.lookahead = self._disk.window if ahead and self.role != "standby" else 0
             return int(alpha * self.labels.numel())
-        self.store = build_store(self._host, placement, self.device_index, str(self.device))
+        self.store = build_store(self._host, placement, self.device_index, str(self.device),
+                                 self.copies.h2d)
         if self.local_sampler is not None:  # time-sharing: this device marks its own samples
             self.local_sampler.set_cache_map(None if placement is None
                                              else placement.holder_bits())
