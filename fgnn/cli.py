@@ -10,6 +10,7 @@ and no report is written.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from typing import Any, NoReturn, Optional, Sequence
@@ -129,7 +130,7 @@ def _float_in(lo: float, hi: Optional[float], *, lo_open: bool = False, hi_open:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-        if (v != v or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
+        if (not math.isfinite(v) or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
                 or (hi is not None and hi_open and v == hi)):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         return v

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset
+from fgnn.data.dataset import Dataset, check_finite_features
 from fgnn.graph import CSRGraph
 
 __all__ = ["load_ogb", "read_csv_matrix"]
@@ -146,9 +146,7 @@ def load_ogb(root: str | os.PathLike, *, symmetrize: bool = True,
         if int(nn[0]) != n:
             raise ValueError(f"OGB file {feat_p} has {n} rows but {nn_p} says num_nodes="
                              f"{int(nn[0])}")
-    if np.isnan(feats).any():
-        row = int(np.isnan(feats).any(axis=1).nonzero()[0][0])
-        raise ValueError(f"OGB file {feat_p} holds a NaN feature (row {row})")
+    check_finite_features(feats, f"OGB file {feat_p}")
 
     lab = read_csv_matrix(label_p, np.float64)
     if lab.ndim != 2 or lab.shape[1] != 1:

@@ -32,7 +32,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset, Features
+from fgnn.data.dataset import Dataset, Features, check_finite_features, first_non_finite
 from fgnn.graph import CSRGraph
 
 __all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_npy_header",
@@ -44,7 +44,7 @@ MANIFEST = "manifest.json"
 FEAT_DTYPES = ("float32", "float16")
 FILE_KEYS = ("indptr", "indices", "weights", "features", "labels", "train_idx", "val_idx",
              "test_idx")
-#: Features at most this large are scanned for NaN at load time by default.
+#: Feature files larger than this are dropped from the page cache after the load-time scan.
 NAN_CHECK_LIMIT_BYTES = 1 << 30
 _CHUNK_BYTES = 64 << 20
 
@@ -76,7 +76,7 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
     """Stream a ``(N, F)`` feature matrix into a standard ``.npy`` file, chunk by chunk.
 
     The source (tensor, array or read-only memmap) is never copied whole, so features larger
-    than RAM can be written; each chunk is checked for NaN. The file is fsynced.
+    than RAM can be written; each chunk is checked for NaN/±inf. The file is fsynced.
 
     Args:
         path: destination ``.npy`` file.
@@ -85,7 +85,7 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
         chunk_bytes: bytes of source rows per chunk.
 
     Raises:
-        ValueError: on a non-2-D source, an unsupported dtype or a NaN feature.
+        ValueError: on a non-2-D source, an unsupported dtype or a non-finite feature.
     """
     src = source
     if src.ndim != 2:
@@ -100,9 +100,11 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
     rows = max(1, chunk_bytes // max(1, f * np.dtype(dtype).itemsize))
     for lo in range(0, n, rows):
         block = _np(src[lo:lo + rows])
-        if np.issubdtype(block.dtype, np.floating) and np.isnan(block).any():
-            row = lo + int(np.isnan(block).any(axis=1).nonzero()[0][0])
-            raise ValueError(f"features contain NaN (row {row}); not writing {path}")
+        hit = first_non_finite(block)
+        if hit is not None:
+            shown = "NaN" if hit[2] != hit[2] else f"{hit[2]:g}"
+            raise ValueError(f"features: non-finite value {shown} at row {lo + hit[0]}, column "
+                             f"{hit[1]}; not writing {path}")
         out[lo:lo + rows] = block
     out.flush()
     del out
@@ -233,13 +235,18 @@ def _check_npy(directory: Path, name: str, field: str, shape: tuple[int, ...],
     return path
 
 
-def _scan_nan(features: np.ndarray, path: Path) -> None:
-    rows = max(1, _CHUNK_BYTES // max(1, features.shape[1] * features.dtype.itemsize))
-    for lo in range(0, features.shape[0], rows):
-        block = np.asarray(features[lo:lo + rows])
-        if np.isnan(block).any():
-            row = lo + int(np.isnan(block).any(axis=1).nonzero()[0][0])
-            raise ValueError(f"on-disk file {path} (files.features) holds NaN (row {row})")
+def _scan_features(features: np.ndarray, path: Path) -> None:
+    """Refuse NaN/±inf features, reading the memory-mapped file chunk by chunk; a file larger
+    than :data:`NAN_CHECK_LIMIT_BYTES` is then dropped from the page cache again, so the scan
+    neither holds it in memory nor warms the cache a disk-tier run measures."""
+    check_finite_features(features, f"on-disk file {path} (files.features)", _CHUNK_BYTES)
+    if features.size * features.dtype.itemsize > NAN_CHECK_LIMIT_BYTES \
+            and hasattr(os, "posix_fadvise"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = None) -> Dataset:
@@ -247,8 +254,9 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
 
     Args:
         directory: the dataset directory holding ``manifest.json``.
-        check_nan: scan the features for NaN chunk-wise; ``None`` scans only feature files of
-            at most 1 GiB (a full scan of a larger file reads it all from disk).
+        check_nan: scan the features for NaN and ±inf chunk by chunk (never the whole file in
+            memory); ``None`` (the default) and ``True`` scan, ``False`` skips the scan (a file
+            whose features are known finite: a scan reads the whole file once).
 
     Returns:
         A :class:`~fgnn.data.Dataset` whose ``features`` is a read-only ``np.memmap``.
@@ -256,7 +264,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     Raises:
         ValueError: naming the file and field on a missing file, a missing or mistyped
             manifest field, a shape/dtype mismatch, a truncated file, an inconsistent or
-            unsorted CSR, or NaN features.
+            unsorted CSR, or non-finite (NaN, ±inf) features (naming the row and column).
     """
     root = Path(directory)
     mpath = root / MANIFEST
@@ -327,15 +335,15 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
                 raise ValueError(f"on-disk file {ix_path} (files.indices) is not sorted within "
                                  f"row {row} (position {pos})")
     features = np.load(fpath, mmap_mode="r")
-    fbytes = features.size * features.dtype.itemsize
-    if check_nan or (check_nan is None and fbytes <= NAN_CHECK_LIMIT_BYTES):
-        _scan_nan(features, fpath)
+    if check_nan is not False:
+        _scan_features(features, fpath)
     labels = torch.from_numpy(np.load(l_path).astype(np.int64, copy=False))
     splits = {k: torch.from_numpy(np.load(p)) for k, p in s_paths.items()}  # Dataset: -> ids
     try:
         return Dataset(name=name, graph=graph, features=features, labels=labels,
                        train_idx=splits["train_idx"], val_idx=splits["val_idx"],
                        test_idx=splits["test_idx"], num_classes=num_classes,
-                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype})
+                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype},
+                       check_features=False)  # scanned above, naming the file
     except ValueError as exc:
         raise ValueError(f"on-disk dataset {root} (labels/splits files): {exc}") from exc

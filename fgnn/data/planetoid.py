@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset
+from fgnn.data.dataset import Dataset, check_finite_features
 from fgnn.graph import CSRGraph
 
 __all__ = ["load_planetoid", "read_planetoid_pickle", "PLANETOID_NAMES", "PLANETOID_FILES",
@@ -231,10 +231,8 @@ def load_planetoid(name: str, root: str | os.PathLike, *,
     feats = np.concatenate([allx, tx]).astype(np.float32)
     onehot = np.concatenate([ally, ty])
     n = feats.shape[0]
-    if np.isnan(feats).any():
-        row = int(np.isnan(feats).any(axis=1).nonzero()[0][0])
-        raise ValueError(f"Planetoid features of {name!r} contain NaN (row {row}, files "
-                         f"{paths['allx'].name}/{paths['tx'].name})")
+    check_finite_features(feats, f"Planetoid features of {name!r} (files "
+                                 f"{paths['allx'].name}/{paths['tx'].name})")
     labels = onehot.argmax(axis=1).astype(np.int64)
     # Test rows are stored in sorted-id order; move them to their listed ids (as PyG does).
     feats[test_index] = feats[sorted_test]
