@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from fgnn.data.dataset import Dataset, Features, check_finite_features, first_non_finite
+from fgnn.data.paths import inside_root
 from fgnn.graph import CSRGraph
 
 __all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_npy_header",
@@ -182,18 +183,27 @@ def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype,
         ValueError: naming the file if it is not a readable ``.npy``.
     """
     path = Path(path)
+    why = None
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            if f.read(6) != b"\x93NUMPY":
+                why = "it does not start with the .npy magic \\x93NUMPY"
             else:
-                raise ValueError(f"unsupported .npy version {version}")
-            offset = f.tell()
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise ValueError(f"on-disk file {path} is not a valid .npy file: {exc}") from exc
+                f.seek(0)
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    why = f"unsupported .npy version {version}"
+                offset = f.tell()
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or type(exc).__name__})"
+    except (ValueError, SyntaxError, TypeError):  # numpy's text quotes the header: not echoed
+        why = "its header does not parse"
+    if why is not None:
+        raise ValueError(f"on-disk file {path} is not a valid .npy file: {why}")
     return tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), int(offset)
 
 
@@ -214,7 +224,7 @@ def _manifest_field(manifest: dict, path: Path, key: str, typ: type) -> Any:
 def _check_npy(directory: Path, name: str, field: str, shape: tuple[int, ...],
                dtypes: tuple[str, ...]) -> Path:
     """Validate one file's header against the manifest and its size against the header."""
-    path = directory / name
+    path = inside_root(directory, directory / name, "on-disk file")
     if not path.is_file():
         raise ValueError(f"on-disk file {path} (manifest field files.{field}) is missing")
     got_shape, dtype, fortran, offset = read_npy_header(path)
@@ -267,13 +277,19 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
             unsorted CSR, or non-finite (NaN, ±inf) features (naming the row and column).
     """
     root = Path(directory)
-    mpath = root / MANIFEST
+    mpath = inside_root(root, root / MANIFEST, "on-disk manifest")
     if not mpath.is_file():
         raise ValueError(f"on-disk manifest {mpath} is missing")
     try:
         manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"on-disk manifest {mpath} cannot be read "
+                         f"({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:  # its position, not the text
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON (line {exc.lineno}, "
+                         f"column {exc.colno})") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"on-disk manifest {mpath} must be a JSON object")
     fmt = _manifest_field(manifest, mpath, "format", str)
