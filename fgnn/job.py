@@ -171,8 +171,10 @@ class Job:
         """Cheap checks that need neither the data nor Ray; :meth:`run` calls it first.
 
         Raises:
-            JobConfigError: naming the field and value (dataset spec, data root, report and
-                model paths, checkpoint directory or a missing checkpoint to resume, Ray
+            JobConfigError: naming the field and value (dataset spec, data root, an output
+                path that is not a regular file or absent, not in a directory where a file can
+                be created, or the same file as another output (:mod:`fgnn.outputs`), a
+                checkpoint directory that is a file or holds no checkpoint to resume, Ray
                 address).
         """
         cfg = self.config
@@ -219,8 +221,11 @@ class Job:
             JobConfigError: a setting that cannot work, including a resume checkpoint that is
                 unreadable or from another model or dataset; raised before Ray starts, nothing
                 is written.
-            fgnn.atomic.WriteError: a checkpoint, model file or report could not be written
-                (a full disk); no partial file is left.
+            fgnn.atomic.WriteError: a checkpoint could not be written (a full disk); no
+                partial file is left.
+            fgnn.outputs.OutputsError: (a ``WriteError``) the model file, plot or report could
+                not be written; each of them is tried whatever became of the others, and the
+                message names what failed and what was kept.
         """
         self.validate()
         cfg = self.config
