@@ -159,9 +159,11 @@ def check_outputs(outputs: list[OutputPath], error: Callable[[str, object, str],
         key = entry(out.path)
         for other_key, other in seen.items():
             if other_key == key:
+                subject = (f"its {out.what} {out.path}" if out.what in ("plot", "checkpoint")
+                           else str(out.path))
                 raise error(out.field, out.value,
-                            f"its {out.what} {out.path} is the same file as the {other.what} "
-                            f"{other.path}; give each output its own path")
+                            f"{subject} is the same file as the {other.what} {other.path}; "
+                            f"give each output its own path")
             inner, outer = (out, other) if other_key in key.parents else (other, out)
             if entry(outer.path) in entry(inner.path).parents and not outer.is_dir:
                 raise error(out.field, out.value,
