@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,13 +37,18 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = "wb") -> Iterator[IO]
     """Open a temp file beside ``path``; on a clean exit fsync it and ``os.replace`` it onto
     ``path`` (then fsync the directory), on an exception delete it and leave ``path`` untouched.
 
+    Only a regular file (or nothing) is ever replaced: when ``path`` (or the file a symlink
+    there points to) is a device such as ``/dev/null``, a FIFO, a socket or a directory, the
+    write fails and ``path`` is left as it was.
+
     Args:
         path: destination; its parent directory is created.
         mode: ``"wb"`` or ``"w"``.
 
     Raises:
         WriteError: an ``OSError`` while creating, writing, syncing or renaming the file (a full
-            disk, say), re-raised as one line naming ``path``; the temp file is removed.
+            disk, say), or a ``path`` that is not a regular file, re-raised as one line naming
+            ``path``; the temp file is removed.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_open: mode must be 'wb' or 'w', got {mode!r}")
@@ -58,6 +64,7 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = "wb") -> Iterator[IO]
             yield f
             f.flush()
             os.fsync(f.fileno())
+        _check_replaceable(path)
         os.replace(tmp, path)
     except BaseException as e:
         if os.path.exists(tmp):
@@ -66,6 +73,17 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = "wb") -> Iterator[IO]
             raise WriteError(path, e) from e
         raise
     _fsync_dir(path.parent)
+
+
+def _check_replaceable(path: Path) -> None:
+    """Raise ``OSError`` unless ``path`` is absent or a regular file (its symlink followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OSError(None, f"it is {what}; fgnn replaces only regular files")
 
 
 def _fsync_dir(directory: Path) -> None:

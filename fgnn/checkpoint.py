@@ -11,10 +11,19 @@ Loading uses ``torch.load(weights_only=True)``: everything stored is tensors and
 values, so no pickled code runs. Every way a file can fail to load (missing, truncated, not a
 torch file, a pickle payload that ``weights_only`` refuses, another model) raises one
 :class:`CheckpointError` whose message is one line naming the file.
+
+Checkpoints and model files carry a SHA-256 checksum of their payload (every tensor's bytes,
+dtype and shape and every plain value, :func:`payload_digest`) under the key ``checksum``;
+reading verifies it, so a file whose bytes were changed after fgnn wrote it (a disk error, a
+partial copy, an edit) is refused instead of loading different weights or scores. A file
+without a checksum was written by an fgnn before checksums and is refused too: nothing can
+tell whether it is intact (retrain, or re-save it with that older fgnn's weights through
+:func:`save_checkpoint` / :func:`fgnn.model_file.save_model`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import pickle
@@ -33,9 +42,13 @@ from fgnn.atomic import atomic_open
 
 __all__ = ["Checkpoint", "CheckpointError", "save_checkpoint", "load_checkpoint",
            "read_checkpoint", "read_torch_file", "write_torch_file", "model_signature",
-           "capture_rng_state", "restore_rng_state"]
+           "capture_rng_state", "restore_rng_state", "payload_digest"]
 
 _FORMAT = "fgnn-checkpoint"
+#: Formats whose payload carries a checksum (checkpoints and model files).
+_CHECKSUMMED = (_FORMAT, "fgnn-model")
+#: Key of the checksum in a payload: ``{"sha256": hex digest of the rest}``.
+CHECKSUM_KEY = "checksum"
 #: First bytes of every file ``torch.save`` writes (a zip archive).
 _ZIP_MAGIC = b"PK\x03\x04"
 _VERSION = 1
@@ -179,7 +192,8 @@ def _plain_to_python_state(plain: list) -> tuple:
 
 # ---------------------------------------------------------------------------- files
 def write_torch_file(path: Union[str, os.PathLike], payload: Any) -> Path:
-    """``torch.save`` ``payload`` to ``path`` atomically.
+    """``torch.save`` ``payload`` to ``path`` atomically, with a ``checksum`` of it when it is a
+    checkpoint or model file (a dict whose ``format`` is ``fgnn-checkpoint`` or ``fgnn-model``).
 
     The payload is serialised in memory first, so a full disk surfaces as one
     :class:`~fgnn.atomic.WriteError` naming ``path`` (not as an error of torch's zip writer), and
@@ -188,6 +202,9 @@ def write_torch_file(path: Union[str, os.PathLike], payload: Any) -> Path:
     Raises:
         WriteError: the file could not be written.
     """
+    if isinstance(payload, dict) and payload.get("format") in _CHECKSUMMED:
+        body = {k: v for k, v in payload.items() if k != CHECKSUM_KEY}
+        payload = {**body, CHECKSUM_KEY: {"sha256": payload_digest(body)}}
     buf = io.BytesIO()
     torch.save(payload, buf)
     path = Path(path)
@@ -207,8 +224,9 @@ def read_torch_file(path: Union[str, os.PathLike], what: str = "checkpoint", *,
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
-        CheckpointError: unreadable, empty, truncated or corrupt, not a torch file, or holding
-            pickled objects that ``weights_only`` loading refuses (nothing in the file runs).
+        CheckpointError: unreadable, empty, truncated or corrupt, not a torch file, holding
+            pickled objects that ``weights_only`` loading refuses (nothing in the file runs),
+            or a checkpoint or model file whose checksum is missing or does not match.
     """
     path = Path(path)
     if not path.exists():
@@ -228,7 +246,7 @@ def read_torch_file(path: Union[str, os.PathLike], what: str = "checkpoint", *,
         raise CheckpointError(path, f"{what} {path} is truncated (its zip central directory is "
                                     f"missing; torch would fail finding central directory)")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         refused = re.search(r"GLOBAL ([\w.]+)", str(e))
         if refused:
@@ -240,6 +258,53 @@ def read_torch_file(path: Union[str, os.PathLike], what: str = "checkpoint", *,
     except Exception as e:  # torch's zip reader: RuntimeError, EOFError, OSError, ...
         raise CheckpointError(path, f"{what} {path} is truncated or corrupt "
                                     f"({_first_sentence(e)})") from e
+    _verify_checksum(payload, path, what)
+    return payload
+
+
+def payload_digest(payload: Any) -> str:
+    """SHA-256 of a payload: every tensor's dtype, shape and bytes (on CPU) and every plain
+    value, walked in order (dict keys in insertion order, as ``torch.load`` restores them)."""
+    h = hashlib.sha256()
+    _feed(h, payload)
+    return h.hexdigest()
+
+
+def _feed(h: Any, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}|".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
+    elif isinstance(obj, Mapping):
+        h.update(f"D{len(obj)}|".encode())
+        for k, v in obj.items():
+            _feed(h, k)
+            _feed(h, v)
+    elif isinstance(obj, (list, tuple)):  # torch.Size too
+        h.update(f"L{len(obj)}|".encode())
+        for v in obj:
+            _feed(h, v)
+    else:  # None, bool, int, float, str, bytes, torch.dtype, ...
+        h.update(f"{type(obj).__name__}:{obj!r}|".encode())
+
+
+def _verify_checksum(payload: Any, path: Path, what: str) -> None:
+    """Refuse a checkpoint or model file whose checksum is missing or does not match."""
+    if not isinstance(payload, dict) or payload.get("format") not in _CHECKSUMMED:
+        return
+    stored = payload.get(CHECKSUM_KEY)
+    if stored is None:
+        raise CheckpointError(path, f"{what} {path} carries no checksum: it was written by an "
+                                    f"older fgnn (before checksums), and nothing can tell whether "
+                                    f"it is intact, so this fgnn refuses it; retrain, or re-save "
+                                    f"it from the fgnn that wrote it")
+    body = {k: v for k, v in payload.items() if k != CHECKSUM_KEY}
+    want = stored.get("sha256") if isinstance(stored, dict) else None
+    if want != payload_digest(body):
+        raise CheckpointError(path, f"{what} {path} is corrupt: its content does not match its "
+                                    f"sha256 checksum (the file changed after fgnn wrote it)")
+    del payload[CHECKSUM_KEY]
 
 
 def _first_sentence(err: BaseException) -> str:

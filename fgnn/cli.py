@@ -10,6 +10,7 @@ and no report is written.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from typing import Any, NoReturn, Optional, Sequence
@@ -129,7 +130,7 @@ def _float_in(lo: float, hi: Optional[float], *, lo_open: bool = False, hi_open:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-        if (v != v or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
+        if (not math.isfinite(v) or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
                 or (hi is not None and hi_open and v == hi)):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         return v
@@ -483,18 +484,27 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
 
     from fgnn.atomic import WriteError
     from fgnn.job import Job, JobConfigError
+    from fgnn.outputs import OutputsError
     job = Job(config, progress=not args.no_progress)
     try:
         job.run()  # validates first: fast checks before any data is loaded or Ray starts
     except JobConfigError as e:
         parser.error(flag_for_error(e))
-    except WriteError as e:  # a full disk under the checkpoint, model or report path
+    except OutputsError as e:  # the run finished; some outputs were written, some not
+        print(f"{parser.prog}: error: {e.describe(_output_name)}", file=sys.stderr)
+        return 1
+    except WriteError as e:  # a full disk under the checkpoint path
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
         return 130
     return 0
+
+
+def _output_name(field: str, what: str) -> str:
+    """How the CLI calls an output in a message: the flag, or ``plot`` for the report's PNG."""
+    return _FIELD_FLAGS[field] if what in ("model", "report") else what
 
 
 def _module_main(argv: Optional[Sequence[str]] = None) -> int:

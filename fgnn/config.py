@@ -40,6 +40,15 @@ def _fail(cls: str, name: str, value: Any, why: str) -> None:
     raise ValueError(f"{cls}.{name}: {why}. Received {name}={value!r} instead.")
 
 
+def _finite(obj: Any, *names: str) -> None:
+    """Refuse NaN and ±inf in the float fields ``names`` of a config (``None`` is left to the
+    field's own check): ``lr=inf`` would train to a NaN loss without a word."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and isinstance(value, (int, float)) and not math.isfinite(value):
+            _fail(type(obj).__name__, name, value, "must be a finite number")
+
+
 @dataclass
 class SamplerConfig:
     """How mini-batches are sampled."""
@@ -69,6 +78,7 @@ class SamplerConfig:
     reusing the edges sampled before it (PyG's ``NeighborLoader``)."""
 
     def __post_init__(self) -> None:
+        _finite(self, "locality_lt", "locality_ut", "locality_max_scale")
         if self.kind not in ("khop", "weighted", "random_walk", "locality"):
             _fail("SamplerConfig", "kind", self.kind,
                   "must be one of khop, weighted, random_walk, locality")
@@ -121,6 +131,7 @@ class CacheConfig:
     Song & Jiang Eq. 7); ``>= 1`` means no fast link between devices."""
 
     def __post_init__(self) -> None:
+        _finite(self, "cache_ratio", "device_memory_gib", "peer_cost")
         if self.policy not in CACHE_POLICIES:
             _fail("CacheConfig", "policy", self.policy, f"must be one of {', '.join(CACHE_POLICIES)}")
         if self.reorder not in REORDERINGS:
@@ -169,6 +180,7 @@ class DiskConfig:
     """Reads in flight per Trainer (page-run reads spread over a thread pool)."""
 
     def __post_init__(self) -> None:
+        _finite(self, "cpu_buffer")
         for name, allowed in (("feature_tier", FEATURE_TIERS), ("cache", DISK_CACHES),
                               ("io", DISK_IO)):
             if getattr(self, name) not in allowed:
@@ -197,6 +209,7 @@ class ModelConfig:
     Cora recipe 0.5)."""
 
     def __post_init__(self) -> None:
+        _finite(self, "dropout", "input_dropout")
         if self.name not in MODELS:
             _fail("ModelConfig", "name", self.name, f"must be one of {', '.join(MODELS)}")
         if self.hidden < 1:
@@ -232,6 +245,7 @@ class TrainConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
+        _finite(self, "lr", "weight_decay")
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
@@ -241,6 +255,8 @@ class TrainConfig:
             _fail("TrainConfig", "eval_batch_size", self.eval_batch_size, "must be >= 1")
         if self.lr <= 0:
             _fail("TrainConfig", "lr", self.lr, "must be > 0")
+        if self.weight_decay < 0:
+            _fail("TrainConfig", "weight_decay", self.weight_decay, "must be >= 0")
         if self.patience is not None and self.patience < 1:
             _fail("TrainConfig", "patience", self.patience, "must be >= 1")
         if self.resume and not self.checkpoint_dir:
@@ -292,6 +308,7 @@ class RuntimeConfig:
         return max(1, math.ceil(self.devices_used * self.gpus_per_device - 1e-9))
 
     def __post_init__(self) -> None:
+        _finite(self, "gpus_per_device", "stall_timeout_s")
         if self.mode not in MODES:
             _fail("RuntimeConfig", "mode", self.mode, f"must be one of {', '.join(MODES)}")
         if self.devices < 1:

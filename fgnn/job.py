@@ -28,6 +28,7 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
+from fgnn.outputs import check_outputs, output_paths, write_outputs
 from fgnn.raystart import (explicit_token_auth, init_with_dashboard, local_system_config,
                            token_auth_enabled)
 from fgnn.sampling import Sampler
@@ -97,22 +98,6 @@ def _check_dir_readable(field: str, path: Optional[str]) -> None:
         raise JobConfigError(field, path, "is not a directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise JobConfigError(field, path, "is not readable")
-
-
-def _check_writable(field: str, path: Optional[str]) -> None:
-    """``path`` (a file or directory to create) can be created: its nearest existing ancestor is
-    a writable directory."""
-    if path is None:
-        return
-    p = Path(path).absolute()
-    if p.is_dir() and field in ("report", "save_model"):
-        example = "run.json" if field == "report" else "model.pt"
-        raise JobConfigError(field, path, f"is a directory; give a file such as {example}")
-    anc = p if p.is_dir() else p.parent
-    while not anc.exists():
-        anc = anc.parent
-    if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
-        raise JobConfigError(field, path, f"cannot be written ({anc} is not a writable directory)")
 
 
 def describe_devices(devices: int, cluster_gpus: Optional[float] = None) -> tuple[str, str]:
@@ -186,8 +171,10 @@ class Job:
         """Cheap checks that need neither the data nor Ray; :meth:`run` calls it first.
 
         Raises:
-            JobConfigError: naming the field and value (dataset spec, data root, report and
-                model paths, checkpoint directory or a missing checkpoint to resume, Ray
+            JobConfigError: naming the field and value (dataset spec, data root, an output
+                path that is not a regular file or absent, not in a directory where a file can
+                be created, or the same file as another output (:mod:`fgnn.outputs`), a
+                checkpoint directory that is a file or holds no checkpoint to resume, Ray
                 address).
         """
         cfg = self.config
@@ -203,9 +190,8 @@ class Job:
                                      f"ondisk:DIR dataset, not {cfg.dataset!r}")
             _check_dir_readable("data_root", cfg.data_root)
             _check_data_spec(cfg.dataset, cfg.data_root)
-        _check_writable("report", cfg.report)
-        _check_writable("save_model", cfg.save_model)
-        _check_writable("train.checkpoint_dir", cfg.train.checkpoint_dir)
+        check_outputs(output_paths(cfg.report, cfg.save_model, cfg.train.checkpoint_dir),
+                      JobConfigError)
         if cfg.train.resume:
             from fgnn.executors.runtime import CHECKPOINT_NAME
 
@@ -235,8 +221,11 @@ class Job:
             JobConfigError: a setting that cannot work, including a resume checkpoint that is
                 unreadable or from another model or dataset; raised before Ray starts, nothing
                 is written.
-            fgnn.atomic.WriteError: a checkpoint, model file or report could not be written
-                (a full disk); no partial file is left.
+            fgnn.atomic.WriteError: a checkpoint could not be written (a full disk); no
+                partial file is left.
+            fgnn.outputs.OutputsError: (a ``WriteError``) the model file, plot or report could
+                not be written; each of them is tried whatever became of the others, and the
+                message names what failed and what was kept.
         """
         self.validate()
         cfg = self.config
@@ -280,19 +269,38 @@ class Job:
         self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
                   f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
                   f"test_acc {fin.get('test_acc', float('nan')):.4f}")
-        if cfg.save_model:
-            from fgnn.model_file import save_model
-            best = {"epoch": runtime.best["epoch"], "val_acc": runtime.best["val_acc"]}
-            path = save_model(cfg.save_model, runtime.model, runtime.identity,
-                              final=result.final, best=best)
-            self._say(f"fgnn: model {path} (fgnn.load_model reads it)")
-        if cfg.report:
-            from fgnn.report import png_path_for, write_report
-            path = write_report(result, cfg.report)
-            self._say(f"fgnn: report {path}, plot {png_path_for(path)}")
+        self._write_outputs(result, runtime)
         return result
 
     # ------------------------------------------------------------------ internals
+    def _write_outputs(self, result: RunResult, runtime: Any) -> None:
+        """Write the model file, the plot and the report, each whatever became of the others.
+
+        Raises:
+            fgnn.outputs.OutputsError: naming what could not be written and what was kept.
+        """
+        cfg = self.config
+        writers = []
+        if cfg.save_model:
+            from fgnn.model_file import save_model
+            best = {"epoch": runtime.best["epoch"], "val_acc": runtime.best["val_acc"]}
+            writers.append(("save_model", "model", Path(cfg.save_model),
+                            lambda: save_model(cfg.save_model, runtime.model, runtime.identity,
+                                               final=result.final, best=best)))
+        if cfg.report:
+            from fgnn.monitor.plot import plot_report
+            from fgnn.report import png_path_for, report_dict, write_json_atomic
+            report = report_dict(result)
+            writers.append(("report", "plot", png_path_for(cfg.report),
+                            lambda: plot_report(report, png_path_for(cfg.report))))
+            writers.append(("report", "report", Path(cfg.report),
+                            lambda: write_json_atomic(report, cfg.report)))
+        kept = dict(((f, w), p) for f, w, p in write_outputs(writers))
+        if ("save_model", "model") in kept:
+            self._say(f"fgnn: model {cfg.save_model} (fgnn.load_model reads it)")
+        if ("report", "report") in kept:
+            self._say(f"fgnn: report {cfg.report}, plot {kept[('report', 'plot')]}")
+
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
 

@@ -34,6 +34,7 @@ __all__ = [
     "write_report",
     "write_json_atomic",
     "png_path_for",
+    "report_dict",
     "format_report",
     "main",
 ]
@@ -192,6 +193,18 @@ def png_path_for(report_path: Union[str, os.PathLike]) -> Path:
     return Path(report_path).with_suffix(".png")
 
 
+def report_dict(result: Union[RunResult, Mapping[str, Any]]) -> dict[str, Any]:
+    """The report of ``result`` as written: NaN / ±inf as ``None``, validated.
+
+    Raises:
+        ReportError: the result does not follow the schema.
+    """
+    report = result.to_dict() if isinstance(result, RunResult) else dict(result)
+    report = _finite_or_none(report)
+    validate_report(report)
+    return report
+
+
 def write_report(result: Union[RunResult, Mapping[str, Any]], path: Union[str, os.PathLike], *,
                  plot: bool = True) -> Path:
     """Validate and atomically write a run report, plus its PNG unless ``plot`` is False.
@@ -207,9 +220,7 @@ def write_report(result: Union[RunResult, Mapping[str, Any]], path: Union[str, o
     Raises:
         ReportError: the result does not follow the schema (nothing is written).
     """
-    report = result.to_dict() if isinstance(result, RunResult) else dict(result)
-    report = _finite_or_none(report)
-    validate_report(report)
+    report = report_dict(result)
     if plot:  # the PNG first: once the JSON exists, the whole output is complete
         from fgnn.monitor.plot import plot_report
         plot_report(report, png_path_for(path))

@@ -106,8 +106,8 @@ def test_missing_directory(tmp_path):
     (dict(edges="0,1\n1,7\n"), r"edge\.csv\.gz holds node id 7, outside \[0, 5\)"),
     (dict(edges="0,1\n-1,2\n"), r"edge\.csv\.gz holds node id -1"),
     (dict(feats="1,2\n3\n4,5\n5,6\n7,8\n"), r"node-feat\.csv\.gz is malformed"),
-    (dict(feats="1,2\n3,nan\n4,5\n5,6\n7,8\n"), r"node-feat\.csv\.gz holds a NaN feature "
-                                                r"\(row 1\)"),
+    (dict(feats="1,2\n3,nan\n4,5\n5,6\n7,8\n"), r"node-feat\.csv\.gz: non-finite value NaN "
+                                                r"at row 1, column 1"),
     (dict(num_nodes="6\n"), r"node-feat\.csv\.gz has 5 rows but .*num_nodes=6"),
     (dict(labels="0\n1\n2\n"), r"node-label\.csv\.gz has 3 rows but .*has 5"),
     (dict(labels="0\n1\n2\n-1\n0\n"), r"node-label\.csv\.gz holds label -1"),

@@ -94,8 +94,8 @@ def test_save_nan_features_leaves_nothing(tmp_path, small):
     feats = small.features.numpy().copy()
     feats[9, 1] = np.nan
     ds = Dataset("nan", small.graph, feats, small.labels, small.train_idx, small.val_idx,
-                 small.test_idx, small.num_classes)
-    with pytest.raises(ValueError, match=r"NaN \(row 9\)"):
+                 small.test_idx, small.num_classes, check_features=False)
+    with pytest.raises(ValueError, match=r"NaN at row 9, column 1"):
         save_dataset(ds, tmp_path / "ds")
     assert list(tmp_path.iterdir()) == []
 
@@ -254,7 +254,7 @@ def test_nan_features_on_load(saved, small):
     feats = small.features.numpy().copy()
     feats[200, 0] = np.nan
     np.save(saved / "features.npy", feats)
-    with pytest.raises(ValueError, match=r"features\.npy \(files\.features\) holds NaN "
-                                         r"\(row 200\)"):
+    with pytest.raises(ValueError, match=r"features\.npy \(files\.features\): non-finite "
+                                         r"value NaN at row 200, column 0"):
         load_ondisk(saved)
     assert load_ondisk(saved, check_nan=False).num_nodes == 256   # opt-out

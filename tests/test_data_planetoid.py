@@ -207,7 +207,7 @@ def test_nan_features(tmp_path):
     m = np.ones((NALL, F), dtype=np.float32)
     m[7, 2] = np.nan
     _dump(_fake(tmp_path) / "ind.citeseer.allx", sp.csr_matrix(m))
-    with pytest.raises(ValueError, match=r"NaN \(row 7"):
+    with pytest.raises(ValueError, match=r"NaN at row 7, column 2"):
         load_planetoid("citeseer", tmp_path)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset, SplitLike, split_ids
+from fgnn.data.dataset import Dataset, SplitLike, check_finite_features, split_ids
 from fgnn.graph import CSRGraph
 
 __all__ = ["from_pyg", "from_dgl", "from_ogb"]
@@ -52,6 +52,7 @@ def _features(x: Any, n: int, what: str) -> torch.Tensor:
         if t.dtype == torch.bool or t.is_complex():
             raise ValueError(f"{what} must be numeric, got dtype {t.dtype}")
         t = t.to(torch.float32)                                  # float64 / integer features
+    check_finite_features(t, what)        # after the cast: a float64 1e39 is inf in float32
     return t.contiguous()
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from dataclasses import InitVar, dataclass, field
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from fgnn.graph import CSRGraph
 
-__all__ = ["Dataset", "Features", "SplitLike", "split_ids"]
+__all__ = ["Dataset", "Features", "SplitLike", "split_ids", "first_non_finite",
+           "check_finite_features"]
 
 #: Node features: an in-memory tensor, or a (memory-mapped) numpy array that is never fully loaded.
 Features = Union[torch.Tensor, np.ndarray]
@@ -18,6 +19,54 @@ Features = Union[torch.Tensor, np.ndarray]
 SplitLike = Union[torch.Tensor, np.ndarray, Sequence[int]]
 
 _SPLITS = ("train_idx", "val_idx", "test_idx")
+#: Bytes of feature rows scanned at a time for non-finite values (a memory-mapped file larger
+#: than memory is read chunk by chunk, never whole).
+FINITE_CHUNK_BYTES = 64 << 20
+
+
+def first_non_finite(features: Features, chunk_bytes: int = FINITE_CHUNK_BYTES) \
+        -> Optional[tuple[int, int, float]]:
+    """The first NaN or ±inf of a ``(N, F)`` feature matrix, scanned in row chunks.
+
+    Args:
+        features: a tensor, array or memory-mapped array (read ``chunk_bytes`` at a time).
+        chunk_bytes: bytes of rows per chunk.
+
+    Returns:
+        ``(row, column, value)`` of the first non-finite entry in row-major order, or ``None``
+        (also for integer features, which cannot hold one).
+    """
+    is_tensor = isinstance(features, torch.Tensor)
+    floating = (features.is_floating_point() if is_tensor
+                else np.issubdtype(np.asarray(features[:0]).dtype, np.floating))
+    if not floating or features.ndim != 2:
+        return None
+    n, f = int(features.shape[0]), int(features.shape[1])
+    itemsize = features.element_size() if is_tensor else features.dtype.itemsize
+    rows = max(1, chunk_bytes // max(1, f * itemsize))
+    for lo in range(0, n, rows):
+        block = features[lo:lo + rows]
+        bad = (~torch.isfinite(block)) if is_tensor else ~np.isfinite(np.asarray(block))
+        if bool(bad.any()):
+            r, c = (int(x) for x in (bad.nonzero(as_tuple=False)[0] if is_tensor
+                                     else np.argwhere(bad)[0]))
+            return lo + r, c, float(block[r, c])
+    return None
+
+
+def check_finite_features(features: Features, where: str,
+                          chunk_bytes: int = FINITE_CHUNK_BYTES) -> None:
+    """Raise one ``ValueError`` line naming ``where`` and the first NaN/±inf (row, column).
+
+    Example message: ``dataset 'x' features: non-finite value inf at row 7, column 2; fgnn
+    trains only on finite features (replace or drop NaN/inf)``.
+    """
+    hit = first_non_finite(features, chunk_bytes)
+    if hit is not None:
+        row, col, value = hit
+        shown = "NaN" if value != value else f"{value:g}"
+        raise ValueError(f"{where}: non-finite value {shown} at row {row}, column {col}; fgnn "
+                         f"trains only on finite features (replace or drop NaN/inf)")
 
 
 def split_ids(split: SplitLike, num_nodes: int, *, what: str = "split") -> torch.Tensor:
@@ -71,6 +120,8 @@ class Dataset:
             stores the ids (see :func:`split_ids`).
         num_classes: number of classes C.
         meta: free-form provenance (generator parameters, source paths).
+        check_features: (constructor only) scan the features for NaN/±inf, chunk by chunk; a
+            loader that already scanned them (naming its file) passes ``False``.
     """
 
     name: str
@@ -82,12 +133,13 @@ class Dataset:
     test_idx: torch.Tensor
     num_classes: int
     meta: dict[str, Any] = field(default_factory=dict)
+    check_features: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check_features: bool = True) -> None:
         for split in _SPLITS:
             setattr(self, split, split_ids(getattr(self, split), self.graph.num_nodes,
                                            what=f"dataset {self.name!r}: {split}"))
-        self.validate()
+        self.validate(check_features=check_features)
 
     @property
     def num_nodes(self) -> int:
@@ -106,8 +158,9 @@ class Dataset:
                     else self.features.dtype.itemsize)
         return int(self.feat_dim * itemsize)
 
-    def validate(self) -> None:
-        """Check shapes, ranges and splits; raise ``ValueError`` naming the field and value."""
+    def validate(self, check_features: bool = True) -> None:
+        """Check shapes, ranges, splits and (with ``check_features``) that every feature is
+        finite; raise ``ValueError`` naming the field and value."""
         n = self.graph.num_nodes
         if self.features.ndim != 2:
             raise ValueError(f"dataset {self.name!r}: features must be 2-D (N, F), got shape "
@@ -135,13 +188,16 @@ class Dataset:
                 bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
                 raise ValueError(f"dataset {self.name!r}: {split} holds node id {bad}, outside "
                                  f"[0, {n})")
-        if isinstance(self.features, torch.Tensor) and self.features.is_floating_point():
-            if bool(torch.isnan(self.features).any()):
-                row = int(torch.isnan(self.features).any(dim=1).nonzero()[0])
-                raise ValueError(f"dataset {self.name!r}: features contain NaN (row {row})")
+        if check_features:
+            check_finite_features(self.features, f"dataset {self.name!r} features")
 
     def check_trainable(self) -> None:
-        """Raise ``ValueError`` when there is nothing to train on (an empty training split)."""
+        """Raise ``ValueError`` when there is nothing to train on: an empty training split, or a
+        single class (every label the same: a classifier learns nothing)."""
+        if self.num_classes < 2:
+            raise ValueError(f"dataset {self.name!r} has num_classes={self.num_classes}: every "
+                             f"label is the same class, so a classifier learns nothing (and "
+                             f"scores 1.0); give it at least 2 classes")
         if self.train_idx.numel() == 0:
             raise ValueError(f"dataset {self.name!r} has an empty training split (train_idx holds "
                              f"no node); give it training nodes (e.g. train_frac > 0 or a "

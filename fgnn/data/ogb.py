@@ -24,18 +24,19 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset
+from fgnn.data.dataset import Dataset, check_finite_features
+from fgnn.data.paths import inside_root
 from fgnn.graph import CSRGraph
 
 __all__ = ["load_ogb", "read_csv_matrix"]
 
 
-def _find(path: Path, required: bool = True) -> Optional[Path]:
-    """``path`` (``*.csv.gz``) or its uncompressed ``*.csv`` twin."""
-    if path.is_file():
+def _find(root: Path, path: Path, required: bool = True) -> Optional[Path]:
+    """``path`` (``*.csv.gz``) or its uncompressed ``*.csv`` twin, inside ``root``."""
+    if inside_root(root, path, "OGB file").is_file():
         return path
     plain = path.with_suffix("")                                  # strip ".gz"
-    if plain.is_file():
+    if inside_root(root, plain, "OGB file").is_file():
         return plain
     if required:
         raise ValueError(f"OGB file {path} is missing")
@@ -63,8 +64,12 @@ def read_csv_matrix(path: str | os.PathLike, dtype: np.dtype, *,
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"OGB file {path} cannot be read: {exc}") from exc
+    except OSError as exc:  # gzip's text quotes the first bytes: not echoed
+        why = exc.strerror or ("not a gzip file" if isinstance(exc, gzip.BadGzipFile)
+                               else type(exc).__name__)
+        raise ValueError(f"OGB file {path} cannot be read: {why}") from None
+    except EOFError:
+        raise ValueError(f"OGB file {path} cannot be read: it is truncated") from None
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
     first = data.split(b"\n", 1)[0].strip()
     cols = first.count(b",") + 1 if first else 0
@@ -117,10 +122,10 @@ def load_ogb(root: str | os.PathLike, *, symmetrize: bool = True,
     if not root.is_dir():
         raise ValueError(f"OGB directory {str(root)!r} does not exist")
     raw = root / "raw"
-    edge_p = _find(raw / "edge.csv.gz")
-    feat_p = _find(raw / "node-feat.csv.gz")
-    label_p = _find(raw / "node-label.csv.gz")
-    nn_p = _find(raw / "num-node-list.csv.gz", required=False)
+    edge_p = _find(root, raw / "edge.csv.gz")
+    feat_p = _find(root, raw / "node-feat.csv.gz")
+    label_p = _find(root, raw / "node-label.csv.gz")
+    nn_p = _find(root, raw / "num-node-list.csv.gz", required=False)
 
     split_root = root / "split"
     if split_type is None:
@@ -134,7 +139,7 @@ def load_ogb(root: str | os.PathLike, *, symmetrize: bool = True,
     if not split_dir.is_dir():
         raise ValueError(f"OGB split directory {split_dir} is missing (split_type="
                          f"{split_type!r})")
-    split_ps = {s: _find(split_dir / f"{s}.csv.gz") for s in ("train", "valid", "test")}
+    split_ps = {s: _find(root, split_dir / f"{s}.csv.gz") for s in ("train", "valid", "test")}
 
     feats = read_csv_matrix(feat_p, np.float32)
     n = feats.shape[0]
@@ -146,9 +151,7 @@ def load_ogb(root: str | os.PathLike, *, symmetrize: bool = True,
         if int(nn[0]) != n:
             raise ValueError(f"OGB file {feat_p} has {n} rows but {nn_p} says num_nodes="
                              f"{int(nn[0])}")
-    if np.isnan(feats).any():
-        row = int(np.isnan(feats).any(axis=1).nonzero()[0][0])
-        raise ValueError(f"OGB file {feat_p} holds a NaN feature (row {row})")
+    check_finite_features(feats, f"OGB file {feat_p}")
 
     lab = read_csv_matrix(label_p, np.float64)
     if lab.ndim != 2 or lab.shape[1] != 1:

@@ -32,7 +32,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset, Features
+from fgnn.data.dataset import Dataset, Features, check_finite_features, first_non_finite
+from fgnn.data.paths import inside_root
 from fgnn.graph import CSRGraph
 
 __all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_npy_header",
@@ -44,7 +45,7 @@ MANIFEST = "manifest.json"
 FEAT_DTYPES = ("float32", "float16")
 FILE_KEYS = ("indptr", "indices", "weights", "features", "labels", "train_idx", "val_idx",
              "test_idx")
-#: Features at most this large are scanned for NaN at load time by default.
+#: Feature files larger than this are dropped from the page cache after the load-time scan.
 NAN_CHECK_LIMIT_BYTES = 1 << 30
 _CHUNK_BYTES = 64 << 20
 
@@ -76,7 +77,7 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
     """Stream a ``(N, F)`` feature matrix into a standard ``.npy`` file, chunk by chunk.
 
     The source (tensor, array or read-only memmap) is never copied whole, so features larger
-    than RAM can be written; each chunk is checked for NaN. The file is fsynced.
+    than RAM can be written; each chunk is checked for NaN/±inf. The file is fsynced.
 
     Args:
         path: destination ``.npy`` file.
@@ -85,7 +86,7 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
         chunk_bytes: bytes of source rows per chunk.
 
     Raises:
-        ValueError: on a non-2-D source, an unsupported dtype or a NaN feature.
+        ValueError: on a non-2-D source, an unsupported dtype or a non-finite feature.
     """
     src = source
     if src.ndim != 2:
@@ -100,9 +101,11 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
     rows = max(1, chunk_bytes // max(1, f * np.dtype(dtype).itemsize))
     for lo in range(0, n, rows):
         block = _np(src[lo:lo + rows])
-        if np.issubdtype(block.dtype, np.floating) and np.isnan(block).any():
-            row = lo + int(np.isnan(block).any(axis=1).nonzero()[0][0])
-            raise ValueError(f"features contain NaN (row {row}); not writing {path}")
+        hit = first_non_finite(block)
+        if hit is not None:
+            shown = "NaN" if hit[2] != hit[2] else f"{hit[2]:g}"
+            raise ValueError(f"features: non-finite value {shown} at row {lo + hit[0]}, column "
+                             f"{hit[1]}; not writing {path}")
         out[lo:lo + rows] = block
     out.flush()
     del out
@@ -180,18 +183,27 @@ def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype,
         ValueError: naming the file if it is not a readable ``.npy``.
     """
     path = Path(path)
+    why = None
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            if f.read(6) != b"\x93NUMPY":
+                why = "it does not start with the .npy magic \\x93NUMPY"
             else:
-                raise ValueError(f"unsupported .npy version {version}")
-            offset = f.tell()
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise ValueError(f"on-disk file {path} is not a valid .npy file: {exc}") from exc
+                f.seek(0)
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    why = f"unsupported .npy version {version}"
+                offset = f.tell()
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or type(exc).__name__})"
+    except (ValueError, SyntaxError, TypeError):  # numpy's text quotes the header: not echoed
+        why = "its header does not parse"
+    if why is not None:
+        raise ValueError(f"on-disk file {path} is not a valid .npy file: {why}")
     return tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), int(offset)
 
 
@@ -212,7 +224,7 @@ def _manifest_field(manifest: dict, path: Path, key: str, typ: type) -> Any:
 def _check_npy(directory: Path, name: str, field: str, shape: tuple[int, ...],
                dtypes: tuple[str, ...]) -> Path:
     """Validate one file's header against the manifest and its size against the header."""
-    path = directory / name
+    path = inside_root(directory, directory / name, "on-disk file")
     if not path.is_file():
         raise ValueError(f"on-disk file {path} (manifest field files.{field}) is missing")
     got_shape, dtype, fortran, offset = read_npy_header(path)
@@ -233,13 +245,18 @@ def _check_npy(directory: Path, name: str, field: str, shape: tuple[int, ...],
     return path
 
 
-def _scan_nan(features: np.ndarray, path: Path) -> None:
-    rows = max(1, _CHUNK_BYTES // max(1, features.shape[1] * features.dtype.itemsize))
-    for lo in range(0, features.shape[0], rows):
-        block = np.asarray(features[lo:lo + rows])
-        if np.isnan(block).any():
-            row = lo + int(np.isnan(block).any(axis=1).nonzero()[0][0])
-            raise ValueError(f"on-disk file {path} (files.features) holds NaN (row {row})")
+def _scan_features(features: np.ndarray, path: Path) -> None:
+    """Refuse NaN/±inf features, reading the memory-mapped file chunk by chunk; a file larger
+    than :data:`NAN_CHECK_LIMIT_BYTES` is then dropped from the page cache again, so the scan
+    neither holds it in memory nor warms the cache a disk-tier run measures."""
+    check_finite_features(features, f"on-disk file {path} (files.features)", _CHUNK_BYTES)
+    if features.size * features.dtype.itemsize > NAN_CHECK_LIMIT_BYTES \
+            and hasattr(os, "posix_fadvise"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = None) -> Dataset:
@@ -247,8 +264,9 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
 
     Args:
         directory: the dataset directory holding ``manifest.json``.
-        check_nan: scan the features for NaN chunk-wise; ``None`` scans only feature files of
-            at most 1 GiB (a full scan of a larger file reads it all from disk).
+        check_nan: scan the features for NaN and ±inf chunk by chunk (never the whole file in
+            memory); ``None`` (the default) and ``True`` scan, ``False`` skips the scan (a file
+            whose features are known finite: a scan reads the whole file once).
 
     Returns:
         A :class:`~fgnn.data.Dataset` whose ``features`` is a read-only ``np.memmap``.
@@ -256,16 +274,22 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     Raises:
         ValueError: naming the file and field on a missing file, a missing or mistyped
             manifest field, a shape/dtype mismatch, a truncated file, an inconsistent or
-            unsorted CSR, or NaN features.
+            unsorted CSR, or non-finite (NaN, ±inf) features (naming the row and column).
     """
     root = Path(directory)
-    mpath = root / MANIFEST
+    mpath = inside_root(root, root / MANIFEST, "on-disk manifest")
     if not mpath.is_file():
         raise ValueError(f"on-disk manifest {mpath} is missing")
     try:
         manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"on-disk manifest {mpath} cannot be read "
+                         f"({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:  # its position, not the text
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON (line {exc.lineno}, "
+                         f"column {exc.colno})") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"on-disk manifest {mpath} must be a JSON object")
     fmt = _manifest_field(manifest, mpath, "format", str)
@@ -327,15 +351,15 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
                 raise ValueError(f"on-disk file {ix_path} (files.indices) is not sorted within "
                                  f"row {row} (position {pos})")
     features = np.load(fpath, mmap_mode="r")
-    fbytes = features.size * features.dtype.itemsize
-    if check_nan or (check_nan is None and fbytes <= NAN_CHECK_LIMIT_BYTES):
-        _scan_nan(features, fpath)
+    if check_nan is not False:
+        _scan_features(features, fpath)
     labels = torch.from_numpy(np.load(l_path).astype(np.int64, copy=False))
     splits = {k: torch.from_numpy(np.load(p)) for k, p in s_paths.items()}  # Dataset: -> ids
     try:
         return Dataset(name=name, graph=graph, features=features, labels=labels,
                        train_idx=splits["train_idx"], val_idx=splits["val_idx"],
                        test_idx=splits["test_idx"], num_classes=num_classes,
-                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype})
+                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype},
+                       check_features=False)  # scanned above, naming the file
     except ValueError as exc:
         raise ValueError(f"on-disk dataset {root} (labels/splits files): {exc}") from exc

@@ -20,13 +20,15 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import re
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset
+from fgnn.data.dataset import Dataset, check_finite_features
+from fgnn.data.paths import inside_root
 from fgnn.graph import CSRGraph
 
 __all__ = ["load_planetoid", "read_planetoid_pickle", "PLANETOID_NAMES", "PLANETOID_FILES",
@@ -39,7 +41,7 @@ PLANETOID_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 
 
 def _path(root: Path, name: str, suffix: str) -> Path:
-    path = root / f"ind.{name}.{suffix}"
+    path = inside_root(root, root / f"ind.{name}.{suffix}", "Planetoid file")
     if not path.is_file():
         raise ValueError(f"Planetoid file {path} is missing (field {suffix!r} of {name!r}); "
                          f"point --data-root (launch.py) or data_root= (JobConfig) at the "
@@ -102,11 +104,16 @@ def read_planetoid_pickle(path: str | os.PathLike) -> object:
             warnings.simplefilter("ignore", DeprecationWarning)
             return _unpickle(f)
     except _RefusedGlobal as exc:
-        raise ValueError(f"Planetoid file {path} is refused: it names the global {exc}, which "
+        named = str(exc) if re.fullmatch(r"[\w.]{1,120}", str(exc)) else "(not a Python name)"
+        raise ValueError(f"Planetoid file {path} is refused: it names the global {named}, which "
                          f"is not a numpy / scipy.sparse / builtin reconstructor of Planetoid "
                          f"data (a crafted or foreign pickle; nothing in it was run)") from None
-    except Exception as exc:  # any other unpickling failure is a malformed file
-        raise ValueError(f"Planetoid file {path} is not a readable pickle: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"Planetoid file {path} cannot be read "
+                         f"({exc.strerror or type(exc).__name__})") from None
+    except Exception as exc:  # a malformed file; the unpickler's text may quote its bytes
+        raise ValueError(f"Planetoid file {path} is not a readable pickle "
+                         f"({type(exc).__name__})") from None
 
 
 def _read_matrix(path: Path, *, sparse: bool) -> np.ndarray:
@@ -129,10 +136,15 @@ def _read_matrix(path: Path, *, sparse: bool) -> np.ndarray:
 
 def _read_test_index(path: Path) -> np.ndarray:
     try:
-        idx = np.array(path.read_text().split()).astype(np.int64)
-    except ValueError as exc:
-        raise ValueError(f"Planetoid file {path} must hold one integer node id per line: "
-                         f"{exc}") from exc
+        words = path.read_bytes().split()
+    except OSError as exc:
+        raise ValueError(f"Planetoid file {path} cannot be read "
+                         f"({exc.strerror or type(exc).__name__})") from None
+    bad = next((i for i, w in enumerate(words) if not w.lstrip(b"-").isdigit()), None)
+    if bad is not None:  # say where, not what: the text is the file's
+        raise ValueError(f"Planetoid file {path} must hold one integer node id per line; "
+                         f"entry {bad + 1} is not one")
+    idx = np.array([int(w) for w in words], dtype=np.int64)
     if idx.size == 0:
         raise ValueError(f"Planetoid file {path} holds no test node ids")
     if len(np.unique(idx)) != idx.size:
@@ -231,10 +243,8 @@ def load_planetoid(name: str, root: str | os.PathLike, *,
     feats = np.concatenate([allx, tx]).astype(np.float32)
     onehot = np.concatenate([ally, ty])
     n = feats.shape[0]
-    if np.isnan(feats).any():
-        row = int(np.isnan(feats).any(axis=1).nonzero()[0][0])
-        raise ValueError(f"Planetoid features of {name!r} contain NaN (row {row}, files "
-                         f"{paths['allx'].name}/{paths['tx'].name})")
+    check_finite_features(feats, f"Planetoid features of {name!r} (files "
+                                 f"{paths['allx'].name}/{paths['tx'].name})")
     labels = onehot.argmax(axis=1).astype(np.int64)
     # Test rows are stored in sorted-id order; move them to their listed ids (as PyG does).
     feats[test_index] = feats[sorted_test]
