@@ -396,6 +396,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"gpucheck: --device must be cuda[:N] or cpu, got {args.device!r}",
               file=sys.stderr)
         return 2
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # as the executors do: spinning threads stall a shared CPU
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sizes = _sizes(device, args.quick)
