@@ -13,7 +13,13 @@ remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--bat
   ``--sampler khop`` only. Without torch_geometric and a sampling backend (pyg-lib or
   torch-sparse) the bench stops with the reason; ``--no-pyg`` measures fgnn alone;
 * the machine's limit: random reads of the CSR ``indices`` per second (a gather at random
-  positions), every sampled edge needing at least one; fgnn's rate is reported as a fraction.
+  positions), every sampled edge needing at least one; fgnn's rate is reported as a fraction;
+* launches and host syncs (what bounds a sampler on a GPU), counted on one batch with
+  :class:`fgnn.monitor.dispatch_count.DispatchCounter`: aten ops and host-syncing ops per
+  sample and per hop (budget for k-hop 15,10,5: at most 300 ops and 2 syncs per hop);
+* ``fanout_1000_hop_s``: one uniform hop at fanout 1000 from the 100 highest-degree vertices,
+  best of ``--rounds`` (budget 0.05 s on a 2-core CPU: the work per hop in Python must not
+  grow with the fanout).
 
 The machine may be shared, so fgnn and PyG alternate for ``--rounds`` rounds in one run and the
 best round of each is compared (all rounds are in the JSON).
@@ -151,6 +157,32 @@ def gather_rate(graph: CSRGraph, n: int = 10_000_000, seed: int = 0, rounds: int
     return best
 
 
+def dispatch_counts(sampler: Sampler, graph: CSRGraph, seeds: torch.Tensor,
+                    seed: int) -> dict[str, Any]:
+    """Aten ops and host syncs of one ``sampler.sample`` of ``seeds``, per sample and per hop."""
+    from fgnn.monitor.dispatch_count import count_dispatch
+
+    sample, c = count_dispatch(sampler.sample, graph, seeds, torch.Generator().manual_seed(seed))
+    hops = max(sample.num_layers, 1)
+    return {"seeds": int(seeds.numel()), "hops": sample.num_layers, "ops": c.ops,
+            "syncs": c.syncs, "ops_per_hop": c.ops / hops, "syncs_per_hop": c.syncs / hops,
+            "sync_ops": dict(c.sync_ops)}
+
+
+def fanout_hop_seconds(graph: CSRGraph, fanout: int = 1000, rows: int = 100,
+                       rounds: int = 3) -> float:
+    """Best time of one uniform hop at ``fanout`` from the ``rows`` highest-degree vertices."""
+    from fgnn.sampling.khop import sample_uniform
+
+    top = torch.argsort(graph.degrees(), descending=True, stable=True)[:rows]
+    best = float("inf")
+    for r in range(rounds):
+        t = time.perf_counter()
+        sample_uniform(graph, top, fanout, torch.Generator().manual_seed(r))
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def _best(rounds: list[dict[str, float]]) -> dict[str, Any]:
     top = max(rounds, key=lambda r: r["edges_per_s"])
     return {**top, "rounds": rounds}
@@ -246,6 +278,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
     reads = gather_rate(graph)
+    counts = dispatch_counts(sampler, graph, seeds[: args.batch_size], args.seed)
+    hop_1000 = fanout_hop_seconds(graph, rounds=args.rounds)
     torch.set_num_threads(prev)
 
     res_fgnn = _best(ours)
@@ -273,6 +307,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                                            if res_pyg else None),
         "random_reads_per_s": reads,
         "fgnn_fraction_of_random_reads": res_fgnn["edges_per_s"] / reads,
+        "dispatch": counts,
+        "fanout_1000_hop_s": hop_1000,
         "machine": {"python": platform.python_version(), "torch": torch.__version__,
                     "platform": platform.platform(), "cpus": torch.get_num_threads()},
     }
@@ -298,6 +334,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
           "samples each vertex once, so its batches hold fewer edges)")
     print(f"random reads of indices: {reads / 1e6:.1f} M/s; fgnn at "
           f"{result['fgnn_fraction_of_random_reads']:.1%} of it")
+    print(f"per sample of {counts['seeds']} seeds: {counts['ops']} aten ops, {counts['syncs']} "
+          f"host syncs ({counts['ops_per_hop']:.0f} ops, {counts['syncs_per_hop']:.1f} syncs per "
+          f"hop: {counts['sync_ops']})")
+    print(f"one hop at fanout 1000 from the 100 highest-degree vertices: {hop_1000:.4f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -24,6 +24,9 @@ def test_bench_sampling_smoke(tmp_path):
     assert saved["pyg"] is None and saved["ratio_fgnn_over_pyg"] is None
     assert saved["random_reads_per_s"] > 0 and saved["fanouts"] == [3, 2]
     assert saved["threads"] == 1
+    counts = saved["dispatch"]
+    assert counts["hops"] == 2 and 0 < counts["syncs"] <= 2 * 2 + 1 and counts["ops"] > 0
+    assert saved["fanout_1000_hop_s"] > 0
 
 
 def _bench():

@@ -7,12 +7,17 @@ of the sample so far (the destination vertices of a layer are a prefix of its so
 :mod:`fgnn.sampling.base`), as in GNNLab and DGL blocks.
 
 Uniform selection uses a vectorised form of Floyd's variant of Fisher-Yates sampling: O(fanout)
-random numbers and O(fanout²) comparisons per vertex whatever its degree, the balanced-work
+random numbers and O(fanout log fanout) work per vertex whatever its degree, the balanced-work
 property FGNN §7.3(1) credits its Fisher-Yates variant with over reservoir sampling (whose work
-grows with the degree). Weighted selection (probability proportional to the edge weight, without
-replacement, i.e. successive sampling) runs by vectorised rejection against each row's largest
-weight, O(fanout · max/mean weight) work per vertex, with an exact Efraimidis–Spirakis
-exponential-key fallback for the rare rows the rejection rounds leave short.
+grows with the degree). Weighted selection (probability proportional to the edge weight,
+without replacement, i.e. successive sampling) runs by vectorised rejection against each row's
+largest weight, O(max_rounds · fanout) work per vertex, with an exact Efraimidis–Spirakis
+exponential-key fallback for the rare rows the rejection proposals leave short.
+
+Launches and host syncs (what bounds a sampler on a GPU) do not grow with the fanout: no Python
+loop runs over it, and a uniform hop syncs twice (its edge count, the remap's new vertices).
+:class:`fgnn.monitor.dispatch_count.DispatchCounter` counts both; ``bench/sampling.py`` reports
+them per sample.
 
 Throughput (``bench/sampling.py``) is limited by random reads: each sampled edge costs a few
 gathers (``indptr``, ``indices``, the remap scratch array) and O(fanout) vector operations.
@@ -26,7 +31,7 @@ import torch
 
 from fgnn.config import FRONTIERS
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import check_fanouts, check_seeds, rand, segment_arange
+from fgnn.sampling._util import check_fanouts, check_seeds, floyd_subsets, rand, segment_arange
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.remap import Remapper, sample_layers
 
@@ -44,10 +49,10 @@ def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``min(fanout, deg)`` distinct neighbours of each vertex in ``rows`` uniformly.
 
-    Floyd's algorithm, run for all rows at once: for step ``i`` with ``j = deg - fanout + i``,
-    draw ``t`` uniform in ``[0, j]``; keep ``t`` unless an earlier step kept it, else keep ``j``.
-    The kept offsets are a uniform ``fanout``-subset of ``[0, deg)``. Rows with
-    ``deg <= fanout`` keep all their neighbours (no random numbers).
+    Floyd's algorithm for every row and step at once (:func:`~fgnn.sampling._util.
+    floyd_subsets`): no Python loop over ``fanout``, one host sync (the number of sampled
+    edges), O(fanout log fanout) work per row whatever its degree. Rows with
+    ``deg <= fanout`` keep all their neighbours, in CSR order.
 
     Args:
         graph: topology (on the device of ``rows``).
@@ -57,42 +62,13 @@ def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
 
     Returns:
         ``(neighbours, row_index)``: ``(E,)`` int64 global neighbour ids and ``(E,)`` int64
-        positions in ``rows`` of the vertex that sampled them (the rows with more than
-        ``fanout`` neighbours first, then the others; each row's edges are contiguous).
+        positions in ``rows`` of the vertex that sampled them (in row order; each row's edges
+        are contiguous).
     """
-    k = fanout
     start, deg = _row_bounds(graph, rows)
-    is_big = deg > k
-    big = torch.nonzero(is_big).squeeze(1)
-    # rows with deg > k: exactly k Floyd offsets each, no mask needed
-    sel = _floyd(deg.index_select(0, big), k, generator)  # (k, B)
-    pos = (sel.t() + start.index_select(0, big).unsqueeze(1)).reshape(-1)
-    row_index = big.repeat_interleave(k)
-    if big.numel() < rows.numel():  # rows with deg <= k: every neighbour
-        row_s, off_s = segment_arange(torch.where(is_big, torch.zeros_like(deg), deg))
-        pos = torch.cat([pos, start.index_select(0, row_s) + off_s])
-        row_index = torch.cat([row_index, row_s])
-    nbr = graph.indices.index_select(0, pos).long()
-    return nbr, row_index
-
-
-def _floyd(deg: torch.Tensor, k: int, generator: Optional[torch.Generator]) -> torch.Tensor:
-    """``(k, R)`` distinct uniform offsets in ``[0, deg)`` per column (requires ``deg > k``).
-
-    Floyd's algorithm vectorised over the rows: step ``i`` has ``j = deg - k + i`` and draws
-    ``t ~ U{0..j}``; it keeps ``t`` unless an earlier step kept it, else ``j`` (never kept
-    before, since every earlier pick is below ``j``).
-    """
-    n = (deg - (k - 1)).unsqueeze(0) + torch.arange(k, device=deg.device).unsqueeze(1)  # j + 1
-    sel = (rand(tuple(n.shape), generator, deg.device) * n).long()
-    torch.minimum(sel, n - 1, out=sel)  # guard float rounding at the top end
-    for i in range(1, k):
-        cur = sel[i]
-        dup = sel[0] == cur
-        for m in range(1, i):
-            dup |= sel[m] == cur
-        sel[i] = torch.where(dup, n[i] - 1, cur)
-    return sel
+    row_index, off = floyd_subsets(deg, deg.clamp(max=fanout), generator)
+    pos = start.index_select(0, row_index) + off
+    return graph.indices.index_select(0, pos).long(), row_index
 
 
 def row_max_weights(graph: CSRGraph) -> torch.Tensor:
@@ -109,11 +85,12 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     """Draw ``fanout`` neighbours per row with probability proportional to the edge weights.
 
     Successive sampling without replacement: each draw picks an unpicked neighbour ``j`` with
-    probability ``w_j / Σ_unpicked w``. It runs by rejection, vectorised over the rows: propose
-    a uniform offset, accept it with probability ``w_j / max_w(row)`` unless already picked; an
-    accepted proposal follows exactly the successive-sampling law, and the expected work per row
-    is O(fanout · max_w / mean_w) whatever its degree (the balanced work FGNN §7.3(1) asks of a
-    sampler). Rows still short after ``max_rounds`` rounds of ``fanout`` proposals (skewed
+    probability ``w_j / Σ_unpicked w``. It runs by rejection, vectorised over the rows and the
+    proposals (no Python loop over ``fanout``): propose a uniform offset, accept it with
+    probability ``w_j / max_w(row)`` unless already picked; an accepted proposal follows exactly
+    the successive-sampling law, and the work per row is O(max_rounds · fanout) whatever its
+    degree (the balanced work FGNN §7.3(1) asks of a sampler). Rows still short after
+    ``max_rounds · fanout`` proposals (skewed
     weights, or fewer positive weights than ``fanout``) finish exactly with Efraimidis-Spirakis
     keys ``E_j / w_j`` over their unpicked neighbours (the continuation of the same process).
     Edges of weight 0 are never drawn; a row with at most ``fanout`` neighbours keeps all of its
@@ -123,7 +100,8 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         graph, rows, fanout, generator: as :func:`sample_uniform`.
         row_max: ``(N,)`` per-row maximum weight (:func:`row_max_weights`); computed (O(E))
             when omitted, so callers sampling repeatedly should cache it.
-        max_rounds: rejection rounds before the exact fallback.
+        max_rounds: rejection proposals per row, in multiples of ``fanout``, before the exact
+            fallback.
 
     Returns:
         As :func:`sample_uniform`.
@@ -133,75 +111,103 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     """
     if graph.weights is None:
         raise ValueError("weighted sampling needs edge weights, got graph.weights=None")
+    dev = rows.device
+    empty = torch.empty(0, dtype=torch.int64, device=dev)
+    if graph.num_edges == 0 or rows.numel() == 0:
+        return empty, empty
     if row_max is None:
         row_max = row_max_weights(graph)
-    dev = rows.device
-    k = fanout
     start, deg = _row_bounds(graph, rows)
-    # Rows with deg <= fanout keep every positive-weight edge.
-    small = deg <= k
-    row_s, off_s = segment_arange(torch.where(small, deg, torch.zeros_like(deg)))
-    pos_s = start.index_select(0, row_s) + off_s
-    ok = graph.weights.index_select(0, pos_s) > 0
-    pos_s, row_s = pos_s[ok], row_s[ok]
-
-    big = torch.nonzero(~small).squeeze(1)
-    b_start, b_deg = start.index_select(0, big), deg.index_select(0, big)
-    b_wmax = row_max.index_select(0, rows.index_select(0, big)).double()
-    picks = torch.full((big.numel(), k), -1, dtype=torch.int64, device=dev)  # offsets
-    npick = torch.zeros(big.numel(), dtype=torch.int64, device=dev)
-    active = torch.arange(big.numel(), device=dev)
-    for _ in range(max_rounds):
-        if active.numel() == 0:
-            break
-        a_deg, a_start = b_deg.index_select(0, active), b_start.index_select(0, active)
-        a_wmax = b_wmax.index_select(0, active)
-        a_picks, a_n = picks.index_select(0, active), npick.index_select(0, active)
-        u = rand((2, k, active.numel()), generator, dev)
-        prop = (u[0] * a_deg).long()
-        torch.minimum(prop, a_deg - 1, out=prop)
-        w = graph.weights.index_select(0, (prop + a_start).view(-1)).view(k, -1).double()
-        accept_w = u[1] * a_wmax < w
-        cols = torch.arange(k, device=dev)
-        for c in range(k):
-            cand = prop[c]
-            fresh = ~(a_picks == cand.unsqueeze(1)).any(1)
-            acc = accept_w[c] & fresh & (a_n < k)
-            slot = torch.where(acc, a_n, torch.full_like(a_n, k))  # k = no write
-            a_picks = torch.where(cols.unsqueeze(0) == slot.unsqueeze(1), cand.unsqueeze(1),
-                                  a_picks)
-            a_n = a_n + acc
-        picks.index_copy_(0, active, a_picks)
-        npick.index_copy_(0, active, a_n)
-        active = active[a_n < k]
-    if active.numel() > 0:  # exact continuation with exponential keys over unpicked offsets
-        a_deg = b_deg.index_select(0, active)
-        row_f, off_f = segment_arange(a_deg)
-        w = graph.weights.index_select(
-            0, b_start.index_select(0, active).index_select(0, row_f) + off_f).double()
-        taken = (picks.index_select(0, active).index_select(0, row_f)
-                 == off_f.unsqueeze(1)).any(1)
-        key = torch.empty_like(w).exponential_(generator=generator).div_(w)
-        key[taken] = float("inf")
-        excluded = torch.isinf(key)
-        key = torch.where(excluded, torch.ones_like(key), key / (1.0 + key))
-        order = torch.argsort(key.add_(row_f.double()))  # by row, then key
-        row_o = row_f.index_select(0, order)
-        seg = torch.cumsum(a_deg, 0) - a_deg
-        rank = torch.arange(order.numel(), device=dev) - seg.index_select(0, row_o)
-        need = (k - npick.index_select(0, active)).index_select(0, row_o)
-        sel = order[(rank < need) & ~excluded.index_select(0, order)]
-        extra_row = active.index_select(0, row_f.index_select(0, sel))
-        extra_off = off_f.index_select(0, sel)
+    k = min(fanout, int(deg.max()))  # picks per row; a fanout above every degree takes all
+    if k == 0:
+        return empty, empty
+    last = graph.num_edges - 1
+    cols = torch.arange(k, device=dev)
+    # rows with deg <= fanout keep every positive-weight edge
+    pos_s = (start.unsqueeze(1) + cols).clamp_(max=last)
+    keep_s = (cols < deg.unsqueeze(1)) & (graph.weights.index_select(0, pos_s.view(-1))
+                                          .view_as(pos_s) > 0)
+    big = deg > fanout
+    picks = torch.where(keep_s & ~big.unsqueeze(1), cols.expand_as(pos_s), -1)
+    if max_rounds > 0:  # all rows' proposals at once; only the big rows' picks are kept
+        picks = torch.where(big.unsqueeze(1),
+                            _weighted_rejection(graph, start, deg, row_max.index_select(0, rows),
+                                                k, max_rounds, generator), picks)
+    npick = (picks >= 0).sum(1)
+    short = big & (npick < k)
+    n_short, short_edges = torch.stack([short.sum(), torch.where(short, deg, 0).sum()]).tolist()
+    if n_short:  # exact continuation with exponential keys over the unpicked offsets
+        extra_row, extra_off = _weighted_keys(graph, start, deg, picks, npick,
+                                              torch.nonzero(short).squeeze(1), short_edges, k,
+                                              generator)
     else:
-        extra_row = extra_off = torch.empty(0, dtype=torch.int64, device=dev)
-    got = picks >= 0
-    flat = torch.nonzero(got.view(-1)).squeeze(1)
-    b_row = torch.cat([torch.div(flat, k, rounding_mode="floor"), extra_row])
-    b_off = torch.cat([picks.view(-1).index_select(0, flat), extra_off])
-    pos = torch.cat([b_start.index_select(0, b_row) + b_off, pos_s])
-    row_index = torch.cat([big.index_select(0, b_row), row_s])
+        extra_row = extra_off = empty
+    flat = torch.nonzero(picks.view(-1) >= 0).squeeze(1)
+    row_index = torch.cat([torch.div(flat, k, rounding_mode="floor"), extra_row])
+    pos = start.index_select(0, row_index) + torch.cat([picks.view(-1).index_select(0, flat),
+                                                        extra_off])
     return graph.indices.index_select(0, pos).long(), row_index
+
+
+def _weighted_rejection(graph: CSRGraph, start: torch.Tensor, deg: torch.Tensor,
+                        wmax: torch.Tensor, k: int, rounds: int,
+                        generator: Optional[torch.Generator]) -> torch.Tensor:
+    """``(R, k)`` offsets picked by ``rounds * k`` rejection proposals per row, ``-1`` unused.
+
+    Proposal ``c`` of a row (uniform offset ``j``) is accepted with probability
+    ``w_j / max_w`` unless an earlier accepted proposal of the row drew ``j``; the first ``k``
+    accepted proposals are the picks, in order: the successive-sampling law, decided for every
+    proposal at once (one sort per row finds the repeats).
+    """
+    dev = start.device
+    n = rounds * k
+    d = deg.clamp(min=1).unsqueeze(1)
+    u = rand((2, deg.numel(), n), generator, dev)
+    prop = torch.minimum((u[0] * d).long(), d - 1)
+    w = graph.weights.index_select(
+        0, (prop + start.unsqueeze(1)).clamp_(max=graph.num_edges - 1).view(-1)).view_as(prop)
+    accept = (u[1] * wmax.double().unsqueeze(1) < w.double()) & (deg > 0).unsqueeze(1)
+    col = torch.arange(n, device=dev)
+    val = torch.where(accept, prop, -1 - col)  # rejected proposals never repeat anything
+    srt, order = torch.sort(val, dim=1, stable=True)
+    repeat = torch.zeros_like(accept)
+    repeat.scatter_(1, order[:, 1:], srt[:, 1:] == srt[:, :-1])
+    fresh = accept & ~repeat
+    slot = torch.cumsum(fresh, 1) - 1
+    slot = torch.where(fresh & (slot < k), slot, k)  # k = the discarded column
+    picks = torch.full((deg.numel(), k + 1), -1, dtype=torch.int64, device=dev)
+    picks.scatter_(1, slot, torch.where(slot < k, prop, -1))
+    return picks[:, :k]
+
+
+def _weighted_keys(graph: CSRGraph, start: torch.Tensor, deg: torch.Tensor,
+                   picks: torch.Tensor, npick: torch.Tensor, active: torch.Tensor,
+                   num_edges: int, k: int, generator: Optional[torch.Generator]
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rest of the picks of rows ``active`` by Efraimidis-Spirakis keys ``E_j / w_j``
+    over their unpicked offsets (the continuation of successive sampling).
+
+    Returns:
+        ``(row, offset)`` of the extra picks (rows as positions in ``start``).
+    """
+    dev = start.device
+    a_deg = deg.index_select(0, active)
+    row_f, off_f = segment_arange(a_deg, num_edges)
+    w = graph.weights.index_select(
+        0, start.index_select(0, active).index_select(0, row_f) + off_f).double()
+    taken = (picks.index_select(0, active).index_select(0, row_f)
+             == off_f.unsqueeze(1)).any(1)
+    key = torch.empty_like(w).exponential_(generator=generator).div_(w)
+    excluded = torch.isinf(key) | taken
+    key = torch.where(excluded, torch.ones_like(key), key / (1.0 + key))
+    order = torch.argsort(key.add_(row_f.double()))  # by row, then key
+    row_o = row_f.index_select(0, order)
+    seg = torch.cumsum(a_deg, 0) - a_deg
+    rank = torch.arange(order.numel(), device=dev) - seg.index_select(0, row_o)
+    need = (k - npick.index_select(0, active)).index_select(0, row_o)
+    sel = order.index_select(0, torch.nonzero(
+        (rank < need) & ~excluded.index_select(0, order)).squeeze(1))
+    return active.index_select(0, row_f.index_select(0, sel)), off_f.index_select(0, sel)
 
 
 class KHop(Sampler):
@@ -294,7 +300,7 @@ def _sample_with_replacement(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     start, deg = _row_bounds(graph, rows)
     off = (rand((rows.numel(), fanout), generator, dev) * deg.unsqueeze(1)).long()
     torch.minimum(off, (deg - 1).clamp(min=0).unsqueeze(1), out=off)
-    row_index = torch.arange(rows.numel(), device=dev).unsqueeze(1).expand_as(off)
-    keep = (deg > 0).unsqueeze(1).expand_as(off)
-    pos = (start.unsqueeze(1) + off)[keep]
-    return graph.indices.index_select(0, pos).long(), row_index[keep]
+    keep = torch.nonzero((deg > 0).repeat_interleave(fanout)).squeeze(1)  # one host sync
+    pos = (start.unsqueeze(1) + off).view(-1).index_select(0, keep)
+    return (graph.indices.index_select(0, pos).long(),
+            torch.div(keep, fanout, rounding_mode="floor"))

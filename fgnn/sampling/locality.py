@@ -37,7 +37,7 @@ from typing import Iterable, Optional, Sequence, Union
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import rand
+from fgnn.sampling._util import floyd_subsets
 from fgnn.sampling.khop import KHop, _row_bounds
 
 __all__ = ["LocalityAwareKHop", "ScaleController", "neighbour_sets"]
@@ -308,12 +308,15 @@ class LocalityAwareKHop(KHop):
         n_non = deg - n_loc
         m_loc = _binomial(n_loc, q_loc, generator)
         m_non = _binomial(n_non, q_non, generator)
-        r_loc, o_loc = _floyd_var(n_loc, m_loc, generator)
-        r_non, o_non = _floyd_var(n_non, m_non, generator)
-        o_non = o_non + n_loc.index_select(0, r_non)
-        row = torch.cat([r_loc, r_non])
-        nbr = indices.index_select(0, start.index_select(0, row) + torch.cat([o_loc, o_non]))
-        q = torch.cat([q_loc.index_select(0, r_loc), q_non.index_select(0, r_non)])
+        # one Floyd run over both groups: rows 0..R-1 local, R..2R-1 non-local
+        r = rows.numel()
+        grp, off = floyd_subsets(torch.cat([n_loc, n_non]), torch.cat([m_loc, m_non]),
+                                 generator)
+        is_non = grp >= r
+        row = torch.where(is_non, grp - r, grp)
+        off = torch.where(is_non, off + n_loc.index_select(0, row), off)
+        nbr = indices.index_select(0, start.index_select(0, row) + off)
+        q = torch.where(is_non, q_non.index_select(0, row), q_loc.index_select(0, row))
         w = 1.0 / q if self.aggregation == "sum" else 1.0 / (q * d.index_select(0, row))
         return nbr.long(), row, w.float()
 
@@ -323,34 +326,6 @@ def _binomial(count: torch.Tensor, prob: torch.Tensor,
     """``Binomial(count, prob)`` per entry as int64 (exact: all-or-nothing at prob 0 or 1)."""
     draw = torch.binomial(count.double(), prob.double(), generator=generator).long()
     return torch.where(prob >= 1.0, count, torch.minimum(draw, count))
-
-
-def _floyd_var(n: torch.Tensor, m: torch.Tensor, generator: Optional[torch.Generator]
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A uniform ``m[r]``-subset of ``[0, n[r])`` for every row ``r`` (``m <= n``).
-
-    Floyd's algorithm with a per-row subset size: step ``i`` is active where ``i < m`` and uses
-    ``j = n - m + i``. Returns ``(row, offset)`` of every chosen element.
-    """
-    dev = n.device
-    mmax = int(m.max()) if m.numel() else 0
-    if mmax == 0:
-        empty = torch.empty(0, dtype=torch.int64, device=dev)
-        return empty, empty
-    steps = torch.arange(mmax, device=dev).unsqueeze(1)
-    jp1 = (n - m).unsqueeze(0) + steps + 1  # (mmax, R): j + 1
-    active = steps < m.unsqueeze(0)
-    sel = (rand(tuple(jp1.shape), generator, dev) * jp1).long()
-    torch.minimum(sel, jp1 - 1, out=sel)
-    sel = torch.where(active, sel, torch.full_like(sel, -1))
-    for i in range(1, mmax):
-        cur = sel[i]
-        dup = (sel[:i] == cur.unsqueeze(0)).any(0) & active[i]
-        sel[i] = torch.where(dup, jp1[i] - 1, cur)
-    sel = sel.t()  # (R, mmax): grouped by row
-    flat = torch.nonzero(active.t().reshape(-1)).squeeze(1)
-    return (torch.div(flat, mmax, rounding_mode="floor"),
-            sel.reshape(-1).index_select(0, flat))
 
 
 def _eq8(d: torch.Tensor, n_loc: torch.Tensor, k: float, s: float

@@ -82,11 +82,11 @@ def random_walk_topk(visits: torch.Tensor, rows: torch.Tensor, top_k: int
     score = count * (s + 1) + (s - col)
     k = min(top_k, s)
     best = score.topk(k, dim=1, sorted=True).indices  # (R, k)
-    cnt = count.gather(1, best)
-    keep = cnt > 0
-    nbr = v.gather(1, best)[keep]
-    row_index = torch.arange(r, device=v.device).unsqueeze(1).expand(r, k)[keep]
-    return nbr, row_index, cnt[keep].float()
+    cnt = count.gather(1, best).view(-1)
+    keep = torch.nonzero(cnt > 0).squeeze(1)  # the one host sync
+    nbr = v.gather(1, best).view(-1).index_select(0, keep)
+    row_index = torch.div(keep, k, rounding_mode="floor")
+    return nbr, row_index, cnt.index_select(0, keep).float()
 
 
 class RandomWalk(Sampler):

@@ -74,8 +74,14 @@ class Remapper:
         return int(num_nodes) * (4 if num_nodes <= (1 << 30) else 8)
 
     # ------------------------------------------------------------------ lifecycle
-    def begin(self, seeds: torch.Tensor, num_nodes: int) -> None:
+    def begin(self, seeds: torch.Tensor, num_nodes: int, check: bool = True) -> None:
         """Start a sample whose first local ids are ``seeds`` (int64, distinct, in range).
+
+        Args:
+            seeds: ``(B,)`` int64 vertex ids.
+            num_nodes: N of the graph.
+            check: verify that ``seeds`` are distinct (one host sync); callers that validated
+                them already (:func:`~fgnn.sampling._util.check_seeds`) pass ``False``.
 
         Raises:
             ValueError: if ``seeds`` holds a repeated vertex.
@@ -94,7 +100,7 @@ class Remapper:
             self._scratch = s
         pos = torch.arange(seeds.numel(), device=seeds.device, dtype=s.dtype)
         s.scatter_reduce_(0, seeds, pos, "amin")
-        if bool((s.index_select(0, seeds) != pos).any()):
+        if check and bool((s.index_select(0, seeds) != pos).any()):
             s.index_fill_(0, seeds, self._empty)
             raise ValueError(f"seeds must be distinct, got vertex {_first_repeat(seeds)} more "
                              f"than once")
@@ -182,7 +188,8 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
 
     Args:
         remapper: the sampler's scratch-array remapper (reset on success and on error).
-        seeds: validated int64 seed ids on the graph's device.
+        seeds: int64 seed ids on the graph's device, validated by
+            :func:`~fgnn.sampling._util.check_seeds` (in range, distinct).
         num_nodes: N of the graph.
         num_layers: blocks to produce.
         select: picks the sampled edges of ``frontier`` for layer ``layer`` (0 = seeds' hop);
@@ -196,7 +203,7 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
 
     if frontier not in FRONTIERS:
         raise ValueError(f"frontier must be one of {', '.join(FRONTIERS)}, got {frontier!r}")
-    remapper.begin(seeds, num_nodes)
+    remapper.begin(seeds, num_nodes, check=False)  # the samplers' check_seeds did it
     try:
         blocks: list[Block] = []
         start = 0  # local id of the first vertex that samples at this hop

@@ -1,0 +1,58 @@
+"""``python -m fgnn.gpucheck``: its CPU dry run (what CI can run) and its refusal without CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fgnn import gpucheck
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cpu_dry_run_writes_json_and_markdown_with_torch_and_numpy_only(tmp_path):
+    out = tmp_path / "gc"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "fgnn.gpucheck", "--device", "cpu", "--quick",
+                           "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert time.perf_counter() - t < 60
+    res = json.loads((out / "gpucheck.json").read_text())
+    assert res["failed"] == []
+    assert res["environment"]["device"] == "cpu"
+    assert "skipped" in res["gpu_tests"] and "skipped" in res["epochs"]
+    s = res["sampler"]
+    assert s["edges"] > 0 and s["random_reads_per_s"] > 0 and s["hops"] == 3
+    assert s["syncs_per_sample"] <= 2 * 3 + 1 and s["ops_per_sample"] <= 300
+    e = res["extract"]
+    assert e["hit_gb_per_s"] > 0 and e["miss_gb_per_s"] > 0 and 0 < e["hit_rate"] < 1
+    ex = res["executors"]
+    assert ex["device"] == "cpu" and len(ex["losses"]) == ex["tasks"] > 0
+    assert (out / ex["trace"]).is_file()
+    # the in-process part needs torch and numpy only
+    assert not {"ray", "scipy"} & set(res["heavy_modules_in_process"])
+    md = (out / "gpucheck.md").read_text()
+    assert "| check | result |" in md and "sampler edges/s" in md and "extract GB/s" in md
+
+
+def test_without_cuda_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpucheck.main(["--out", str(tmp_path / "gc")]) == 2
+    got = capsys.readouterr()
+    lines = (got.out + got.err).strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0] and "--device cpu" in lines[0]
+    assert not (tmp_path / "gc").exists()
+
+
+def test_overlap_is_the_intersection_of_copy_and_kernel_time():
+    spans = gpucheck._union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)])
+    assert spans == [(0.0, 3.0), (5.0, 6.0)]
+    assert gpucheck._intersection(spans, [(2.0, 5.5)]) == 1.5
