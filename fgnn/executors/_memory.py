@@ -36,16 +36,6 @@ def batch_bytes(batch: Any) -> int:
     return int(resident_bytes(batch.x, batch.labels) + sample_nbytes(batch.sample))
 
 
-def _sample_tensors(sample: Any) -> list[torch.Tensor]:
-    """The tensors of a sample (seeds, input nodes, marks, every block's edges)."""
-    ts = [sample.seeds, sample.input_nodes]
-    if sample.cached is not None:
-        ts.append(sample.cached)
-    for b in sample.blocks:
-        ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
-    return ts
-
-
 class StepMemoryMeter:
     """Measures the training step of one Trainer on its device.
 
@@ -69,8 +59,10 @@ class StepMemoryMeter:
         """Run ``step(batch)``; the first call on CPU is measured."""
         if self.device.type == "cuda" or self.step_peak is not None:
             return step(batch)
+        from fgnn.executors.sampler import sample_tensors
+
         meter = TensorAllocationMeter([self.model, batch.x, batch.labels,
-                                       _sample_tensors(batch.sample)])
+                                       sample_tensors(batch.sample)])
         out: list = []
         peak = meter.measure(lambda: out.append(step(batch)))
         if out[0] is not None:  # None: the Trainer stopped before it trained

@@ -36,7 +36,7 @@ from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
-           "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport",
+           "pack_sample_tensors", "sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport",
            "trainers_share_gpu", "transport_errors"]
 
 #: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
@@ -117,7 +117,8 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
     return m.to(device)
 
 
-def _sample_tensors(sample: Sample) -> list[torch.Tensor]:
+def sample_tensors(sample: Sample) -> list[torch.Tensor]:
+    """The tensors of a sample (seeds, input nodes, marks, every block's edges and weights)."""
     ts = [sample.seeds, sample.input_nodes]
     if sample.cached is not None:
         ts.append(sample.cached)
@@ -128,7 +129,7 @@ def _sample_tensors(sample: Sample) -> list[torch.Tensor]:
 
 def sample_nbytes(sample: Sample) -> int:
     """Bytes of the sample's tensors (what the C step copies)."""
-    return int(sum(t.numel() * t.element_size() for t in _sample_tensors(sample)))
+    return int(sum(t.numel() * t.element_size() for t in sample_tensors(sample)))
 
 
 def pack_sample(sample: Sample) -> dict[str, Any]:
@@ -151,7 +152,7 @@ def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
         ValueError: when the tensors are not all on one device (Ray puts one RDT object only
             when they are).
     """
-    devices = {str(t.device) for t in _sample_tensors(sample)}
+    devices = {str(t.device) for t in sample_tensors(sample)}
     if len(devices) > 1:
         raise ValueError(f"a sample sent by a tensor transport must have every tensor on one "
                          f"device, got {', '.join(sorted(devices))}")
@@ -334,7 +335,7 @@ class SamplerExecutor:
         sample, s, m = self.sample(epoch, task_id, plan)
         t0 = time.perf_counter()
         if self.transport == "cuda_ipc":  # the sample stays on this GPU; Trainers read it
-            ref = ray.put(pack_sample_tensors(sample), _tensor_transport="cuda_ipc")
+            ref = ray.put(packsample_tensors(sample), _tensor_transport="cuda_ipc")
         else:
             if self.device.type != "cpu":
                 sample = sample.to("cpu")  # host memory side of the queue
