@@ -77,7 +77,7 @@ from fgnn.executors._caches import CacheSetup
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._device import AUTO
 from fgnn.executors._epoch import EpochLoop, EvalOutcome, RuntimeFailure, _Exec
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, _resume_hint
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
@@ -87,6 +87,15 @@ from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
 
 __all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
+
+
+def _death_errors() -> tuple[type, ...]:
+    """Ray's errors for a process or object that is gone (not an exception inside fgnn code,
+    which arrives as ``RayTaskError`` and keeps its traceback)."""
+    import ray.exceptions as rx
+
+    return (rx.RayActorError, rx.LocalRayletDiedError, rx.NodeDiedError, rx.WorkerCrashedError,
+            rx.ObjectLostError, rx.RaySystemError, rx.RpcError)
 
 
 OnBatch = Callable[[int, int, int, float], None]
@@ -187,6 +196,10 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         self._init_ray()
         try:
             return self._run()
+        except RuntimeFailure:
+            raise
+        except _death_errors() as err:  # a service (queue, parameter server), Ray itself, or a call
+            raise self._died(err) from err
         finally:
             self._teardown()
             if self._started_ray:
@@ -416,8 +429,8 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         warm_end = start_epoch + self.warmup_epochs
         self._counting = self.policy == "presc" and self.hotness is None
         if self._counting:
-            ray.get([e.handle.count_visits.remote() for e in self._execs
-                     if e.role == "sampler"])
+            self._service_get([e.handle.count_visits.remote() for e in self._execs
+                               if e.role == "sampler"], "a Sampler")
         k: Optional[float] = None
         epochs: list[EpochStats] = []
         best = self.best
@@ -506,10 +519,36 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                          final_eval_s=getattr(self, "final_eval_s", 0.0),
                          early_stop=early_stop)
 
-    def _pull_weights(self) -> None:
+    def _died(self, err: BaseException) -> RuntimeFailure:
+        """The one-line failure for a death the epoch loop does not handle itself: a service
+        actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
+        own processes (the raylet); with the last good checkpoint."""
+        path = self._failure_checkpoint()
+        return RuntimeFailure(f"{self._who_died(err)} died ({type(err).__name__}) and the job "
+                              f"stopped; {_resume_hint(path, self._good['epoch'])}", path)
+
+    def _who_died(self, err: BaseException) -> str:
+        """Name the actor of a Ray death error (``the parameter server (fgnn-ps)``), or Ray."""
         import ray
 
-        _, flat = ray.get(self.ps.weights.remote())
+        names = {"ps": "the parameter server", "queue": "the global queue",
+                 "args_store": "the executors' argument store"}
+        actor_id = getattr(err, "actor_id", None)
+        if actor_id:
+            for attr, what in names.items():
+                h = getattr(self, attr, None)
+                if h is not None and h._actor_id.hex() == actor_id:
+                    return f"{what} ({h._ray_actor_creation_function_descriptor.class_name})"
+            for e in self._execs:
+                if e.handle._actor_id.hex() == actor_id:
+                    return f"the {e.role} executor {e.name}"
+        if isinstance(err, (ray.exceptions.LocalRayletDiedError, ray.exceptions.NodeDiedError,
+                            ray.exceptions.RaySystemError, ray.exceptions.RpcError)):
+            return "a Ray process of this node (the raylet or the GCS)"
+        return "a Ray actor or object of the job"
+
+    def _pull_weights(self) -> None:
+        _, flat = self._service_get(self.ps.weights.remote(), "the parameter server")
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
     def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
@@ -545,7 +584,8 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         calls = {s: execs[i % len(execs)].handle.score_layerwise.remote(
             self._refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(), weights)
             for i, s in enumerate(splits)}
-        scores = {s: SplitScore(*ray.get(ref)) for s, ref in calls.items()}
+        scores = {s: SplitScore(*self._service_get(ref, "a Trainer scoring layer-wise"))
+                  for s, ref in calls.items()}
         done = sum(1 for _ in splits)
         if self.on_eval_batch is not None:
             self.on_eval_batch(tuple(splits), done, done)
