@@ -39,6 +39,15 @@ _RESTART_TIMEOUT_S = 120.0
 _ABORT_TIMEOUT_S = 10.0
 
 
+def _death_errors() -> tuple[type, ...]:
+    """Ray's errors for a process or object that is gone (not an exception inside fgnn code,
+    which arrives as ``RayTaskError`` and keeps its traceback)."""
+    import ray.exceptions as rx
+
+    return (rx.RayActorError, rx.LocalRayletDiedError, rx.NodeDiedError, rx.WorkerCrashedError,
+            rx.ObjectLostError, rx.RaySystemError, rx.RpcError)
+
+
 class RuntimeFailure(RuntimeError):
     """The job cannot continue (no Trainer or no Sampler left); a checkpoint was written.
 
@@ -339,6 +348,9 @@ class EpochLoop:
             path = self._failure_checkpoint()
             raise RuntimeFailure(f"{err.cause} (Trainer {e.name}), and the job stopped; "
                                  f"{_resume_hint(path, self._good['epoch'])}", path)
+        if isinstance(err, ray.exceptions.RayTaskError) and \
+                isinstance(err.cause, _death_errors()):
+            raise err.cause from err  # a service the executor called died: the runtime names it
         if not isinstance(err, ray.exceptions.RayActorError):
             raise RuntimeError(f"executor {e.name} failed: {err}") from err
         now = time.perf_counter()

@@ -76,7 +76,8 @@ from fgnn.executors._actors import ARGS_ACTOR, ArgStore, LocalSampling, make_act
 from fgnn.executors._caches import CacheSetup
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._device import AUTO
-from fgnn.executors._epoch import EpochLoop, EvalOutcome, RuntimeFailure, _Exec
+from fgnn.executors._epoch import (EpochLoop, EvalOutcome, RuntimeFailure, _death_errors,
+                                   _Exec)
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, _resume_hint
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
@@ -87,15 +88,6 @@ from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
 
 __all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
-
-
-def _death_errors() -> tuple[type, ...]:
-    """Ray's errors for a process or object that is gone (not an exception inside fgnn code,
-    which arrives as ``RayTaskError`` and keeps its traceback)."""
-    import ray.exceptions as rx
-
-    return (rx.RayActorError, rx.LocalRayletDiedError, rx.NodeDiedError, rx.WorkerCrashedError,
-            rx.ObjectLostError, rx.RaySystemError, rx.RpcError)
 
 
 OnBatch = Callable[[int, int, int, float], None]
