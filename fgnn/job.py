@@ -28,8 +28,8 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
-from fgnn.raystart import (explicit_token_auth, init_with_dashboard, local_system_config,
-                           token_auth_enabled)
+from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard,
+                           local_system_config, token_auth_enabled)
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
@@ -361,7 +361,7 @@ class Job:
                         self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
                                   f"training without it")
                 elif local:
-                    ctx = ray.init(include_dashboard=False, **kwargs)
+                    ctx = init_local(include_dashboard=False, **kwargs)
                 else:
                     ctx = ray.init(**kwargs)
             except (ConnectionError, TimeoutError) as e:

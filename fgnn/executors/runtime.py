@@ -208,12 +208,15 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
             if rt.address is None and self.device_kind == "logical":
                 kw["num_gpus"] = rt.gpus_needed
             if rt.address in (None, "local"):
-                from fgnn.raystart import explicit_token_auth, local_system_config
+                from fgnn.raystart import explicit_token_auth, init_local, local_system_config
 
                 explicit_token_auth()  # Ray's default for a new cluster, without its warning
                 kw["_system_config"] = local_system_config()
-            # "local": start a fresh instance even when another cluster runs on this machine
-            ray.init(address=rt.address or "local", **kw)
+                # "local": a fresh instance even when another cluster runs on this machine,
+                # listening on loopback only
+                init_local(address="local", **kw)
+            else:
+                ray.init(address=rt.address, **kw)
             self._started_ray = True
         gpus = ray.cluster_resources().get("GPU", 0)
         need = rt.gpus_needed
