@@ -235,6 +235,10 @@ class Job:
             JobConfigError: a setting that cannot work, including a resume checkpoint that is
                 unreadable or from another model or dataset; raised before Ray starts, nothing
                 is written.
+            fgnn.executors.RunFinished: ``train.resume`` of a run that has finished its epochs
+                (before Ray starts; its message is the run's result in one line).
+            fgnn.executors.RuntimeFailure: the job stopped on a fault (an executor or service
+                died or hung, a non-finite loss); ``.checkpoint`` resumes it.
             fgnn.atomic.WriteError: a checkpoint, model file or report could not be written
                 (a full disk); no partial file is left.
         """

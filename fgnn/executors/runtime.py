@@ -78,7 +78,7 @@ from fgnn.executors._common import MemmapFeatures, features_payload, graph_paylo
 from fgnn.executors._device import AUTO
 from fgnn.executors._epoch import (EpochLoop, EvalOutcome, RuntimeFailure, _death_errors,
                                    _Exec)
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, _resume_hint
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, RunFinished, _resume_hint
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
@@ -87,7 +87,7 @@ from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
 
-__all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
+__all__ = ["Runtime", "RuntimeFailure", "RunFinished", "CHECKPOINT_NAME"]
 
 
 OnBatch = Callable[[int, int, int, float], None]
@@ -180,6 +180,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         Raises:
             RuntimeFailure: when the job cannot continue (a checkpoint was written).
             CheckpointError: ``train.resume`` without a usable checkpoint (before Ray starts).
+            RunFinished: ``train.resume`` of a run that has finished (before Ray starts).
             ValueError: when Ray offers fewer devices than ``runtime.devices``.
         """
         import ray
