@@ -144,3 +144,25 @@ def test_resume_rejects_a_negative_finished_epoch(dataset, tmp_path):
                                           "best_epoch": None, "bad_evals": 0}})
     with pytest.raises(CheckpointError, match="finished_epoch=-14"):
         _runtime(dataset, str(tmp_path), resume=True)
+
+
+def test_a_non_finite_loss_stops_naming_epoch_and_task(dataset, tmp_path):
+    """A Trainer's ``NonFiniteLoss`` (it did not push the gradient) stops the job in one line
+    naming the epoch and the task; the checkpoint stays the last completed epoch."""
+    from fgnn.executors._common import NonFiniteLoss
+    from fgnn.executors._epoch import _Exec
+
+    rt = _runtime(dataset, str(tmp_path))
+    rt.ps.train_step(0.5)
+    rt._save_checkpoint(0)
+    err = ray.exceptions.RayTaskError("run_epoch", "Traceback ...",
+                                      NonFiniteLoss(1, 7, float("nan")))
+    trainer = _Exec("fgnn-trainer-1", "trainer", 1, handle=None)
+    with pytest.raises(RuntimeFailure) as info:
+        rt._executor_failed(trainer, err)
+    msg = str(info.value)
+    assert msg.startswith("epoch 2: the loss of task 7 is not finite (loss nan); its gradient "
+                          "was not applied (Trainer fgnn-trainer-1)"), msg
+    assert "\n" not in msg and str(tmp_path) in msg
+    assert read_checkpoint(info.value.checkpoint)["extra"]["runtime"]["finished_epoch"] == 0
+    assert torch.all(_weights(info.value.checkpoint) == 0.5)
