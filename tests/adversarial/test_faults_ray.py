@@ -46,18 +46,34 @@ def _job(checkpoint_dir: str) -> JobConfig:
                                            stall_timeout_s=STALL_S))
 
 
-def _stop_one(cls: str) -> int:
-    """SIGSTOP one process of the executor class (Ray titles them ``ray::Class...``)."""
-    for f in sorted(glob.glob("/proc/[0-9]*/cmdline")):
+def _descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for f in glob.glob("/proc/[0-9]*/stat"):
         try:
-            cmd = open(f, "rb").read().split(b"\0")[0].decode(errors="replace")
+            ppid = int(open(f).read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(f.split("/")[2]))
+    out, todo = [], [root]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return sorted(out)
+
+
+def _stop_one(cls: str) -> int:
+    """SIGSTOP one process of the executor class (Ray titles them ``ray::Class...``) among the
+    processes of this test's Ray (started by this process: the shared ``ray_cluster``)."""
+    for pid in _descendants(os.getpid()):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode("replace")
         except OSError:
             continue
         if cmd.startswith(f"ray::{cls}"):
-            pid = int(f.split("/")[2])
             os.kill(pid, signal.SIGSTOP)
             return pid
-    raise AssertionError(f"no {cls} process found")
+    raise AssertionError(f"no {cls} process of this test's Ray found")
 
 
 def _finished_epoch(path) -> int:
