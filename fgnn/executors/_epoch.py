@@ -281,17 +281,21 @@ class EpochLoop:
     def _drain(self, epoch: int, running: dict[Any, _Exec], flushing: dict[Any, _Exec],
                sampling: dict[Any, tuple[_Exec, int, int]], switched: dict[str, int]) -> None:
         """After the last task: collect the executors' returns within
-        ``runtime.stall_timeout_s``; one that does not return is hung (stopped), and the job
-        stops naming it."""
+        ``runtime.stall_timeout_s`` (an executor Ray is restarting gets the rest of its
+        ``_RESTART_TIMEOUT_S``); one that does not return is hung (stopped), and the job stops
+        naming it."""
         import ray
 
-        names = {**{r: e.name for r, e in running.items()},
-                 **{r: s.name for r, s in flushing.items()},
-                 **{r: s.name for r, (s, _, _) in sampling.items()}}
+        owner = {**running, **flushing, **{r: s for r, (s, _, _) in sampling.items()}}
+        names = {r: e.name for r, e in owner.items()}
         if not names:
             return
         limit = self.config.runtime.stall_timeout_s
-        ready, pending = ray.wait(list(names), num_returns=len(names), timeout=limit)
+        now = time.perf_counter()
+        restarts = [e.first_failure + _RESTART_TIMEOUT_S - now for e in owner.values()
+                    if e.first_failure is not None]
+        wait_s = max([limit, *restarts])
+        ready, pending = ray.wait(list(names), num_returns=len(names), timeout=wait_s)
         for r in ready:
             try:
                 res = ray.get(r)
@@ -307,7 +311,7 @@ class EpochLoop:
             hung = sorted({names[r] for r in pending})
             path = self._failure_checkpoint()
             raise RuntimeFailure(
-                f"{self._pass_name(epoch)}: {', '.join(hung)} did not return for {limit:.0f}s "
+                f"{self._pass_name(epoch)}: {', '.join(hung)} did not return for {wait_s:.0f}s "
                 f"after the last task: hung (a stopped process?), and the job stopped "
                 f"(runtime.stall_timeout_s, --stall-timeout, sets the limit); "
                 f"{_resume_hint(path, self._good['epoch'])}", path)
