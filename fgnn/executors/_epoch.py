@@ -391,10 +391,10 @@ class EpochLoop:
             f"the job stopped; {_resume_hint(path, self._good['epoch'])}", path)
 
     def _service_get(self, refs: Any, what: str, epoch: Optional[int] = None) -> Any:
-        """``ray.get`` of a call to the queue or the parameter server, which a live one answers
-        at once, with ``runtime.stall_timeout_s`` as its deadline: the driver never blocks
-        without one. Past it the service is hung and the job stops with the last good
-        checkpoint."""
+        """``ray.get`` of a call the driver waits on (the queue, the parameter server, an
+        executor's cache fill or settings) with ``runtime.stall_timeout_s`` as its deadline: the
+        driver never blocks without one. Past it ``what`` is hung and the job stops with the
+        last good checkpoint."""
         import ray
 
         limit = self.config.runtime.stall_timeout_s
