@@ -520,8 +520,8 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
         own processes (the raylet); with the last good checkpoint."""
         path = self._failure_checkpoint()
-        return RuntimeFailure(f"{self._who_died(err)} died ({type(err).__name__}) and the job "
-                              f"stopped; {_resume_hint(path, self._good['epoch'])}", path)
+        return RuntimeFailure(f"{self._who_died(err)} died ({type(err).__name__}{_why(err)}) and "
+                              f"the job stopped; {_resume_hint(path, self._good['epoch'])}", path)
 
     def _who_died(self, err: BaseException) -> str:
         """Name the actor of a Ray death error (``the parameter server (fgnn-ps)``), or Ray."""
@@ -586,6 +586,17 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         if self.on_eval_batch is not None:
             self.on_eval_batch(tuple(splits), done, done)
         return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
+
+def _why(err: BaseException) -> str:
+    """``: <Ray's reason>`` from a death error's text (``the actor is dead because its node has
+    died``), shortened to its first sentence; empty when Ray gives none."""
+    for line in str(err).splitlines():
+        line = line.strip()
+        if line.startswith("The actor is dead because"):
+            first = line.split(". ")[0].rstrip(".")
+            return ": " + (first[:1].lower() + first[1:])[:120]
+    return ""
+
 
 def _build_sampler(config: JobConfig) -> Sampler:
     try:
