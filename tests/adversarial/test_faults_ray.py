@@ -67,7 +67,7 @@ def _stop_one(cls: str) -> int:
     processes of this test's Ray (started by this process: the shared ``ray_cluster``)."""
     for pid in _descendants(os.getpid()):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode("replace")
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
         if cmd.startswith(f"ray::{cls}"):
