@@ -13,6 +13,7 @@ import argparse
 import math
 import re
 import sys
+import traceback
 from typing import Any, NoReturn, Optional, Sequence
 
 from fgnn.config import (
@@ -368,6 +369,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--no-progress", action="store_true", default=False,
                    help="no progress bars or per-epoch lines (default: %(default)s)")
+    g.add_argument("--debug", action="store_true", default=False,
+                   help="on a failure, print the Python traceback after the one-line error "
+                        "(default: %(default)s)")
     return p
 
 
@@ -483,28 +487,49 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         parser.error(flag_for_error(e))
 
     from fgnn.atomic import WriteError
+    from fgnn.executors._epoch import RuntimeFailure
+    from fgnn.executors._resume import RunFinished
     from fgnn.job import Job, JobConfigError
     from fgnn.outputs import OutputsError
     job = Job(config, progress=not args.no_progress)
     try:
         job.run()  # validates first: fast checks before any data is loaded or Ray starts
     except JobConfigError as e:
+        if args.debug:
+            traceback.print_exc()
         parser.error(flag_for_error(e))
     except OutputsError as e:  # the run finished; some outputs were written, some not
-        print(f"{parser.prog}: error: {e.describe(_output_name)}", file=sys.stderr)
-        return 1
-    except WriteError as e:  # a full disk under the checkpoint path
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 1
+        return _fail_line(parser.prog, e.describe(_output_name), args.debug)
+    except RunFinished as e:  # --resume of a finished run: its result, nothing to do
+        print(f"fgnn: {e}", flush=True)
+        return 0
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
         return 130
+    except (WriteError, RuntimeFailure) as e:  # a full disk; a death or hang (with checkpoint)
+        return _fail_line(parser.prog, str(e), args.debug)
+    except Exception as e:  # anything else: one line too, the traceback with --debug
+        return _fail_line(parser.prog, f"{type(e).__name__}: {_first_line(e)} (--debug prints "
+                                       f"the traceback)", args.debug)
     return 0
 
 
 def _output_name(field: str, what: str) -> str:
     """How the CLI calls an output in a message: the flag, or ``plot`` for the report's PNG."""
     return _FIELD_FLAGS[field] if what in ("model", "report") else what
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _fail_line(prog: str, message: str, debug: bool) -> int:
+    """Print ``PROG: error: MESSAGE`` (after the traceback with ``--debug``); returns 1."""
+    if debug:
+        traceback.print_exc()
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    return 1
 
 
 def _module_main(argv: Optional[Sequence[str]] = None) -> int:

@@ -29,8 +29,8 @@ from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
 from fgnn.outputs import check_outputs, output_paths, write_outputs
-from fgnn.raystart import (explicit_token_auth, init_with_dashboard, local_system_config,
-                           token_auth_enabled)
+from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard,
+                           local_system_config, token_auth_enabled)
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
@@ -221,6 +221,10 @@ class Job:
             JobConfigError: a setting that cannot work, including a resume checkpoint that is
                 unreadable or from another model or dataset; raised before Ray starts, nothing
                 is written.
+            fgnn.executors.RunFinished: ``train.resume`` of a run that has finished its epochs
+                (before Ray starts; its message is the run's result in one line).
+            fgnn.executors.RuntimeFailure: the job stopped on a fault (an executor or service
+                died or hung, a non-finite loss); ``.checkpoint`` resumes it.
             fgnn.atomic.WriteError: a checkpoint could not be written (a full disk); no
                 partial file is left.
             fgnn.outputs.OutputsError: (a ``WriteError``) the model file, plot or report could
@@ -369,7 +373,7 @@ class Job:
                         self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
                                   f"training without it")
                 elif local:
-                    ctx = ray.init(include_dashboard=False, **kwargs)
+                    ctx = init_local(include_dashboard=False, **kwargs)
                 else:
                     ctx = ray.init(**kwargs)
             except (ConnectionError, TimeoutError) as e:

@@ -1,7 +1,7 @@
 """Starting a local Ray for a job: token authentication stated explicitly, an optional dashboard,
 and larger inline objects.
 
-Three things Ray does on a plain ``ray.init()`` that a training job should not inherit:
+Four things Ray does on a plain ``ray.init()`` that a training job should not inherit:
 
 * With ``RAY_AUTH_MODE`` unset, Ray turns token authentication on for a new local cluster and
   logs a WARNING saying so on every run. :func:`explicit_token_auth` turns it on the same way
@@ -18,20 +18,31 @@ Three things Ray does on a plain ``ray.init()`` that a training job should not i
   limit to :data:`INLINE_OBJECT_BYTES` for a cluster fgnn starts itself: on the 2-core test
   machine the exchange went from 31–38 ms to 17–23 ms per task (``bench/ps.py``,
   docs/benchmarks.md). A cluster fgnn joins keeps its own setting.
+* On Linux, Ray runs a node on the machine's routable address even when asked for
+  ``127.0.0.1`` (``ray._private.services.resolve_ip_for_localhost``), and its processes listen
+  there or on every interface: the DashboardAgent's and the dashboard head's ``/metrics``
+  (no authentication), the agents' HTTP and gRPC ports, the GCS, raylet and worker gRPC ports.
+  :func:`init_local` starts a local node on :data:`LOOPBACK` instead, so every port of the job
+  listens on loopback only (``tests/adversarial/test_ray_endpoints.py`` checks each one); only
+  the dashboard itself follows ``--dashboard-host``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
-__all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "explicit_token_auth", "token_auth_enabled",
-           "init_with_dashboard", "local_system_config"]
+__all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
+           "token_auth_enabled", "init_local", "init_with_dashboard", "local_system_config"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
 INLINE_OBJECT_BYTES = 4 * 1024 * 1024
+
+#: The address a local node that fgnn starts runs on: every port of the job listens here.
+LOOPBACK = "127.0.0.1"
 
 #: Environment variable that selects Ray's authentication mode (``token`` or ``disabled``).
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -130,6 +141,48 @@ def _reason(err: BaseException, records: list[logging.LogRecord]) -> str:
     return why if len(why) <= 200 else why[:197] + "..."
 
 
+@contextmanager
+def _loopback_node() -> Iterator[None]:
+    """While ``ray.init`` starts a node: let it keep :data:`LOOPBACK` as the node address.
+
+    Ray swaps a loopback node address for the routable one unless its (private) switch for
+    machines without clusters is off (``ray_constants.ENABLE_RAY_CLUSTER``, read when the node
+    starts); it is turned off for the start only. A Ray without the switch is left as it is
+    (the endpoint test then shows what listens where).
+    """
+    try:
+        import ray._private.ray_constants as constants
+    except ImportError:
+        yield
+        return
+    old = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if old is None:
+        yield
+        return
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = old
+
+
+def init_local(**kwargs: Any) -> Any:
+    """``ray.init(**kwargs)`` of a new local node on :data:`LOOPBACK`: Ray's processes listen
+    on loopback only (the dashboard on its ``dashboard_host``).
+
+    Args:
+        **kwargs: the ``ray.init`` arguments of a new local cluster (no ``address`` other than
+            ``local``).
+
+    Returns:
+        Ray's context.
+    """
+    import ray
+
+    with _loopback_node():
+        return ray.init(_node_ip_address=LOOPBACK, **kwargs)
+
+
 def init_with_dashboard(**kwargs: Any) -> tuple[Any, Optional[str]]:
     """``ray.init(include_dashboard=True, **kwargs)``, or Ray without a dashboard if it fails.
 
@@ -150,7 +203,7 @@ def init_with_dashboard(**kwargs: Any) -> tuple[Any, Optional[str]]:
     log.addFilter(swallow)
     try:
         try:
-            ctx = ray.init(include_dashboard=True, **kwargs)
+            ctx = init_local(include_dashboard=True, **kwargs)
         except Exception as err:
             if not _from_dashboard_start(err):
                 raise
@@ -163,7 +216,7 @@ def init_with_dashboard(**kwargs: Any) -> tuple[Any, Optional[str]]:
             return ctx, None
         ray.shutdown()
         rest = {k: v for k, v in kwargs.items() if not k.startswith("dashboard_")}
-        ctx = ray.init(include_dashboard=False, **rest)
+        ctx = init_local(include_dashboard=False, **rest)
     finally:
         log.removeFilter(swallow)  # (Ray's API server without the dashboard may complain too)
     where = f"; Ray's log: {logs}/dashboard.log" if logs else ""

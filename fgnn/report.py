@@ -24,6 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from fgnn.atomic import atomic_open
 from fgnn.config import MODES
+from fgnn.executors._ledger import LEDGER_KEYS
 from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
 from fgnn.monitor.summary import cache_text, devices_text, timing_text
 
@@ -101,8 +102,12 @@ def validate_report(report: Mapping[str, Any]) -> None:
     Optional (absent from older reports), checked when present: ``preprocess.startup_s``,
     ``cache_fill_s`` and the older ``cache_build_s`` (seconds); ``allocation.devices_requested``
     (integer >= 1) and ``cache_policy`` (string); per epoch ``eval_s`` (seconds) and ``val_acc``
-    (in [0, 1] or null); ``final_eval_s`` (seconds); ``early_stop`` (null or an object with
-    ``epoch``, ``patience``, ``best_val_acc``, ``best_epoch``).
+    (in [0, 1] or null) and ``ledger`` (null or the exactly-once ledger: integer counts
+    ``tasks``, ``issued``, ``lost``, ``reissued``, ``pushed``, ``applied``, ``applied_twice``,
+    ``missing``, ``rejected`` with ``applied + missing == tasks``, and ``exactly_once``, true
+    exactly when ``missing`` and ``applied_twice`` are 0); ``final_eval_s`` (seconds);
+    ``early_stop`` (null or an object with ``epoch``, ``patience``, ``best_val_acc``,
+    ``best_epoch``).
 
     Args:
         report: the decoded JSON (or :meth:`RunResult.to_dict` output).
@@ -151,6 +156,8 @@ def validate_report(report: Mapping[str, Any]) -> None:
         _number(ep, "loss", p, lo=None, nullable=True)
         _optional_number(ep, "eval_s", p)
         _optional_number(ep, "val_acc", p, hi=1.0, nullable=True)
+        if ep.get("ledger") is not None:
+            _ledger(ep["ledger"], f"{p}.ledger")
 
     final = _mapping(report, "final")
     for key in ("train_acc", "val_acc", "test_acc"):
@@ -163,6 +170,23 @@ def validate_report(report: Mapping[str, Any]) -> None:
         for key in ("epoch", "patience", "best_epoch"):
             _number(stop, key, "early_stop", integer=True)
         _number(stop, "best_val_acc", "early_stop", hi=1.0)
+
+
+def _ledger(ledger: Any, path: str) -> None:
+    """An epoch's exactly-once ledger: the counts of :data:`LEDGER_KEYS` and ``exactly_once``,
+    which must agree with them."""
+    if not isinstance(ledger, Mapping):
+        _fail(path, "must be an object or null", ledger)
+    for key in LEDGER_KEYS:
+        _number(ledger, key, path, integer=True)
+    if ledger["applied"] + ledger["missing"] != ledger["tasks"]:
+        _fail(f"{path}.missing", "must be tasks - applied", ledger["missing"])
+    once = _get(ledger, "exactly_once", path)
+    if not isinstance(once, bool):
+        _fail(f"{path}.exactly_once", "must be true or false", once)
+    if once != (ledger["missing"] == 0 and ledger["applied_twice"] == 0):
+        _fail(f"{path}.exactly_once", "must be true exactly when missing and applied_twice "
+                                      "are 0", once)
 
 
 def _finite_or_none(obj: Any) -> Any:
@@ -295,11 +319,30 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"{e['switches']:>4} {e['batches']:>5} {_fmt(e['loss'], '>8.4f'):>8} "
             f"{_fmt(e.get('val_acc'), '>6.4f'):>6}")
     lines += ["-" * len(head), *_COLUMNS_NOTE, ""]
+    ledger = _ledger_text(report["epochs"])
+    if ledger:
+        lines.append(ledger)
     if report.get("early_stop"):
         lines.append(early_stop_message(report["early_stop"]))
     lines.append(f"final    train {_fmt(fin['train_acc'], '.4f')}   "
                  f"val {_fmt(fin['val_acc'], '.4f')}   test {_fmt(fin['test_acc'], '.4f')}")
     return "\n".join(lines)
+
+
+def _ledger_text(epochs: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """The exactly-once ledger summed over the epochs that carry one, in one line, with the
+    epochs where it does not hold (None when no epoch has a ledger: older reports)."""
+    ledgers = [(e["epoch"], e["ledger"]) for e in epochs if e.get("ledger")]
+    if not ledgers:
+        return None
+    tot = {k: sum(int(lg[k]) for _, lg in ledgers) for k in LEDGER_KEYS}
+    broken = [f"{ep + 1} ({lg['missing']} missing, {lg['applied_twice']} applied twice)"
+              for ep, lg in ledgers if not lg["exactly_once"]]
+    verdict = ("every task applied exactly once" if not broken
+               else "NOT exactly once in epoch " + ", ".join(broken))
+    return (f"ledger   {tot['tasks']} tasks: {verdict}; {tot['lost']} samples lost, "
+            f"{tot['reissued']} reissued, {tot['pushed']} gradients pushed, "
+            f"{tot['rejected']} rejected as duplicates")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -15,7 +15,7 @@ from fgnn._lazy import lazy_exports
 #: public name -> the module that defines it
 _EXPORTS = {
     "Runtime": "fgnn.executors.runtime", "RuntimeFailure": "fgnn.executors.runtime",
-    "CHECKPOINT_NAME": "fgnn.executors.runtime",
+    "CHECKPOINT_NAME": "fgnn.executors.runtime", "RunFinished": "fgnn.executors.runtime",
     "SamplerExecutor": "fgnn.executors.sampler", "TrainerExecutor": "fgnn.executors.trainer",
     "ParameterServer": "fgnn.executors.ps",
     "GlobalQueue": "fgnn.executors.queue", "QueueItem": "fgnn.executors.queue",
@@ -25,7 +25,7 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Runtime", "RuntimeFailure", "CHECKPOINT_NAME",
+    "Runtime", "RuntimeFailure", "RunFinished", "CHECKPOINT_NAME",
     "SamplerExecutor", "TrainerExecutor", "ParameterServer", "GlobalQueue", "QueueItem",
     "TaskScheduler", "StandbyPolicy", "allocate", "profit", "epoch_batches",
 ]
@@ -33,7 +33,7 @@ __all__ = [
 if TYPE_CHECKING:
     from fgnn.executors.ps import ParameterServer
     from fgnn.executors.queue import GlobalQueue, QueueItem
-    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RuntimeFailure
+    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RunFinished, RuntimeFailure
     from fgnn.executors.sampler import SamplerExecutor
     from fgnn.executors.scheduler import (StandbyPolicy, TaskScheduler, allocate,
                                           epoch_batches, profit)

@@ -120,14 +120,13 @@ class CacheSetup:
         """Device bytes sampling needs beside the topology, for samples up to ``ratio`` times a
         training task's (:func:`fgnn.cache.sizing.sampler_bytes`, the largest over the
         Samplers and the time-sharing Trainers)."""
-        import ray
-
         from fgnn.cache.sizing import sampler_bytes
 
         sets = [r["sampler"] for r in reports if r.get("sampler")]
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
         if samplers:
-            sets += ray.get([e.handle.working_set.remote() for e in samplers])
+            sets += self._service_get([e.handle.working_set.remote() for e in samplers],
+                                      "a Sampler")
         return max((sampler_bytes(w, ratio) for w in sets), default=0)
 
     def _choose_cache(self) -> None:
@@ -140,8 +139,9 @@ class CacheSetup:
         t0 = time.perf_counter()
         if self.policy == "presc" and self.reorder_info is None:
             samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
-            counts = [c for c in ray.get([e.handle.take_visits.remote() for e in samplers])
-                      if c is not None]
+            counts = [c for c in self._service_get(
+                [e.handle.take_visits.remote() for e in samplers], "a Sampler")
+                if c is not None]
             self.hotness = (torch.stack(counts).sum(0).float() / self.warmup_epochs
                             if counts else None)
         self._size_caches()
@@ -241,7 +241,7 @@ class CacheSetup:
         while pending:
             e, ref = pending.pop(0)
             try:
-                ray.get(ref)
+                self._service_get(ref, f"the executor {e.name}")
             except ray.exceptions.RayActorError as err:
                 # restarting (e.g. it died at the end of the warm-up epoch): it gets its cache
                 # again once back; gone for good: the job goes on without it
@@ -253,15 +253,13 @@ class CacheSetup:
         """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
         with, feed the epoch's data-loading share ``r`` (``stats.load_ratio``) to the
         controller, and send the new ``s`` to every executor that samples."""
-        import ray
-
         if not isinstance(self.sampler, LocalityAwareKHop):
             return
         stats.locality_scale = self.sampler.scale
         s = self.sampler.end_epoch(stats.load_ratio)
-        ray.get([e.handle.set_scale.remote(s) for e in self._execs
-                 if e.alive and (e.role == "sampler" or self.config.runtime.mode
-                                 == "time-sharing")])
+        self._service_get([e.handle.set_scale.remote(s) for e in self._execs
+                           if e.alive and (e.role == "sampler" or self.config.runtime.mode
+                                           == "time-sharing")], "a Sampler")
 
     def _disk_layout(self) -> dict[str, Any]:
         """The disk tier of each Trainer (GIDS): the report's ``allocation.disk``."""

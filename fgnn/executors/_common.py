@@ -199,6 +199,26 @@ def seed_task_rng(seed: int, epoch: int, task_id: int) -> None:
     torch.manual_seed(_task_seed(seed, epoch, task_id, salt=0x5EED))
 
 
+class NonFiniteLoss(ArithmeticError):
+    """A Trainer's loss or gradient for a task is not finite (NaN or inf); the gradient was not
+    pushed, and the job stops (the driver names the epoch and the task).
+
+    Attributes:
+        epoch: the epoch (0-based).
+        task_id: the task.
+        loss: the loss value.
+    """
+
+    def __init__(self, epoch: int, task_id: int, loss: float) -> None:
+        super().__init__(epoch, task_id, loss)
+        self.epoch, self.task_id, self.loss = epoch, task_id, loss
+
+    def __str__(self) -> str:
+        what = "loss" if self.loss != self.loss or abs(self.loss) == float("inf") else "gradient"
+        return (f"epoch {self.epoch + 1}: the {what} of task {self.task_id} is not finite (loss "
+                f"{self.loss}); its gradient was not applied")
+
+
 class NullMetrics:
     """Stand-in for :class:`fgnn.monitor.metrics.RuntimeMetrics` when it is unavailable."""
 

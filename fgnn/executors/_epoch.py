@@ -19,7 +19,9 @@ from typing import Any, Optional
 import numpy as np
 
 from fgnn.evaluation import EvalPlan, SplitScore
-from fgnn.executors._common import metrics_for
+from fgnn.executors._common import NonFiniteLoss, metrics_for
+from fgnn.executors._ledger import epoch_ledger
+from fgnn.executors._resume import _resume_hint
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, epoch_batches
 from fgnn.monitor.stats import EpochStats, SampleTimes
 
@@ -33,6 +35,17 @@ _SAMPLER_DEPTH = 2
 _MAX_RESTARTS = 1
 #: Seconds a restarting executor may take before the job continues without it.
 _RESTART_TIMEOUT_S = 120.0
+#: Most seconds the driver waits for the queue to take an abort (it may be the hung part).
+_ABORT_TIMEOUT_S = 10.0
+
+
+def _death_errors() -> tuple[type, ...]:
+    """Ray's errors for a process or object that is gone (not an exception inside fgnn code,
+    which arrives as ``RayTaskError`` and keeps its traceback)."""
+    import ray.exceptions as rx
+
+    return (rx.RayActorError, rx.LocalRayletDiedError, rx.NodeDiedError, rx.WorkerCrashedError,
+            rx.ObjectLostError, rx.RaySystemError, rx.RpcError)
 
 
 class RuntimeFailure(RuntimeError):
@@ -77,6 +90,8 @@ class _EpochAcc:
     """Samples whose owner (a Sampler) died before a Trainer read them."""
     reissued: int = 0
     """Tasks handed to Samplers again after a fault."""
+    ledger: Optional[dict[str, Any]] = None
+    """The epoch's exactly-once ledger (:func:`~fgnn.executors._ledger.epoch_ledger`)."""
 
 
 class EpochLoop:
@@ -113,7 +128,7 @@ class EpochLoop:
         starts = [self.queue.begin_epoch.remote(epoch, total, maxsize)]
         if plan is None:
             starts.append(self.ps.begin_epoch.remote(epoch, total, self.step_tasks))
-        ray.get(starts)
+        self._service_get(starts, "the queue or the parameter server", epoch)
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
@@ -122,7 +137,8 @@ class EpochLoop:
         metrics = metrics_for("driver", "host")
         t_start = time.perf_counter()
         if mode == "time-sharing":
-            ray.get(self.queue.put_tasks.remote(epoch, list(range(total))))
+            self._service_get(self.queue.put_tasks.remote(epoch, list(range(total))),
+                              "the global queue", epoch)
             for t in range(total):
                 sched.next_task(-1)
                 sched.task_sampled(t)
@@ -205,24 +221,26 @@ class EpochLoop:
                     acc.sample.C += res["C"]
                     acc.sampler_wait_s += res["queue_wait"]
                     acc.sampled += 1
+                    # progress is a task sampled or finished, not just any call returning (a
+                    # failing executor's calls return too)
+                    last_progress = time.perf_counter()
                 else:
                     e = running.pop(r)
                     try:
                         self._finished(e, ray.get(r), switched)
                     except ray.exceptions.RayError as err:
-                        ray.get([self.queue.retire.remote(e.name),
-                                 self.ps.release.remote(e.name)])
+                        self._service_get([self.queue.retire.remote(e.name),
+                                           self.ps.release.remote(e.name)],
+                                          "the queue or the parameter server", epoch)
                         if self._executor_failed(e, err):
                             policy = (None if e.role == "trainer"
                                       else self._standby_policy(acc, trainers))
                             running[e.handle.run_epoch.remote(epoch, policy, plan,
                                                               weights, measure)] = e
             now = time.perf_counter()
-            if ready:
-                last_progress = now
             if now - last_poll >= _POLL_S or not ready:
                 last_poll = now
-                st = ray.get(self.queue.poll.remote(seen))
+                st = self._service_get(self.queue.poll.remote(seen), "the global queue", epoch)
                 seen += len(st["records"])
                 acc.depth.append(int(st["depth"]))
                 metrics.queue_depth(int(st["depth"]))
@@ -244,32 +262,59 @@ class EpochLoop:
                     last_progress = now
                 self._check_alive(samplers, trainers, standbys, sched, mode, epoch)
                 if now - last_progress > rt.stall_timeout_s:
-                    self._stalled(epoch, plan is not None, done, total, int(st["depth"]))
-        # the epoch is complete: wait for the executors to notice and return
-        for r, e in list(running.items()):
-            try:
-                self._finished(e, ray.get(r), switched)
-            except ray.exceptions.RayError as err:
-                self._executor_failed(e, err)
-        for r, s in flushing.items():
-            try:
-                ray.get(r)
-            except ray.exceptions.RayError:
-                pass
-        for r, (s, _, g) in sampling.items():
-            try:
-                ray.get(r)
-            except ray.exceptions.RayError as err:
-                if g == s.gen:
-                    self._executor_failed(s, err)
+                    self._stalled(epoch, done, total, int(st["depth"]))
+        # the epoch is complete: wait for the executors to notice and return, with a deadline
+        # (a stopped process never returns)
+        self._drain(epoch, running, flushing, sampling, switched)
         elapsed = time.perf_counter() - t_start
         if plan is not None:
             return _eval_outcome(plan, acc.records, elapsed)
-        ledger, qledger = ray.get([self.ps.ledger.remote(), self.queue.ledger.remote()])
+        ledger, qledger = self._service_get([self.ps.ledger.remote(), self.queue.ledger.remote()],
+                                            "the queue or the parameter server", epoch)
         ledger = {**ledger, **qledger}
         acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
+        acc.ledger = epoch_ledger(total, sched.issued, acc.lost,
+                                  max(0, sched.issued - total), ledger)
         return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
                                  measure)
+
+    def _drain(self, epoch: int, running: dict[Any, _Exec], flushing: dict[Any, _Exec],
+               sampling: dict[Any, tuple[_Exec, int, int]], switched: dict[str, int]) -> None:
+        """After the last task: collect the executors' returns within
+        ``runtime.stall_timeout_s`` (an executor Ray is restarting gets the rest of its
+        ``_RESTART_TIMEOUT_S``); one that does not return is hung (stopped), and the job stops
+        naming it."""
+        import ray
+
+        owner = {**running, **flushing, **{r: s for r, (s, _, _) in sampling.items()}}
+        names = {r: e.name for r, e in owner.items()}
+        if not names:
+            return
+        limit = self.config.runtime.stall_timeout_s
+        now = time.perf_counter()
+        restarts = [e.first_failure + _RESTART_TIMEOUT_S - now for e in owner.values()
+                    if e.first_failure is not None]
+        wait_s = max([limit, *restarts])
+        ready, pending = ray.wait(list(names), num_returns=len(names), timeout=wait_s)
+        for r in ready:
+            try:
+                res = ray.get(r)
+            except ray.exceptions.RayError as err:
+                if r in running:
+                    self._executor_failed(running[r], err)
+                elif r in sampling and sampling[r][2] == sampling[r][0].gen:
+                    self._executor_failed(sampling[r][0], err)
+                continue
+            if r in running:
+                self._finished(running[r], res, switched)
+        if pending:
+            hung = sorted({names[r] for r in pending})
+            path = self._failure_checkpoint()
+            raise RuntimeFailure(
+                f"{self._pass_name(epoch)}: {', '.join(hung)} did not return for {wait_s:.0f}s "
+                f"after the last task: hung (a stopped process?), and the job stopped "
+                f"(runtime.stall_timeout_s, --stall-timeout, sets the limit); "
+                f"{_resume_hint(path, self._good['epoch'])}", path)
 
     def _finished(self, e: _Exec, res: dict[str, Any], switched: dict[str, int]) -> None:
         """Book a Trainer's finished ``run_epoch``: standby batches, memory report."""
@@ -302,6 +347,14 @@ class EpochLoop:
         """
         import ray
 
+        if isinstance(getattr(err, "cause", None), NonFiniteLoss):
+            self._abort_queue("non-finite loss")
+            path = self._failure_checkpoint()
+            raise RuntimeFailure(f"{err.cause} (Trainer {e.name}), and the job stopped; "
+                                 f"{_resume_hint(path, self._good['epoch'])}", path)
+        if isinstance(err, ray.exceptions.RayTaskError) and \
+                isinstance(err.cause, _death_errors()):
+            raise err.cause from err  # a service the executor called died: the runtime names it
         if not isinstance(err, ray.exceptions.RayActorError):
             raise RuntimeError(f"executor {e.name} failed: {err}") from err
         now = time.perf_counter()
@@ -330,27 +383,59 @@ class EpochLoop:
             return
         import ray
 
-        ray.get(self.queue.abort.remote("no executors left"))
+        self._abort_queue("no executors left")
         what = "Trainer" if not can_train else "Sampler"
-        path = self._save_checkpoint(epoch - 1, force=True)
+        path = self._failure_checkpoint()
         raise RuntimeFailure(
-            f"epoch {epoch}: every {what} executor died and could not be restarted; the job "
-            f"stopped. Resume from the checkpoint {path} with train.resume=True and "
-            f"train.checkpoint_dir={path.parent}", path)
+            f"{self._pass_name(epoch)}: every {what} executor died and could not be restarted; "
+            f"the job stopped; {_resume_hint(path, self._good['epoch'])}", path)
 
-    def _stalled(self, epoch: int, evaluating: bool, done: int, total: int, depth: int) -> None:
-        """Stop: no task finished for ``runtime.stall_timeout_s``. No checkpoint is written (the
-        parameter server may be the hung part, mid-step); the last end-of-epoch checkpoint of
-        ``train.checkpoint_dir`` stays the one to resume from."""
+    def _service_get(self, refs: Any, what: str, epoch: Optional[int] = None) -> Any:
+        """``ray.get`` of a call the driver waits on (the queue, the parameter server, an
+        executor's cache fill or settings) with ``runtime.stall_timeout_s`` as its deadline: the
+        driver never blocks without one. Past it ``what`` is hung and the job stops with the
+        last good checkpoint."""
         import ray
 
         limit = self.config.runtime.stall_timeout_s
-        ray.get(self.queue.abort.remote("stalled"))
-        what = "evaluation pass" if evaluating else f"epoch {epoch}"
+        try:
+            return ray.get(refs, timeout=limit)
+        except ray.exceptions.GetTimeoutError:
+            pass
+        path = self._failure_checkpoint()
+        where = "" if epoch is None else f"{self._pass_name(epoch)}: "
         raise RuntimeFailure(
-            f"{what}: no task finished for {limit:.0f}s ({done} of {total} done, {depth} "
-            f"queued): an executor or the parameter server is hung, and the job stopped "
-            f"(runtime.stall_timeout_s, --stall-timeout, sets the limit)")
+            f"{where}{what} did not answer for {limit:.0f}s: it is hung, and the job stopped "
+            f"(runtime.stall_timeout_s, --stall-timeout, sets the limit); "
+            f"{_resume_hint(path, self._good['epoch'])}", path)
+
+    def _pass_name(self, epoch: int) -> str:
+        """``epoch N`` (1-based, as on the console) for a training epoch, ``evaluation pass``
+        for the passes (whose ids are negative)."""
+        return f"epoch {epoch + 1}" if epoch >= 0 else "evaluation pass"
+
+    def _abort_queue(self, reason: str) -> None:
+        """Tell the queue the epoch is over (blocked executors return); best effort, with a
+        deadline: the queue may be the part that died or hangs."""
+        import ray
+
+        try:
+            ray.get(self.queue.abort.remote(reason),
+                    timeout=min(_ABORT_TIMEOUT_S, self.config.runtime.stall_timeout_s))
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            pass
+
+    def _stalled(self, epoch: int, done: int, total: int, depth: int) -> None:
+        """Stop: no task finished for ``runtime.stall_timeout_s``. The failure checkpoint is the
+        last completed epoch (kept by the driver, so a hung parameter server is not asked)."""
+        limit = self.config.runtime.stall_timeout_s
+        self._abort_queue("stalled")
+        path = self._failure_checkpoint()
+        raise RuntimeFailure(
+            f"{self._pass_name(epoch)}: no task finished for {limit:.0f}s ({done} of {total} "
+            f"done, {depth} queued): an executor or the parameter server is hung, and the job "
+            f"stopped (runtime.stall_timeout_s, --stall-timeout, sets the limit); "
+            f"{_resume_hint(path, self._good['epoch'])}", path)
 
     def _epoch_stats(self, epoch: int, elapsed: float, acc: _EpochAcc, ledger: dict,
                      switched: dict[str, int], samplers: list[_Exec], trainers: list[_Exec],
@@ -385,6 +470,7 @@ class EpochLoop:
             queue_wait_s=sum(r["wait_s"] for r in recs),
             queue_depth=acc.depth,
             disk=_sum_counts([r["disk"] for r in recs if "disk" in r]),
+            ledger=acc.ledger,
         )
         self.details.append({
             "epoch": epoch, "warmup": warmup,

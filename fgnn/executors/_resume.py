@@ -4,6 +4,13 @@
 the parameter server's model and optimizer, the best-validation weights so far and the job's
 identity (:mod:`fgnn.model_file`), written atomically; resuming checks the identity before Ray
 starts (:meth:`Checkpointing.load_resume`).
+
+A checkpoint is only ever written from a consistent state: the end of a training epoch, after
+its validation. The driver keeps that state in memory (the last *good* one, beside the file), so
+when the job fails -- mid-epoch, in an evaluation pass, or with the parameter server itself gone
+-- the failure checkpoint (:meth:`Checkpointing._failure_checkpoint`) is that last completed
+epoch, never the server's half-stepped weights; where the file already holds it, it is kept as
+it is. Weights that are not finite are never written.
 """
 
 from __future__ import annotations
@@ -15,14 +22,43 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["Checkpointing", "CHECKPOINT_NAME"]
+__all__ = ["Checkpointing", "CHECKPOINT_NAME", "RunFinished"]
 
 #: File the runtime's resumable checkpoint is written to under ``TrainConfig.checkpoint_dir``.
 CHECKPOINT_NAME = "runtime.pt"
 
 
+class RunFinished(RuntimeError):
+    """``train.resume`` from a checkpoint whose run has finished (every epoch trained, or stopped
+    early by ``train.patience``): there is nothing to train. Raised before Ray starts.
+
+    Attributes:
+        checkpoint: the checkpoint's path.
+        finished_epoch: its last finished epoch (0-based).
+        best_val_acc: the best validation accuracy it recorded (None when never validated).
+        best_epoch: the epoch of that score (0-based, or None).
+    """
+
+    def __init__(self, checkpoint: Path, finished_epoch: int, epochs: int,
+                 best_val_acc: Optional[float], best_epoch: Optional[int],
+                 early: bool) -> None:
+        self.checkpoint, self.finished_epoch = checkpoint, finished_epoch
+        self.best_val_acc, self.best_epoch = best_val_acc, best_epoch
+        how = ("stopped early (train.patience)" if early
+               else f"finished all {epochs} epochs")
+        best = ("" if best_val_acc is None or best_epoch is None
+                else f"; best val_acc {best_val_acc:.4f} at epoch {best_epoch + 1}")
+        super().__init__(f"the run in {checkpoint} has {how} (last epoch "
+                         f"{finished_epoch + 1}{best}); nothing to resume; train more with a "
+                         f"larger --epochs")
+
+
 class Checkpointing:
-    """The runtime's checkpoints; mixed into the runtime."""
+    """The runtime's checkpoints; mixed into the runtime.
+
+    Attributes used: ``_good`` (the last consistent state: ``epoch``, ``model``, ``optimizer``,
+    ``extra``), ``_file_good`` (the file ``_good_path`` holds it).
+    """
 
     def _checkpoint_path(self, force: bool) -> Optional[Path]:
         d = self.config.train.checkpoint_dir
@@ -32,23 +68,67 @@ class Checkpointing:
             d = tempfile.mkdtemp(prefix="fgnn-runtime-")
         return Path(d) / CHECKPOINT_NAME
 
-    def _save_checkpoint(self, epoch: int, force: bool = False) -> Optional[Path]:
-        """Write model + optimizer from the parameter server, the best-validation weights so far
-        and the job's identity (atomic, resumable; :func:`fgnn.load_model` reads it too)."""
-        import ray
+    def _save_checkpoint(self, epoch: int) -> Optional[Path]:
+        """End of epoch ``epoch`` (trained and validated): take the parameter server's model and
+        optimizer as the last good state and write it, with the best-validation weights so far
+        and the job's identity, to ``train.checkpoint_dir`` (atomic, resumable;
+        :func:`fgnn.load_model` reads it too).
 
-        path = self._checkpoint_path(force)
+        Raises:
+            RuntimeFailure: the weights are not finite (a NaN or inf step); the last good state
+                and its file stay.
+        """
+        state = self._service_get(self.ps.state.remote(), "the parameter server")
+        bad = [k for k, v in state["model"].items()
+               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            from fgnn.executors._epoch import RuntimeFailure
+
+            path = self._failure_checkpoint()
+            raise RuntimeFailure(f"epoch {epoch + 1}: the weights are not finite ({bad[0]}); "
+                                 f"{_resume_hint(path, self._good['epoch'])}", path)
+        self._good = {"epoch": epoch, "model": state["model"], "optimizer": state["optimizer"],
+                      "extra": self._checkpoint_extra(epoch)}
+        self._file_good = False
+        path = self._checkpoint_path(force=False)
         if path is None:
             return None
+        self._write_good(path)
+        self._file_good, self._good_path = True, path
+        return path
+
+    def _failure_checkpoint(self) -> Path:
+        """The checkpoint to resume from after a failure: the last good state (the last
+        completed epoch, or the start of the run), never the server's state mid-epoch. The file
+        of ``train.checkpoint_dir`` is kept when it already holds that state; without a
+        ``checkpoint_dir`` it goes to a new temporary directory."""
+        if self._file_good and self._good_path is not None:
+            return self._good_path
+        path = self._checkpoint_path(force=True)
+        self._write_good(path)
+        self._file_good, self._good_path = True, path
+        return path
+
+    def _write_good(self, path: Path) -> Path:
         from fgnn.checkpoint import save_checkpoint
 
-        state = ray.get(self.ps.state.remote())
-        model = copy.deepcopy(self.model)
-        model.load_state_dict(state["model"])
+        good = self._good
+        model = copy.deepcopy(self.model).cpu()
+        model.load_state_dict(good["model"])
         opt = torch.optim.Adam(model.parameters(), lr=self.config.train.lr)
-        opt.load_state_dict(state["optimizer"])
-        return save_checkpoint(path, model, opt, max(epoch, 0),
-                               extra=self._checkpoint_extra(epoch))
+        if good["optimizer"] is not None:
+            opt.load_state_dict(good["optimizer"])
+        return save_checkpoint(path, model, opt, max(good["epoch"], 0), extra=good["extra"])
+
+    def _keep_start_state(self, epoch: int, optimizer: Optional[dict[str, Any]],
+                          from_file: bool) -> None:
+        """The state before the first epoch of this run: the failure checkpoint until an epoch
+        completes (``epoch`` is the finished one, -1 for a fresh run)."""
+        self._good = {"epoch": epoch,
+                      "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                      "optimizer": optimizer, "extra": self._checkpoint_extra(epoch)}
+        self._file_good = from_file
+        self._good_path = self._checkpoint_path(force=False) if from_file else None
 
     def _checkpoint_extra(self, epoch: int) -> dict[str, Any]:
         """What a checkpoint stores beside the weights: the finished epoch, the best validation
@@ -76,6 +156,7 @@ class Checkpointing:
         tc = self.config.train
         self._start_epoch = 0
         if not tc.resume:
+            self._keep_start_state(-1, None, from_file=False)
             return 0
         from fgnn.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
         from fgnn.model_file import check_identity
@@ -98,5 +179,28 @@ class Checkpointing:
         self.best.update(val_acc=float(run.get("best_val_acc", -1.0)),
                          epoch=run.get("best_epoch"), bad=int(run.get("bad_evals", 0)),
                          state=ckpt.extra.get("best_state"))
-        self._start_epoch = int(run.get("finished_epoch", ckpt.epoch)) + 1
+        finished = run.get("finished_epoch", ckpt.epoch)
+        if isinstance(finished, bool) or not isinstance(finished, int) or finished < -1:
+            self._start_epoch = None
+            raise CheckpointError(path, f"checkpoint {path} records finished_epoch="
+                                        f"{finished!r}, not an epoch (an integer >= -1)")
+        self._keep_start_state(finished, self._resume_optimizer, from_file=True)
+        self._start_epoch = finished + 1
+        patience = tc.patience
+        early = patience is not None and self.best["bad"] >= patience
+        if self._start_epoch >= tc.epochs or early:
+            best = self.best
+            raise RunFinished(path, finished, tc.epochs,
+                              None if best["epoch"] is None else float(best["val_acc"]),
+                              best["epoch"], early and self._start_epoch < tc.epochs)
         return self._start_epoch
+
+
+def _resume_hint(path: Optional[Path], finished_epoch: int) -> str:
+    """``resume from the checkpoint PATH (epoch N finished) with ...`` for failure lines."""
+    if path is None:
+        return "no checkpoint was written"
+    done = ("no epoch finished" if finished_epoch < 0
+            else f"epoch {finished_epoch + 1} finished")
+    return (f"resume from the checkpoint {path} ({done}) with --resume --checkpoint-dir "
+            f"{path.parent} (train.resume=True, train.checkpoint_dir)")

@@ -77,8 +77,9 @@ from fgnn.executors._actors import ARGS_ACTOR, ArgStore, LocalSampling, make_act
 from fgnn.executors._caches import CacheSetup
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._device import AUTO
-from fgnn.executors._epoch import EpochLoop, EvalOutcome, RuntimeFailure, _Exec
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing
+from fgnn.executors._epoch import (EpochLoop, EvalOutcome, RuntimeFailure, _death_errors,
+                                   _Exec)
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, RunFinished, _resume_hint
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor, trainers_share_gpu
@@ -87,7 +88,7 @@ from fgnn.executors.trainer import TrainerExecutor
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
 
-__all__ = ["Runtime", "RuntimeFailure", "CHECKPOINT_NAME"]
+__all__ = ["Runtime", "RuntimeFailure", "RunFinished", "CHECKPOINT_NAME"]
 
 
 OnBatch = Callable[[int, int, int, float], None]
@@ -180,6 +181,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         Raises:
             RuntimeFailure: when the job cannot continue (a checkpoint was written).
             CheckpointError: ``train.resume`` without a usable checkpoint (before Ray starts).
+            RunFinished: ``train.resume`` of a run that has finished (before Ray starts).
             ValueError: when Ray offers fewer devices than ``runtime.devices``.
         """
         import ray
@@ -188,6 +190,10 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         self._init_ray()
         try:
             return self._run()
+        except RuntimeFailure:
+            raise
+        except _death_errors() as err:  # a service (queue, parameter server), Ray itself, or a call
+            raise self._died(err) from err
         finally:
             self._teardown()
             if self._started_ray:
@@ -204,12 +210,15 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
             if rt.address is None and self.device_kind == "logical":
                 kw["num_gpus"] = rt.gpus_needed
             if rt.address in (None, "local"):
-                from fgnn.raystart import explicit_token_auth, local_system_config
+                from fgnn.raystart import explicit_token_auth, init_local, local_system_config
 
                 explicit_token_auth()  # Ray's default for a new cluster, without its warning
                 kw["_system_config"] = local_system_config()
-            # "local": start a fresh instance even when another cluster runs on this machine
-            ray.init(address=rt.address or "local", **kw)
+                # "local": a fresh instance even when another cluster runs on this machine,
+                # listening on loopback only
+                init_local(address="local", **kw)
+            else:
+                ray.init(address=rt.address, **kw)
             self._started_ray = True
         gpus = ray.cluster_resources().get("GPU", 0)
         need = rt.gpus_needed
@@ -418,8 +427,8 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         warm_end = start_epoch + self.warmup_epochs
         self._counting = self.policy == "presc" and self.hotness is None
         if self._counting:
-            ray.get([e.handle.count_visits.remote() for e in self._execs
-                     if e.role == "sampler"])
+            self._service_get([e.handle.count_visits.remote() for e in self._execs
+                               if e.role == "sampler"], "a Sampler")
         k: Optional[float] = None
         epochs: list[EpochStats] = []
         best = self.best
@@ -508,10 +517,36 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                          final_eval_s=getattr(self, "final_eval_s", 0.0),
                          early_stop=early_stop)
 
-    def _pull_weights(self) -> None:
+    def _died(self, err: BaseException) -> RuntimeFailure:
+        """The one-line failure for a death the epoch loop does not handle itself: a service
+        actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
+        own processes (the raylet); with the last good checkpoint."""
+        path = self._failure_checkpoint()
+        return RuntimeFailure(f"{self._who_died(err)} died ({type(err).__name__}{_why(err)}) and "
+                              f"the job stopped; {_resume_hint(path, self._good['epoch'])}", path)
+
+    def _who_died(self, err: BaseException) -> str:
+        """Name the actor of a Ray death error (``the parameter server (fgnn-ps)``), or Ray."""
         import ray
 
-        _, flat = ray.get(self.ps.weights.remote())
+        names = {"ps": "the parameter server", "queue": "the global queue",
+                 "args_store": "the executors' argument store"}
+        actor_id = getattr(err, "actor_id", None)
+        if actor_id:
+            for attr, what in names.items():
+                h = getattr(self, attr, None)
+                if h is not None and h._actor_id.hex() == actor_id:
+                    return f"{what} ({h._ray_actor_creation_function_descriptor.class_name})"
+            for e in self._execs:
+                if e.handle._actor_id.hex() == actor_id:
+                    return f"the {e.role} executor {e.name}"
+        if isinstance(err, (ray.exceptions.LocalRayletDiedError, ray.exceptions.NodeDiedError,
+                            ray.exceptions.RaySystemError, ray.exceptions.RpcError)):
+            return "a Ray process of this node (the raylet or the GCS)"
+        return "a Ray actor or object of the job"
+
+    def _pull_weights(self) -> None:
+        _, flat = self._service_get(self.ps.weights.remote(), "the parameter server")
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
     def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
@@ -547,11 +582,23 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         calls = {s: execs[i % len(execs)].handle.score_layerwise.remote(
             self._refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(), weights)
             for i, s in enumerate(splits)}
-        scores = {s: SplitScore(*ray.get(ref)) for s, ref in calls.items()}
+        scores = {s: SplitScore(*self._service_get(ref, "a Trainer scoring layer-wise"))
+                  for s, ref in calls.items()}
         done = sum(1 for _ in splits)
         if self.on_eval_batch is not None:
             self.on_eval_batch(tuple(splits), done, done)
         return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
+
+def _why(err: BaseException) -> str:
+    """``: <Ray's reason>`` from a death error's text (``the actor is dead because its node has
+    died``), shortened to its first sentence; empty when Ray gives none."""
+    for line in str(err).splitlines():
+        line = line.strip()
+        if line.startswith("The actor is dead because"):
+            first = line.split(". ")[0].rstrip(".")
+            return ": " + (first[:1].lower() + first[1:])[:120]
+    return ""
+
 
 def _build_sampler(config: JobConfig) -> Sampler:
     try:

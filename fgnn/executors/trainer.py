@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fgnn.evaluation import EvalPlan, score_logits
-from fgnn.executors._common import (MemmapFeatures, _device_tag, graph_from_payload,
-                                    metrics_for, open_disk_tiers, open_features, seed_task_rng,
-                                    tensor_from)
+from fgnn.executors._common import (MemmapFeatures, NonFiniteLoss, _device_tag,
+                                    graph_from_payload, metrics_for, open_disk_tiers,
+                                    open_features, seed_task_rng, tensor_from)
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
@@ -380,6 +380,8 @@ class TrainerExecutor:
         loss.backward()
         grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
                         for p in self.params]).cpu()
+        if not (bool(torch.isfinite(loss)) and bool(torch.isfinite(grad).all())):
+            raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
         if self.delay_s > 0:
             time.sleep(self.delay_s)
         t2 = time.perf_counter()

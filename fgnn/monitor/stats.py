@@ -86,6 +86,10 @@ class EpochStats:
     """Disk-tier counters of the epoch (``--feature-tier disk``): rows per tier
     (``device_rows``, ``cpu_rows``, ``storage_rows``), storage ``bytes_read`` / ``read_calls`` /
     ``pages``, cache ``evictions``, ...; None with the memory tier."""
+    ledger: Optional[dict[str, Any]] = None
+    """The epoch's exactly-once ledger (:func:`fgnn.executors._ledger.epoch_ledger`): ``tasks``,
+    ``issued``, ``lost``, ``reissued``, ``pushed``, ``applied``, ``applied_twice``, ``missing``,
+    ``rejected`` and ``exactly_once``; None where no ledger was kept."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report's per-epoch record (``sample_s`` holds total, S, M, C)."""

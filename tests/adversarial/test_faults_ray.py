@@ -1,0 +1,135 @@
+"""Executor and service faults on a real (shared) Ray cluster (issue 19).
+
+* A Trainer stopped (``SIGSTOP``) between epochs: the other Trainer finishes the epoch, and the
+  driver used to wait for the stopped one's return for ever (no message for 290 s with
+  ``--stall-timeout 40``). Now every wait has the stall deadline: the job stops with a line
+  naming the executor, and the checkpoint is the last completed epoch.
+* The parameter server or the global queue killed mid-epoch: a Ray traceback (86 and 42 lines
+  on the CLI) before; now one ``RuntimeFailure`` naming it, with the last completed epoch's
+  checkpoint, which resumes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fgnn.checkpoint import read_checkpoint  # noqa: E402
+from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
+                         SamplerConfig, TrainConfig)
+from fgnn.data.synthetic import rmat_dataset  # noqa: E402
+from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
+
+STALL_S = 8.0
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return rmat_dataset(scale=9, edge_factor=8, feat_dim=16, num_classes=4, train_frac=0.3125,
+                        val_frac=0.1, test_frac=0.1, seed=0)
+
+
+def _job(checkpoint_dir: str) -> JobConfig:
+    # one Sampler and two Trainers, no standby
+    return JobConfig(model=ModelConfig("sage", hidden=16, dropout=0.0),
+                     sampler=SamplerConfig(fanouts=(4, 4)),
+                     cache=CacheConfig(policy="degree", cache_ratio=0.25),
+                     train=TrainConfig(epochs=2, batch_size=16, lr=0.01, seed=1,
+                                       checkpoint_dir=checkpoint_dir),
+                     runtime=RuntimeConfig(devices=3, samplers=1, switching=False, queue_size=4,
+                                           stall_timeout_s=STALL_S))
+
+
+def _descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for f in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            ppid = int(open(f).read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(f.split("/")[2]))
+    out, todo = [], [root]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return sorted(out)
+
+
+def _stop_one(cls: str) -> int:
+    """SIGSTOP one process of the executor class (Ray titles them ``ray::Class...``) among the
+    processes of this test's Ray (started by this process: the shared ``ray_cluster``)."""
+    for pid in _descendants(os.getpid()):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith(f"ray::{cls}"):
+            os.kill(pid, signal.SIGSTOP)
+            return pid
+    raise AssertionError(f"no {cls} process of this test's Ray found")
+
+
+def _finished_epoch(path) -> int:
+    return read_checkpoint(path)["extra"]["runtime"]["finished_epoch"]
+
+
+@pytest.mark.timeout(300)  # the runtime before the fix waits here for ever
+def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, dataset, tmp_path):
+    stopped: list[tuple[int, float]] = []
+
+    def on_epoch(stats):
+        if stats.epoch == 0:  # the Trainers are idle between epochs
+            stopped.append((_stop_one("TrainerExecutor"), time.monotonic()))
+
+    rt = Runtime(_job(str(tmp_path)), dataset, on_epoch=on_epoch, evaluate=False)
+    try:
+        with pytest.raises(RuntimeFailure) as info:
+            rt.run()
+    finally:
+        for pid, _ in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+    waited = time.monotonic() - stopped[0][1]
+    msg = str(info.value)
+    print(f"stopped Trainer caught after {waited:.1f}s (stall timeout {STALL_S:g}s): {msg}")
+    assert "epoch 2" in msg and ("did not return" in msg or "no task finished" in msg)
+    assert info.value.checkpoint == tmp_path / "runtime.pt" and str(tmp_path) in msg
+    assert _finished_epoch(info.value.checkpoint) == 0
+    assert waited < STALL_S + 120  # generous: the machine is loaded; it was never before
+
+
+@pytest.mark.parametrize("service,name", [("fgnn-ps", "the parameter server"),
+                                          ("fgnn-queue", "the global queue")])
+def test_a_killed_service_is_one_line_with_the_last_good_checkpoint(ray_cluster, dataset,
+                                                                   tmp_path, service, name):
+    killed = []
+
+    def on_batch(epoch, done, total, loss):
+        if epoch == 1 and done == 2 and not killed:
+            ray.kill(ray.get_actor(service), no_restart=True)
+            killed.append(done)
+
+    rt = Runtime(_job(str(tmp_path)), dataset, on_batch=on_batch, evaluate=False)
+    with pytest.raises(RuntimeFailure) as info:
+        rt.run()
+    msg = str(info.value)
+    print(msg)
+    assert killed and msg.startswith(f"{name} (") and "died" in msg and "\n" not in msg
+    assert info.value.checkpoint == tmp_path / "runtime.pt" and str(tmp_path) in msg
+    assert _finished_epoch(info.value.checkpoint) == 0  # not the half-trained epoch 1
+    if service != "fgnn-ps":
+        return
+    # and it resumes: epoch 1 only
+    cfg = _job(str(tmp_path))
+    cfg.train.resume = True
+    result = Runtime(cfg, dataset, evaluate=False).run()
+    assert [e.epoch for e in result.epochs] == [1]
