@@ -83,6 +83,8 @@ def _floyd(deg: torch.Tensor, k: int, generator: Optional[torch.Generator]) -> t
     ``t ~ U{0..j}``; it keeps ``t`` unless an earlier step kept it, else ``j`` (never kept
     before, since every earlier pick is below ``j``).
     """
+    if deg.numel() == 0:  # no row above the fanout (e.g. fanouts covering every degree)
+        return torch.empty((k, 0), dtype=torch.int64, device=deg.device)
     n = (deg - (k - 1)).unsqueeze(0) + torch.arange(k, device=deg.device).unsqueeze(1)  # j + 1
     sel = (rand(tuple(n.shape), generator, deg.device) * n).long()
     torch.minimum(sel, n - 1, out=sel)  # guard float rounding at the top end
