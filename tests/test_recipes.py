@@ -3,6 +3,8 @@ flags, every other dataset and model keeps the FGNN §7.1 defaults, and a typed 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fgnn.cli import build_parser, config_from_args
@@ -86,3 +88,34 @@ def test_the_report_records_and_prints_the_recipe():
     report = result.to_dict()
     assert report["config"]["recipe"] == "kipf-welling"
     assert "recipe kipf-welling" in format_report(report)
+
+
+@pytest.mark.slow
+def test_kipf_welling_recipe_reaches_the_published_cora_accuracy(planetoid_root):
+    """The recipe's own values (model, sampler, optimiser, epochs, batch) in the single-process
+    loop, one seed (the fanouts cover every neighbourhood, so only dropout is random): the
+    published 81.5 within a point. launch.py's five seeds through the factored runtime are in
+    docs/benchmarks.md."""
+    import torch
+
+    from fgnn.data import load_planetoid
+    from fgnn.models import build_model
+    from fgnn.sampling import KHop
+    from fgnn.training import fit
+
+    cfg = _config("--dataset", "cora")
+    cora = load_planetoid("cora", planetoid_root)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    accs = []
+    try:
+        for seed in (0,):
+            torch.manual_seed(seed)
+            net = build_model(cfg.model, cora.feat_dim, cora.num_classes,
+                              len(cfg.sampler.fanouts))
+            train = dataclasses.replace(cfg.train, seed=seed)
+            accs.append(fit(cora, net, KHop(cfg.sampler.fanouts), train).test_acc)
+    finally:
+        torch.set_num_threads(threads)
+    print(f"\ncora kipf-welling recipe, one process: {accs}")
+    assert accs[0] >= 0.805, accs
