@@ -34,24 +34,40 @@ class ExcludingKHop(KHop):
     hop's draw (same arguments as ``KHop``)."""
 
     _exclude: Optional[EdgeSet] = None
+    #: ``(N,)`` bool scratch, True at the endpoints of the excluded edges during a call (only
+    #: edges between two marked vertices are looked up in the set).
+    _mark: Optional[torch.Tensor] = None
 
     def sample(self, graph: CSRGraph, seeds: torch.Tensor,
                generator: Optional[torch.Generator] = None,
                exclude: Optional[EdgeSet] = None) -> Sample:
         """As :meth:`KHop.sample`; no sampled message edge ``u -> v`` (``u`` in row ``v``) is
         in ``exclude``, whose pairs are ``(u, v)``."""
+        if exclude is None or len(exclude) == 0:
+            return super().sample(graph, seeds, generator)
+        n = graph.num_nodes
+        if self._mark is None or self._mark.numel() != n or self._mark.device != graph.device:
+            self._mark = torch.zeros(n, dtype=torch.bool, device=graph.device)
+        ends = torch.cat([exclude.keys // exclude.num_nodes, exclude.keys % exclude.num_nodes])
         self._exclude = exclude
+        self._mark[ends] = True
         try:
             return super().sample(graph, seeds, generator)
         finally:
+            self._mark[ends] = False
             self._exclude = None
 
     def _select(self, graph, rows, hop, generator):  # noqa: D102 (KHop's hook, post-filtered)
         nbr, dst, w = super()._select(graph, rows, hop, generator)
         if self._exclude is not None and nbr.numel():
-            keep = ~self._exclude.contains(nbr, rows.index_select(0, dst))
-            nbr, dst = nbr[keep], dst[keep]
-            w = None if w is None else w[keep]
+            v = rows.index_select(0, dst)
+            cand = torch.nonzero(self._mark[nbr] & self._mark[v]).squeeze(1)
+            drop = cand[self._exclude.contains(nbr[cand], v[cand])]
+            if drop.numel():
+                keep = torch.ones(nbr.numel(), dtype=torch.bool, device=nbr.device)
+                keep[drop] = False
+                nbr, dst = nbr[keep], dst[keep]
+                w = None if w is None else w[keep]
         return nbr, dst, w
 
 
