@@ -4,6 +4,9 @@ Every flag maps onto one dataclass field (:data:`FLAG_FIELDS`); nothing deeper r
 value exits with status 2 and one line naming the flag and value, before Ray starts where it can,
 and no report is written.
 
+Defaults come from a recipe (:mod:`fgnn.recipes`): Kipf & Welling's for ``--model gcn`` on a
+Planetoid dataset, FGNN §7.1's otherwise; a flag the user types always wins over the recipe.
+
 ``python -m fgnn.cli --markdown`` prints the flag table of ``docs/cli.md``.
 """
 
@@ -36,6 +39,7 @@ from fgnn.config import (
     SamplerConfig,
     TrainConfig,
 )
+from fgnn.recipes import FGNN_RECIPE, KIPF_RECIPE, apply_recipe, recipe_for
 
 __all__ = ["build_parser", "config_from_args", "main", "flags_markdown", "FLAG_FIELDS"]
 
@@ -164,10 +168,33 @@ def _dashboard_host(text: str) -> Optional[str]:
 
 # ---------------------------------------------------------------------- parser
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line: ``launch.py: error: argument --x: ...``."""
+    """An ArgumentParser whose errors are one line: ``launch.py: error: argument --x: ...``.
+
+    Its namespaces also carry ``given_dests``, the destinations of the flags the command line
+    typed (a recipe fills only the others)."""
+
+    _probe = False
 
     def error(self, message: str) -> NoReturn:  # noqa: D102
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102
+        ns, extras = super().parse_known_args(args, namespace)
+        if not self._probe:
+            # A twin parser without defaults: what it returns is what the command line typed.
+            probe = build_parser(self.prog)
+            probe._probe = True
+            for action in probe._actions:
+                action.default = argparse.SUPPRESS
+            ns.given_dests = frozenset(vars(probe.parse_known_args(args)[0]))
+        return ns, extras
+
+
+def _kipf(field: str) -> str:
+    """``; kipf-welling: V`` for a help text's default, V the Kipf & Welling recipe's value."""
+    value = KIPF_RECIPE.values[field]
+    text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    return f"; {KIPF_RECIPE.name}: {text}"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -179,7 +206,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = _Parser(
         prog=prog,
         description="Train a GNN with the fgnn factored runtime (FGNN/GNNLab design) on Ray. "
-                    "With no flags it trains on a small synthetic R-MAT graph.",
+                    "With no flags it trains on a small synthetic R-MAT graph. Recipes: "
+                    f"--model gcn on cora|citeseer|pubmed uses {KIPF_RECIPE.name} "
+                    f"({KIPF_RECIPE.summary}) for every flag not given; other datasets and "
+                    f"models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}). The defaults "
+                    "below say where the Kipf & Welling recipe differs; the run's output and "
+                    "report name the recipe that applied.",
         epilog="Example: python launch.py --dataset cora --data-root ../shared/data/planetoid "
                "--model gcn --devices 4 --epochs 30 --report r.json",
     )
@@ -196,12 +228,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--model", default=mdl.name, choices=MODELS,
                    help="GNN model (default: %(default)s)")
     g.add_argument("--hidden", type=_int_at_least(1), default=mdl.hidden, metavar="H",
-                   help="hidden size (default: %(default)s)")
+                   help=f"hidden size (default: %(default)s{_kipf('model.hidden')})")
     g.add_argument("--dropout", type=_float_in(0.0, 1.0, hi_open=True), default=mdl.dropout,
-                   metavar="P", help="dropout between layers, in [0, 1) (default: %(default)s)")
+                   metavar="P", help=f"dropout between layers, in [0, 1) "
+                                     f"(default: %(default)s{_kipf('model.dropout')})")
     g.add_argument("--input-dropout", type=_float_in(0.0, 1.0, hi_open=True),
                    default=mdl.input_dropout, metavar="P",
-                   help="dropout on the input features, in [0, 1) (default: %(default)s)")
+                   help=f"dropout on the input features, in [0, 1) "
+                        f"(default: %(default)s{_kipf('model.input_dropout')})")
 
     g = p.add_argument_group("devices and runtime")
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
@@ -303,7 +337,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--sampler", default=None, choices=_SAMPLER_KINDS,
                    help="sampling algorithm (default: random_walk for pinsage, khop otherwise)")
     g.add_argument("--fanouts", type=_fanouts, default=None, metavar="F1,F2,...",
-                   help=f"neighbours per layer, seed hop first (default per model: {fan})")
+                   help=f"neighbours per layer, seed hop first (default per model: {fan}"
+                        f"{_kipf('sampler.fanouts')})")
     g.add_argument("--frontier", choices=FRONTIERS, default=smp.frontier,
                    help="k-hop samplers: which vertices draw neighbours at each hop: all of the "
                         "sample so far (DGL blocks) or only the new ones, each layer reusing "
@@ -335,11 +370,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "each mini-batch is cut into one task per device "
                         "(default: %(default)s)")
     g.add_argument("--epochs", type=_int_at_least(1), default=trn.epochs, metavar="E",
-                   help="training epochs (default: %(default)s)")
+                   help=f"training epochs (default: %(default)s{_kipf('train.epochs')})")
     g.add_argument("--lr", type=_float_in(0.0, None, lo_open=True), default=trn.lr,
-                   metavar="LR", help="learning rate (default: %(default)s)")
+                   metavar="LR", help=f"learning rate (default: %(default)s{_kipf('train.lr')})")
     g.add_argument("--weight-decay", type=_float_in(0.0, None), default=trn.weight_decay,
-                   metavar="WD", help="weight decay (default: %(default)s)")
+                   metavar="WD",
+                   help=f"weight decay (default: %(default)s{_kipf('train.weight_decay')})")
     g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
@@ -377,7 +413,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------- flags → config
 def config_from_args(args: argparse.Namespace) -> JobConfig:
-    """Map parsed flags onto a :class:`JobConfig`.
+    """Map parsed flags onto a :class:`JobConfig`, then fill the recipe of the dataset and model
+    (:func:`fgnn.recipes.recipe_for`) into the fields whose flags ``args.given_dests`` does not
+    name (a namespace without ``given_dests``, built by hand, gets no recipe).
 
     Raises:
         ValueError: from a config's own validation (e.g. ``--samplers`` >= ``--devices``).
@@ -390,7 +428,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     fanouts = args.fanouts if args.fanouts is not None else DEFAULT_FANOUTS[args.model]
     if kind != "random_walk" and not fanouts:
         fanouts = DEFAULT_FANOUTS["gcn"]
-    return JobConfig(
+    config = JobConfig(
         dataset=args.dataset,
         data_root=args.data_root,
         sampler=SamplerConfig(kind=kind, fanouts=tuple(fanouts), num_walks=args.num_walks,
@@ -424,6 +462,12 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         report=args.report,
         save_model=args.save_model,
     )
+    given = getattr(args, "given_dests", None)
+    if given is None:
+        return config
+    fields = {FLAG_FIELDS[flag] for flag in (f"--{d.replace('_', '-')}" for d in given)
+              if flag in FLAG_FIELDS}
+    return apply_recipe(config, recipe_for(args.dataset, args.model), fields)
 
 
 def _auto(v: Any) -> Any:

@@ -31,6 +31,8 @@ DISK_IO = ("direct", "buffered")
 PLACEMENTS = ("replicate", "algorithm1", "auto")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
 FRONTIERS = ("all", "new")
+#: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
+RECIPES = ("fgnn-7.1", "kipf-welling")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -348,8 +350,13 @@ class JobConfig:
     save_model: Optional[str] = None
     """Path of the model file written after the run (best-validation weights and metadata,
     read by :func:`fgnn.load_model`)."""
+    recipe: str = "fgnn-7.1"
+    """Which recipe's defaults the job uses (:mod:`fgnn.recipes`; ``launch.py`` picks it from
+    the dataset and model); a record for the report, it sets no value itself."""
 
     def __post_init__(self) -> None:
+        if self.recipe not in RECIPES:
+            _fail("JobConfig", "recipe", self.recipe, f"must be one of {', '.join(RECIPES)}")
         d = self.disk
         if (d.feature_tier == "disk" and d.cpu_buffer > 0 and self.cache.policy == "none"
                 and self.runtime.mode != "time-sharing"):

@@ -299,7 +299,8 @@ def format_report(report: Mapping[str, Any]) -> str:
     model = cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?"
     lines = [
         f"dataset  {cfg.get('dataset', '?')}",
-        f"run      model {model}   mode {report['mode']}   cache {cache_text(report)}",
+        f"run      model {model}   mode {report['mode']}   cache {cache_text(report)}"
+        f"   recipe {cfg.get('recipe', '?')}",
         f"alloc    {devices_text(report)}   samplers {a['samplers']}   trainers {a['trainers']}"
         f"   K {_fmt(a['K'], '.2f')}",
         f"time     {timing_text(report)}",

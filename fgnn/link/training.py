@@ -1,0 +1,163 @@
+"""The single-process link-prediction loop: the counterpart of :func:`fgnn.training.fit`.
+
+Per epoch the training supervision edges are shuffled and cut into mini-batches of
+``batch_size`` edges. Each batch draws its negatives and samples the endpoints' neighbourhood
+with the batch's edges excluded (:class:`~fgnn.link.sampler.LinkNeighborSampler`); the encoder
+embeds the endpoints, the decoder scores the pairs, and the loss steps the optimiser.
+Validation scores the fixed validation pairs with full-neighbour embeddings over the validation
+message graph; the best validation AUC selects the weights the test is scored with.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from fgnn.config import TrainConfig
+from fgnn.data.dataset import Features
+from fgnn.graph import CSRGraph
+from fgnn.link.losses import LOSSES, bce_loss, max_margin_loss
+from fgnn.link.metrics import average_precision, roc_auc
+from fgnn.link.sampler import LinkNeighborSampler
+from fgnn.link.split import LinkSplit
+from fgnn.training import FullNeighborSampler, extract_features
+
+__all__ = ["LinkHistory", "embed_all", "evaluate_link", "fit_link"]
+
+
+@dataclass
+class LinkHistory:
+    """What :func:`fit_link` did.
+
+    Attributes:
+        loss: mean training loss per epoch.
+        val_auc, val_ap: validation scores per evaluated epoch.
+        best_epoch: epoch of the best validation AUC.
+        test_auc, test_ap: test scores with the best weights.
+    """
+
+    loss: list[float] = field(default_factory=list)
+    val_auc: list[float] = field(default_factory=list)
+    val_ap: list[float] = field(default_factory=list)
+    best_epoch: Optional[int] = None
+    test_auc: Optional[float] = None
+    test_ap: Optional[float] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable view."""
+        return asdict(self)
+
+
+@torch.no_grad()
+def embed_all(encoder: nn.Module, features: Features, graph: CSRGraph,
+              chunk: int = 4096) -> torch.Tensor:
+    """``(N, D)`` full-neighbour embeddings of every vertex of ``graph`` (``encoder.num_layers``
+    hops), ``chunk`` seeds at a time."""
+    encoder.eval()
+    sampler = FullNeighborSampler(encoder.num_layers)
+    out = []
+    for start in range(0, graph.num_nodes, chunk):
+        seeds = torch.arange(start, min(start + chunk, graph.num_nodes))
+        sample = sampler.sample(graph, seeds)
+        out.append(encoder(sample.blocks, extract_features(features, sample.input_nodes)))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def evaluate_link(encoder: nn.Module, decoder: nn.Module, features: Features, split: LinkSplit,
+                  stage: str) -> dict[str, float]:
+    """``{"auc", "ap"}`` of the fixed ``stage`` (``val`` or ``test``) pairs of ``split``, with
+    full-neighbour embeddings over that stage's message graph."""
+    if stage not in ("val", "test"):
+        raise ValueError(f"stage must be val or test, got {stage!r}")
+    pos, neg = getattr(split, f"{stage}_pos"), getattr(split, f"{stage}_neg")
+    h = embed_all(encoder, features, split.graph(stage))
+    decoder.eval()
+    s_pos = decoder(h[pos[0]], h[pos[1]])
+    s_neg = decoder(h[neg[0]], h[neg[1]])
+    return {"auc": roc_auc(s_pos, s_neg), "ap": average_precision(s_pos, s_neg)}
+
+
+def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: nn.Module,
+             sampler: LinkNeighborSampler, train_cfg: TrainConfig, *, loss: str = "bce",
+             filter_negatives: bool = True, margin: float = 0.1) -> LinkHistory:
+    """Train ``encoder`` and ``decoder`` on the training edges of ``split``.
+
+    Args:
+        features: ``(N, F)`` vertex features.
+        split: the edge split (:func:`fgnn.link.split.random_link_split`).
+        encoder: a model of :mod:`fgnn.models` whose output width is the embedding size.
+        decoder: pair scorer (:mod:`fgnn.link.decoders`).
+        sampler: edge-seed sampler; its layer count must be the encoder's.
+        train_cfg: epochs, batch size (edges per step), lr, weight decay, seed, eval_every,
+            patience (in evaluations without a better validation AUC).
+        loss: ``bce`` or ``margin`` (:mod:`fgnn.link.losses`).
+        filter_negatives: never draw a known training edge as a negative.
+        margin: Δ of the max-margin loss.
+
+    Returns:
+        :class:`LinkHistory`; the encoder and decoder end with the best validation weights.
+
+    Raises:
+        ValueError: on another ``loss``, a layer-count mismatch or features of another size.
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    if sampler.num_layers != encoder.num_layers:
+        raise ValueError(f"the sampler has {sampler.num_layers} layers but the encoder "
+                         f"{encoder.num_layers}")
+    if features.shape[0] != split.num_nodes:
+        raise ValueError(f"features have {features.shape[0]} rows but the split has "
+                         f"{split.num_nodes} vertices")
+    torch.manual_seed(train_cfg.seed)
+    params = list(encoder.parameters()) + list(decoder.parameters())
+    opt = torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    graph = split.graph("train")
+    known = split.known_edges("train") if filter_negatives else None
+    hist = LinkHistory()
+    best: Optional[tuple[dict, dict]] = None
+    best_auc, bad = -1.0, 0
+    for epoch in range(train_cfg.epochs):
+        gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)
+        order = torch.randperm(split.train_pos.shape[1], generator=gen)
+        encoder.train()
+        decoder.train()
+        total, steps = 0.0, 0
+        for start in range(0, order.numel(), train_cfg.batch_size):
+            pos = split.train_pos[:, order[start:start + train_cfg.batch_size]]
+            ls = sampler.sample(graph, pos, gen, known)
+            x = extract_features(features, ls.sample.input_nodes)
+            opt.zero_grad(set_to_none=True)
+            h = encoder(ls.sample.blocks, x)
+            score = decoder(h[ls.src], h[ls.dst])
+            if loss == "bce":
+                value = bce_loss(score, ls.label)
+            else:
+                value = max_margin_loss(score[:ls.num_pos], score[ls.num_pos:],
+                                        ls.neg_pos_index, margin)
+            value.backward()
+            opt.step()
+            total, steps = total + float(value.detach()), steps + 1
+        hist.loss.append(total / max(steps, 1))
+        if (epoch + 1) % train_cfg.eval_every and epoch + 1 < train_cfg.epochs:
+            continue
+        scores = evaluate_link(encoder, decoder, features, split, "val")
+        hist.val_auc.append(scores["auc"])
+        hist.val_ap.append(scores["ap"])
+        if scores["auc"] > best_auc:
+            best_auc, bad, hist.best_epoch = scores["auc"], 0, epoch
+            best = (copy.deepcopy(encoder.state_dict()), copy.deepcopy(decoder.state_dict()))
+        else:
+            bad += 1
+            if train_cfg.patience is not None and bad >= train_cfg.patience:
+                break
+    if best is not None:
+        encoder.load_state_dict(best[0])
+        decoder.load_state_dict(best[1])
+    test = evaluate_link(encoder, decoder, features, split, "test")
+    hist.test_auc, hist.test_ap = test["auc"], test["ap"]
+    return hist
