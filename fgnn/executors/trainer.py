@@ -28,7 +28,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -465,9 +465,31 @@ class TrainerExecutor:
         """
         import ray
 
+        t_start = time.perf_counter()
+        generation = self._begin_run(plan, weights)
+        meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
+
+        def step(b: _Batch, has_next: bool = False) -> Optional[dict[str, Any]]:
+            run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
+                   else (lambda x: self._score(x, plan)))
+            return run(b) if meter is None else meter.run(run, b)
+        if policy is None:
+            batches, last_ack = self._run_pipelined(step, epoch, generation, plan)
+        else:
+            batches, last_ack = self._run_standby(step, policy, epoch, generation, plan)
+        if last_ack is not None:
+            ray.get(last_ack)
+        return {"name": self.name, "role": self.role, "batches": batches,
+                "time_s": time.perf_counter() - t_start, "switched": batches > 0,
+                "memory": self._memory_report(meter, batches)}
+
+    def _begin_run(self, plan: Optional[EvalPlan], weights: Optional[torch.Tensor]) -> int:
+        """Register with the queue (its generation, returned), enroll on the server for training
+        and take the weights of the run (the server's, or ``weights``)."""
+        import ray
+
         self._stop.clear()
         self._next_claim = None
-        t_start = time.perf_counter()
         if self.tiers is not None:
             self._ahead.clear()
             self.tiers.drop_staged()
@@ -480,59 +502,68 @@ class TrainerExecutor:
         else:
             self._version = -1  # not the server's: the next claim must bring its weights
         unflatten_into(weights.to(self.device), self.params)
-        meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
+        return generation
 
-        def step(b: _Batch, has_next: bool = False) -> Optional[dict[str, Any]]:
-            run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
-                   else (lambda x: self._score(x, plan)))
-            return run(b) if meter is None else meter.run(run, b)
-        batches, busy, last_ack = 0, 0.0, None
-        if policy is None:  # pipelined: extract i + 1 while training i
-            with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch",
-                                    initializer=bind_device, initargs=(self.device,)) as pool:
-                nxt: Future = pool.submit(self._fetch, epoch, generation, plan)
-                while True:
-                    t0 = time.perf_counter()
-                    batch = nxt.result()
-                    stall = time.perf_counter() - t0  # what the prefetch did not hide
-                    if batch is None:
-                        break
-                    nxt = pool.submit(self._fetch, epoch, generation, plan)
-                    rec = step(batch, nxt.done() and nxt.result() is not None)
-                    if rec is None:
-                        break
-                    rec["stall_s"] = stall
-                    last_ack = self._ack(batch.task_id, rec)
-                    batches += 1
-                self._stop.set()
-        else:  # standby: decide per fetch (FGNN §5.3)
-            while not self._stop.is_set():
-                remaining = ray.get(self.queue.qsize.remote())
-                measured = busy / batches if batches else None
-                if not policy.should_fetch(remaining, measured):
-                    break
+    def _run_pipelined(self, step: Callable[..., Optional[dict[str, Any]]], epoch: int,
+                       generation: int, plan: Optional[EvalPlan]) -> tuple[int, Any]:
+        """A normal Trainer's loop, pipelined: extract ``i + 1`` while training ``i``; returns
+        the batches done and the last acknowledgement's ref."""
+        batches, last_ack = 0, None
+        with ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-prefetch",
+                                initializer=bind_device, initargs=(self.device,)) as pool:
+            nxt: Future = pool.submit(self._fetch, epoch, generation, plan)
+            while True:
                 t0 = time.perf_counter()
-                batch = self._fetch(epoch, generation, plan)
+                batch = nxt.result()
+                stall = time.perf_counter() - t0  # what the prefetch did not hide
                 if batch is None:
                     break
-                stall = time.perf_counter() - t0
-                rec = step(batch)
+                nxt = pool.submit(self._fetch, epoch, generation, plan)
+                rec = step(batch, nxt.done() and nxt.result() is not None)
                 if rec is None:
                     break
                 rec["stall_s"] = stall
-                busy += time.perf_counter() - t0 - rec["wait_s"] - rec["step_wait_s"]
                 last_ack = self._ack(batch.task_id, rec)
                 batches += 1
-        if last_ack is not None:
-            ray.get(last_ack)
-        memory = None
-        if meter is not None and batches > 0:
-            memory = meter.report()
-            if self.local_sampler is not None and getattr(self.local_sampler, "_built", False):
-                memory["sampler"] = self.local_sampler.working_set()
-        return {"name": self.name, "role": self.role, "batches": batches,
-                "time_s": time.perf_counter() - t_start, "switched": batches > 0,
-                "memory": memory}
+            self._stop.set()
+        return batches, last_ack
+
+    def _run_standby(self, step: Callable[..., Optional[dict[str, Any]]],
+                     policy: StandbyPolicy, epoch: int, generation: int,
+                     plan: Optional[EvalPlan]) -> tuple[int, Any]:
+        """A standby's loop: decide per fetch whether it profits (FGNN §5.3); returns the
+        batches done and the last acknowledgement's ref."""
+        import ray
+
+        batches, busy, last_ack = 0, 0.0, None
+        while not self._stop.is_set():
+            remaining = ray.get(self.queue.qsize.remote())
+            measured = busy / batches if batches else None
+            if not policy.should_fetch(remaining, measured):
+                break
+            t0 = time.perf_counter()
+            batch = self._fetch(epoch, generation, plan)
+            if batch is None:
+                break
+            stall = time.perf_counter() - t0
+            rec = step(batch)
+            if rec is None:
+                break
+            rec["stall_s"] = stall
+            busy += time.perf_counter() - t0 - rec["wait_s"] - rec["step_wait_s"]
+            last_ack = self._ack(batch.task_id, rec)
+            batches += 1
+        return batches, last_ack
+
+    def _memory_report(self, meter: Optional[StepMemoryMeter], batches: int
+                       ) -> Optional[dict[str, Any]]:
+        """The measured step memory (plus the local sampler's working set), or None."""
+        if meter is None or batches == 0:
+            return None
+        memory = meter.report()
+        if self.local_sampler is not None and getattr(self.local_sampler, "_built", False):
+            memory["sampler"] = self.local_sampler.working_set()
+        return memory
 
     def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
         self.metrics.stage_seconds("extract", rec["extract_s"])
