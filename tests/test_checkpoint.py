@@ -304,7 +304,7 @@ def _runtime_checkpoint(directory, model: str = "sage", dataset: str = TINY) -> 
     rt = Runtime(cfg, load_dataset(dataset))
     opt = torch.optim.Adam(rt.model.parameters())
     save_checkpoint(Path(directory) / CHECKPOINT_NAME, rt.model, opt, 0,
-                    extra=rt._checkpoint_extra(0))
+                    extra=rt.checkpointer.extra(0))
     return str(Path(directory) / CHECKPOINT_NAME)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from fgnn.evaluation import EvalPlan
 from fgnn.executors._argstore import ARGS_ACTOR, ArgStore
-from fgnn.executors._epoch import _MAX_RESTARTS
+from fgnn.executors._faults import _MAX_RESTARTS
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 

@@ -1,9 +1,10 @@
 """The cache side of the runtime (internal): hotness, per-device plans, placement, filling.
 
-:class:`CacheSetup` is mixed into :class:`~fgnn.executors.runtime.Runtime`, whose attributes
-(``config``, ``dataset``, ``_execs``, ``_refs``, ``memory_reports``, ...) it uses. The order of a
-run: a sampling-free hotness map on the driver while the executors start (or PreSC's visit counts
-from the warm-up epochs, FGNN §6.3); after the warm-up, each device's cache plan from the
+:class:`CachePlanner` is a part of :class:`~fgnn.executors.runtime.Runtime`; it holds the cache
+state of the job (hotness, plans, placement) and is passed the executors
+(:class:`~fgnn.executors._workers.WorkerGroup`) and services it acts on. The order of a run: a
+sampling-free hotness map on the driver while the executors start (or PreSC's visit counts from
+the warm-up epochs, FGNN §6.3); after the warm-up, each device's cache plan from the
 Trainers' measured steps (FGNN §6.1, :func:`fgnn.cache.budget.plan_device_cache`), the placement
 over the final layout (Song & Jiang §3.2) and its holder bits for the Samplers' M step; then every
 executor fills its cache, again after a restart. Hot-first reordering (DataTiering Algorithm 2)
@@ -15,22 +16,70 @@ from __future__ import annotations
 
 import tempfile
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
-from fgnn.executors._epoch import _Exec
+from fgnn.config import JobConfig
+from fgnn.data.dataset import Dataset
+from fgnn.executors._faults import Watchdog
+from fgnn.executors._workers import Services, WorkerGroup, _Exec
 from fgnn.monitor.stats import EpochStats
+from fgnn.sampling.base import Sampler
 from fgnn.sampling.locality import LocalityAwareKHop
 
-__all__ = ["CacheSetup"]
+__all__ = ["CachePlanner"]
 
 
-class CacheSetup:
-    """Hotness, cache plans, placement and filling; mixed into the runtime."""
+class CachePlanner:
+    """Hotness, cache plans, placement and filling.
 
-    def _policy_hotness(self, presample: bool = False) -> None:
+    Args:
+        config: the job.
+        dataset: the loaded dataset (:meth:`reorder` replaces it by the renumbered one).
+        sampler: the job's sampler (PreSC pre-samples with it; the locality sampler's scale).
+        step_tasks: R, tasks per mini-batch.
+        evaluate: whether the run scores evaluation chunks (their excess is budgeted).
+        services: the job's services (object-store refs of hotness, placement, cache map).
+        workers: the executors whose caches it fills.
+        watchdog: the driver's deadline.
+
+    Attributes:
+        hotness: the hotness map in force (None before it is known).
+        cache_plans: ``full`` and ``resident`` device plans after the warm-up.
+        alpha_full, alpha_resident: cached fraction of a Trainer's device, and of a device that
+            also holds the topology.
+        budget_bytes, step_peak_bytes: the full device's budget and the measured step peak.
+        placement_name, placement: the cache placement over the devices (None: no cache).
+        reordering, reorder_info: the hot-first renumbering and its report (None without).
+        hotness_s, sizing_s, cache_fill_s: seconds of the hotness map, sizing and placement,
+            and cache filling.
+    """
+
+    def __init__(self, config: JobConfig, dataset: Dataset, sampler: Sampler, step_tasks: int,
+                 evaluate: bool, services: Services, workers: WorkerGroup,
+                 watchdog: Watchdog) -> None:
+        self.config, self.dataset, self.sampler = config, dataset, sampler
+        self.step_tasks, self.do_evaluate = step_tasks, evaluate
+        self.services, self.workers, self.watchdog = services, workers, watchdog
+        self.disk_tier = config.disk.feature_tier == "disk"
+        self.hotness: Any = None
+        self.cache_plans: dict[str, Any] = {}
+        self.alpha_full = self.alpha_resident = 0.0
+        self.budget_bytes, self.step_peak_bytes = 0, None
+        self.placement_name, self.placement = "none", None
+        self.reordering: Any = None
+        self.reorder_info: Optional[dict[str, Any]] = None
+        self.reorder_dir: Optional[str] = None
+        self.hotness_s = self.sizing_s = self.cache_fill_s = 0.0
+        self.chosen = False
+        """Whether the cache is chosen (before: executors train without one)."""
+        self.counting = False
+        """Whether the Samplers count visits (PreSC's warm-up epochs)."""
+        workers.reinstall = self.install
+
+    def policy_hotness(self, presample: bool = False) -> None:
         """The hotness map of a policy that needs no sampling (degree, WRPR, random), on the
         driver while the executors start (``hotness_s``); PreSC counts visits in the warm-up
         epochs instead (FGNN §6.3) -- unless ``presample``, when the driver pre-samples it
@@ -68,7 +117,7 @@ class CacheSetup:
         (§5.3) and each Trainer's memory (§6.1)."""
         return self.config.cache.presample_epochs if self.policy == "presc" else 1
 
-    def _size_caches(self) -> None:
+    def _size_caches(self, memory_reports: dict[str, Any]) -> None:
         """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
         budget less the terms of :func:`fgnn.cache.sizing.device_terms` (model, measured step
         peak, an evaluation chunk's excess, gather, fragmentation, CUDA contexts; the topology
@@ -79,7 +128,7 @@ class CacheSetup:
 
         cfg, ds = self.config, self.dataset
         n, row = ds.num_nodes, ds.feature_row_bytes
-        reports = list(self.memory_reports.values())
+        reports = list(memory_reports.values())
         worst = {k: max((r.get(k) or 0 for r in reports), default=0)
                  for k in ("model_bytes", "step_peak_bytes", "gather_bytes")}
         totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
@@ -103,7 +152,7 @@ class CacheSetup:
             if cfg.cache.device_memory_gib is not None:
                 budget = int(cfg.cache.device_memory_gib * 2 ** 30)
             elif totals:  # the device's share of its GPU
-                budget = int(min(totals) * self.gpus_per_device)
+                budget = int(min(totals) * self.services.gpus_per_device)
             else:
                 budget = 2 ** 30  # the simulated device of a logical GPU
             plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
@@ -123,13 +172,13 @@ class CacheSetup:
         from fgnn.cache.sizing import sampler_bytes
 
         sets = [r["sampler"] for r in reports if r.get("sampler")]
-        samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
+        samplers = self.workers.alive("sampler")
         if samplers:
-            sets += self._service_get([e.handle.working_set.remote() for e in samplers],
+            sets += self.watchdog.get([e.handle.working_set.remote() for e in samplers],
                                       "a Sampler")
         return max((sampler_bytes(w, ratio) for w in sets), default=0)
 
-    def _choose_cache(self) -> None:
+    def choose(self, memory_reports: dict[str, Any]) -> None:
         """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over
         the K epochs), each executor's cache plan, the cache map; then every executor fills its
         cache (``cache_fill_s``)."""
@@ -138,14 +187,15 @@ class CacheSetup:
         ds = self.dataset
         t0 = time.perf_counter()
         if self.policy == "presc" and self.reorder_info is None:
-            samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
-            counts = [c for c in self._service_get(
+            samplers = self.workers.alive("sampler")
+            counts = [c for c in self.watchdog.get(
                 [e.handle.take_visits.remote() for e in samplers], "a Sampler")
                 if c is not None]
             self.hotness = (torch.stack(counts).sum(0).float() / self.warmup_epochs
                             if counts else None)
-        self._size_caches()
-        self._refs["hotness"] = None if self.hotness is None else ray.put(self.hotness.numpy())
+        self._size_caches(memory_reports)
+        self.services.refs["hotness"] = (None if self.hotness is None
+                                         else ray.put(self.hotness.numpy()))
         self._place_caches()
         if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
             cached = (torch.zeros(ds.num_nodes, dtype=torch.bool) if self.placement is None
@@ -154,10 +204,10 @@ class CacheSetup:
             self.reorder_info["cached_prefix"] = c
             self.reorder_info["cache_is_prefix"] = bool(cached[:c].all())
         self.sizing_s = time.perf_counter() - t0
-        self._cache_chosen = True
-        self._fill_caches(self._execs)
+        self.chosen = True
+        self.fill(self.workers.execs)
 
-    def _reorder(self) -> None:
+    def reorder(self) -> Dataset:
         """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
         from here on every id the job uses -- topology, features, labels, splits, hotness, cache
         map, the Samplers' seeds and the evaluation -- is a new id; ``self.reordering`` maps
@@ -166,18 +216,19 @@ class CacheSetup:
         from fgnn.cache.reorder import reorder_dataset
 
         policy = self.policy
-        self._policy_hotness(presample=True)
+        self.policy_hotness(presample=True)
         if self.hotness is None:
             raise ValueError("cache.reorder='hot-first' orders vertices by hotness, but the cache "
                              f"policy in force is {policy!r}")
         t0 = time.perf_counter()
         workdir = None
         if isinstance(self.dataset.features, np.memmap):  # on disk: a reordered copy on disk
-            self._reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
+            self.reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
         self.dataset, self.reordering = reorder_dataset(self.dataset, self.hotness, workdir)
         self.hotness = self.hotness[self.reordering.perm]
         self.reorder_info = {"kind": "hot-first", "score": policy,
                              "seconds": time.perf_counter() - t0}
+        return self.dataset
 
     def _place_caches(self) -> None:
         """Place the cached rows over the final layout (Song & Jiang §3;
@@ -193,8 +244,8 @@ class CacheSetup:
         from fgnn.cache.placement import job_placement
 
         cfg, n = self.config, self.dataset.num_nodes
-        rt, n_g = cfg.runtime, self.num_devices
-        live = {(e.role, e.device) for e in self._execs if e.alive}
+        rt, n_g = cfg.runtime, self.services.num_devices
+        live = {(e.role, e.device) for e in self.workers.execs if e.alive}
         if rt.mode == "time-sharing":
             trainers, standbys = list(range(n_g)), []
             cap = num_cached_rows(self.alpha_resident, n)
@@ -202,7 +253,7 @@ class CacheSetup:
             trainers = sorted(d for r, d in live if r == "trainer")
             standbys = sorted(d for r, d in live if r == "standby")
             cap = num_cached_rows(self.alpha_full, n)
-        if (self.hotness is None or self._disk_tier
+        if (self.hotness is None or self.disk_tier
                 or max(self.alpha_full, self.alpha_resident) <= 0):
             self.placement_name, self.placement = "none", None
         else:
@@ -210,46 +261,47 @@ class CacheSetup:
                 self.hotness, n_g, trainers, cap, standbys,
                 num_cached_rows(self.alpha_resident, n), cfg.cache.placement,
                 cfg.cache.peer_cost)
-        self._refs["placement"] = ray.put(self.placement)
-        self._refs["cache_map"] = (None if self.placement is None
-                                   else ray.put(self.placement.holder_bits().numpy()))
+        self.services.refs["placement"] = ray.put(self.placement)
+        self.services.refs["cache_map"] = (None if self.placement is None
+                                           else ray.put(self.placement.holder_bits().numpy()))
 
-    def _install_cache(self, execs: list[_Exec]) -> list[tuple[_Exec, Any]]:
+    def install(self, execs: list[_Exec]) -> list[tuple[_Exec, Any]]:
         """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
         map); returns ``(executor, ref)`` of the calls (none before the cache is chosen). Also
         used after an executor restarts, and a restarted Sampler counts visits again during the
         warm-up."""
-        if not self._cache_chosen:
+        if not self.chosen:
             return [(e, e.handle.count_visits.remote()) for e in execs
-                    if e.role == "sampler" and self._counting]
-        out = []
+                    if e.role == "sampler" and self.counting]
+        out, refs = [], self.services.refs
         for e in execs:
             if e.role == "sampler":
-                out.append((e, e.handle.set_cache_map.remote(self._refs["cache_map"])))
+                out.append((e, e.handle.set_cache_map.remote(refs["cache_map"])))
             else:
                 resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
                 alpha = self.alpha_resident if resident else self.alpha_full
-                out.append((e, e.handle.load_cache.remote(self._refs["placement"],
-                                                          self._refs["hotness"], alpha)))
+                out.append((e, e.handle.load_cache.remote(refs["placement"], refs["hotness"],
+                                                          alpha)))
         return out
 
-    def _fill_caches(self, execs: list[_Exec]) -> None:
+    def fill(self, execs: list[_Exec]) -> None:
+        """Send the cache to ``execs`` and wait until they hold it (``cache_fill_s``)."""
         import ray
 
         t0 = time.perf_counter()
-        pending = self._install_cache([e for e in execs if e.alive])
+        pending = self.install([e for e in execs if e.alive])
         while pending:
             e, ref = pending.pop(0)
             try:
-                self._service_get(ref, f"the executor {e.name}")
+                self.watchdog.get(ref, f"the executor {e.name}")
             except ray.exceptions.RayActorError as err:
                 # restarting (e.g. it died at the end of the warm-up epoch): it gets its cache
                 # again once back; gone for good: the job goes on without it
-                if self._executor_failed(e, err):
-                    pending += [(e2, r) for e2, r in self._last_reinstall]
+                if self.workers.failed(e, err):
+                    pending += [(e2, r) for e2, r in self.workers.last_reinstall]
         self.cache_fill_s += time.perf_counter() - t0
 
-    def _adapt_locality(self, stats: EpochStats) -> None:
+    def adapt_locality(self, stats: EpochStats) -> None:
         """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
         with, feed the epoch's data-loading share ``r`` (``stats.load_ratio``) to the
         controller, and send the new ``s`` to every executor that samples."""
@@ -257,11 +309,11 @@ class CacheSetup:
             return
         stats.locality_scale = self.sampler.scale
         s = self.sampler.end_epoch(stats.load_ratio)
-        self._service_get([e.handle.set_scale.remote(s) for e in self._execs
+        self.watchdog.get([e.handle.set_scale.remote(s) for e in self.workers.execs
                            if e.alive and (e.role == "sampler" or self.config.runtime.mode
                                            == "time-sharing")], "a Sampler")
 
-    def _disk_layout(self) -> dict[str, Any]:
+    def disk_layout(self) -> dict[str, Any]:
         """The disk tier of each Trainer (GIDS): the report's ``allocation.disk``."""
         from fgnn.cache.feature_store import num_cached_rows
 
@@ -270,4 +322,4 @@ class CacheSetup:
         return {"io": d.io, "cache": d.cache, "window": d.window, "accumulator": d.accumulator,
                 "cache_rows": num_cached_rows(self.alpha_full, n),
                 "cpu_buffer_rows": int(d.cpu_buffer * n), "row_bytes": row,
-                "file_bytes": n * row, "path": self._refs["features"].path}
+                "file_bytes": n * row, "path": self.services.refs["features"].path}

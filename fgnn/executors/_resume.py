@@ -1,14 +1,14 @@
 """Checkpoints of the runtime (internal): writing them after each epoch, reading one to resume.
 
-:class:`Checkpointing` is mixed into :class:`~fgnn.executors.runtime.Runtime`. A checkpoint holds
+:class:`Checkpointer` is a part of :class:`~fgnn.executors.runtime.Runtime`. A checkpoint holds
 the parameter server's model and optimizer, the best-validation weights so far and the job's
 identity (:mod:`fgnn.model_file`), written atomically; resuming checks the identity before Ray
-starts (:meth:`Checkpointing.load_resume`).
+starts (:meth:`Checkpointer.load_resume`).
 
 A checkpoint is only ever written from a consistent state: the end of a training epoch, after
 its validation. The driver keeps that state in memory (the last *good* one, beside the file), so
 when the job fails -- mid-epoch, in an evaluation pass, or with the parameter server itself gone
--- the failure checkpoint (:meth:`Checkpointing._failure_checkpoint`) is that last completed
+-- the failure checkpoint (:meth:`Checkpointer.failure_checkpoint`) is that last completed
 epoch, never the server's half-stepped weights; where the file already holds it, it is kept as
 it is. Weights that are not finite are never written.
 """
@@ -22,7 +22,9 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["Checkpointing", "CHECKPOINT_NAME", "RunFinished"]
+from fgnn.executors._faults import RuntimeFailure
+
+__all__ = ["Checkpointer", "CHECKPOINT_NAME", "RunFinished"]
 
 #: File the runtime's resumable checkpoint is written to under ``TrainConfig.checkpoint_dir``.
 CHECKPOINT_NAME = "runtime.pt"
@@ -53,12 +55,36 @@ class RunFinished(RuntimeError):
                          f"larger --epochs")
 
 
-class Checkpointing:
-    """The runtime's checkpoints; mixed into the runtime.
+class Checkpointer:
+    """The runtime's checkpoints: the last consistent state, its file, resuming.
 
-    Attributes used: ``_good`` (the last consistent state: ``epoch``, ``model``, ``optimizer``,
-    ``extra``), ``_file_good`` (the file ``_good_path`` holds it).
+    Args:
+        config: the job (``train.checkpoint_dir``, ``train.resume``, ``train.lr``, ...).
+        model: the driver's model (resuming loads into it; written checkpoints use its class).
+        identity: the job's identity (:func:`fgnn.model_file.job_identity`), stored in every
+            checkpoint.
+        best: the runtime's best-validation record (``val_acc``, ``epoch``, ``state``,
+            ``bad``), shared: resuming restores it, checkpoints store it.
+
+    Attributes:
+        resume_optimizer: the optimizer state read by :meth:`load_resume` (None: fresh run).
     """
+
+    def __init__(self, config: Any, model: torch.nn.Module, identity: dict[str, Any],
+                 best: dict[str, Any]) -> None:
+        self.config, self.model, self.identity, self.best = config, model, identity, best
+        self.resume_optimizer: Optional[dict[str, Any]] = None
+        self._start_epoch: Optional[int] = None
+        #: the last consistent state: ``epoch``, ``model``, ``optimizer``, ``extra``
+        self._good: dict[str, Any] = {"epoch": -1}
+        #: whether the file ``_good_path`` holds ``_good``
+        self._file_good = False
+        self._good_path: Optional[Path] = None
+
+    @property
+    def good_epoch(self) -> int:
+        """The last completed epoch of the good state (-1: none)."""
+        return int(self._good["epoch"])
 
     def _checkpoint_path(self, force: bool) -> Optional[Path]:
         d = self.config.train.checkpoint_dir
@@ -68,27 +94,22 @@ class Checkpointing:
             d = tempfile.mkdtemp(prefix="fgnn-runtime-")
         return Path(d) / CHECKPOINT_NAME
 
-    def _save_checkpoint(self, epoch: int) -> Optional[Path]:
-        """End of epoch ``epoch`` (trained and validated): take the parameter server's model and
-        optimizer as the last good state and write it, with the best-validation weights so far
-        and the job's identity, to ``train.checkpoint_dir`` (atomic, resumable;
-        :func:`fgnn.load_model` reads it too).
+    def save(self, epoch: int, state: dict[str, Any]) -> Optional[Path]:
+        """End of epoch ``epoch`` (trained and validated): take the parameter server's
+        ``state`` (model and optimizer) as the last good state and write it, with the
+        best-validation weights so far and the job's identity, to ``train.checkpoint_dir``
+        (atomic, resumable; :func:`fgnn.load_model` reads it too).
 
         Raises:
             RuntimeFailure: the weights are not finite (a NaN or inf step); the last good state
                 and its file stay.
         """
-        state = self._service_get(self.ps.state.remote(), "the parameter server")
         bad = [k for k, v in state["model"].items()
                if v.is_floating_point() and not bool(torch.isfinite(v).all())]
         if bad:
-            from fgnn.executors._epoch import RuntimeFailure
-
-            path = self._failure_checkpoint()
-            raise RuntimeFailure(f"epoch {epoch + 1}: the weights are not finite ({bad[0]}); "
-                                 f"{_resume_hint(path, self._good['epoch'])}", path)
+            raise self.failure(f"epoch {epoch + 1}: the weights are not finite ({bad[0]})")
         self._good = {"epoch": epoch, "model": state["model"], "optimizer": state["optimizer"],
-                      "extra": self._checkpoint_extra(epoch)}
+                      "extra": self.extra(epoch)}
         self._file_good = False
         path = self._checkpoint_path(force=False)
         if path is None:
@@ -97,7 +118,13 @@ class Checkpointing:
         self._file_good, self._good_path = True, path
         return path
 
-    def _failure_checkpoint(self) -> Path:
+    def failure(self, text: str) -> RuntimeFailure:
+        """The job's stop: ``text; resume from the checkpoint ...`` with the failure checkpoint
+        (:meth:`failure_checkpoint`, written now)."""
+        path = self.failure_checkpoint()
+        return RuntimeFailure(f"{text}; {_resume_hint(path, self.good_epoch)}", path)
+
+    def failure_checkpoint(self) -> Path:
         """The checkpoint to resume from after a failure: the last good state (the last
         completed epoch, or the start of the run), never the server's state mid-epoch. The file
         of ``train.checkpoint_dir`` is kept when it already holds that state; without a
@@ -126,11 +153,11 @@ class Checkpointing:
         completes (``epoch`` is the finished one, -1 for a fresh run)."""
         self._good = {"epoch": epoch,
                       "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-                      "optimizer": optimizer, "extra": self._checkpoint_extra(epoch)}
+                      "optimizer": optimizer, "extra": self.extra(epoch)}
         self._file_good = from_file
         self._good_path = self._checkpoint_path(force=False) if from_file else None
 
-    def _checkpoint_extra(self, epoch: int) -> dict[str, Any]:
+    def extra(self, epoch: int) -> dict[str, Any]:
         """What a checkpoint stores beside the weights: the finished epoch, the best validation
         so far (with its weights) and the job's identity."""
         best = self.best
@@ -150,6 +177,7 @@ class Checkpointing:
             CheckpointError: one line naming the file: no checkpoint in ``checkpoint_dir``, an
                 unreadable, truncated or pickle-carrying file, or a checkpoint of another model
                 or dataset (naming both).
+            RunFinished: the checkpoint's run has finished.
         """
         if self._start_epoch is not None:
             return self._start_epoch
@@ -158,33 +186,13 @@ class Checkpointing:
         if not tc.resume:
             self._keep_start_state(-1, None, from_file=False)
             return 0
-        from fgnn.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
-        from fgnn.model_file import check_identity
-
         path = Path(tc.checkpoint_dir) / CHECKPOINT_NAME
-        if not path.is_file():
-            self._start_epoch = None
-            raise CheckpointError(path, f"no checkpoint {CHECKPOINT_NAME} to resume from in "
-                                        f"{tc.checkpoint_dir}")
         try:
-            payload = read_checkpoint(path)
-            check_identity(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
-            opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
-            ckpt = load_checkpoint(path, self.model, opt, restore_rng=False, payload=payload)
+            finished = self._restore(path)
         except BaseException:
             self._start_epoch = None
             raise
-        self._resume_optimizer = opt.state_dict()
-        run = ckpt.extra.get("runtime", {})
-        self.best.update(val_acc=float(run.get("best_val_acc", -1.0)),
-                         epoch=run.get("best_epoch"), bad=int(run.get("bad_evals", 0)),
-                         state=ckpt.extra.get("best_state"))
-        finished = run.get("finished_epoch", ckpt.epoch)
-        if isinstance(finished, bool) or not isinstance(finished, int) or finished < -1:
-            self._start_epoch = None
-            raise CheckpointError(path, f"checkpoint {path} records finished_epoch="
-                                        f"{finished!r}, not an epoch (an integer >= -1)")
-        self._keep_start_state(finished, self._resume_optimizer, from_file=True)
+        self._keep_start_state(finished, self.resume_optimizer, from_file=True)
         self._start_epoch = finished + 1
         patience = tc.patience
         early = patience is not None and self.best["bad"] >= patience
@@ -194,6 +202,31 @@ class Checkpointing:
                               None if best["epoch"] is None else float(best["val_acc"]),
                               best["epoch"], early and self._start_epoch < tc.epochs)
         return self._start_epoch
+
+    def _restore(self, path: Path) -> int:
+        """Read and check the checkpoint ``path`` into the model, the optimizer state and the
+        best-validation record; returns its finished epoch."""
+        from fgnn.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
+        from fgnn.model_file import check_identity
+
+        tc = self.config.train
+        if not path.is_file():
+            raise CheckpointError(path, f"no checkpoint {CHECKPOINT_NAME} to resume from in "
+                                        f"{tc.checkpoint_dir}")
+        payload = read_checkpoint(path)
+        check_identity(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
+        opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
+        ckpt = load_checkpoint(path, self.model, opt, restore_rng=False, payload=payload)
+        self.resume_optimizer = opt.state_dict()
+        run = ckpt.extra.get("runtime", {})
+        self.best.update(val_acc=float(run.get("best_val_acc", -1.0)),
+                         epoch=run.get("best_epoch"), bad=int(run.get("bad_evals", 0)),
+                         state=ckpt.extra.get("best_state"))
+        finished = run.get("finished_epoch", ckpt.epoch)
+        if isinstance(finished, bool) or not isinstance(finished, int) or finished < -1:
+            raise CheckpointError(path, f"checkpoint {path} records finished_epoch="
+                                        f"{finished!r}, not an epoch (an integer >= -1)")
+        return finished
 
 
 def _resume_hint(path: Optional[Path], finished_epoch: int) -> str:

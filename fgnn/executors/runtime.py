@@ -47,9 +47,9 @@ through the same Samplers and Trainers (:mod:`fgnn.evaluation`'s recipe), with t
 weights for the final scores.
 
 Feature caches: the cached rows follow ``cache.placement`` over the layout's Trainers
-(:meth:`Runtime._place_caches`, Song & Jiang §3.2); the Samplers mark every sampled vertex with the
-devices that cache it (the M step, one bit per device), which each Trainer's Extract splits into
-local, peer and host rows. With the locality-aware sampler, its local set is that cache map and
+(:class:`~fgnn.executors._caches.CachePlanner`, Song & Jiang §3.2); the Samplers mark every
+sampled vertex with the devices that cache it (the M step, one bit per device), which each
+Trainer's Extract splits into local, peer and host rows. With the locality-aware sampler, its local set is that cache map and
 its scale ``s`` is adapted once per epoch on the driver (Song & Jiang Algorithm 2).
 
 Faults: a dead Trainer's leased tasks go back to the queue and it is restarted by Ray
@@ -73,18 +73,17 @@ from torch import nn
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
-from fgnn.executors._actors import ARGS_ACTOR, ArgStore, LocalSampling, make_actor
-from fgnn.executors._caches import CacheSetup
+from fgnn.executors._actors import ARGS_ACTOR, ArgStore
+from fgnn.executors._caches import CachePlanner
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
-from fgnn.executors._device import AUTO
-from fgnn.executors._epoch import (EpochLoop, EvalOutcome, RuntimeFailure, _death_errors,
-                                   _Exec)
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, RunFinished, _resume_hint
+from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
+from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
+from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
-from fgnn.executors.sampler import SamplerExecutor, trainers_share_gpu
-from fgnn.executors.scheduler import allocate, step_tasks
-from fgnn.executors.trainer import TrainerExecutor
+from fgnn.executors.sampler import trainers_share_gpu
+from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
 
@@ -96,8 +95,15 @@ OnEpoch = Callable[[EpochStats], None]
 OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
-class Runtime(CacheSetup, Checkpointing, EpochLoop):
+class Runtime:
     """Runs a :class:`~fgnn.config.JobConfig` on Ray in the configured mode.
+
+    The runtime is composed of parts that hold their own state: the :class:`Checkpointer`
+    (:mod:`fgnn.executors._resume`), the :class:`Watchdog` (deadlines and the job's stop), the
+    :class:`WorkerGroup` of executor actors (:mod:`fgnn.executors._workers`), the
+    :class:`CachePlanner` (:mod:`fgnn.executors._caches`) and the :class:`EpochCoordinator`
+    that owns each epoch (:mod:`fgnn.executors._epoch`); :meth:`run` is the training loop over
+    them.
 
     Args:
         config: the job (``runtime.mode``, ``runtime.devices``, ``runtime.samplers``, ...).
@@ -124,6 +130,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
             ``bad``, the validations since (patience).
         details: per-epoch extras beyond :class:`EpochStats` (overheads, ledger, standby batches).
         actor_names: names of the executor actors of the last epoch.
+        checkpointer, watchdog, services, workers, caches, coordinator: the parts.
     """
 
     def __init__(self, config: JobConfig, dataset: Dataset, *, sampler: Optional[Sampler] = None,
@@ -140,36 +147,92 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         if config.train.eval_batch_size is None:
             chunk = eval_chunk(config.train, dataset.feature_row_bytes)
             config = replace(config, train=replace(config.train, eval_batch_size=chunk))
-        self.config, self.dataset = config, dataset
+        self.config = config
         self.sampler = sampler if sampler is not None else _build_sampler(config)
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         from fgnn.model_file import job_identity
 
         self.identity = job_identity(config, dataset, self.model, self.sampler)
-        self._start_epoch: Optional[int] = None
-        self._resume_optimizer: Optional[dict[str, Any]] = None
         self.best: dict[str, Any] = {"val_acc": -1.0, "epoch": None, "state": None, "bad": 0}
-        self.on_batch, self.on_epoch = on_batch, on_epoch
-        self.on_eval_batch = on_eval_batch
+        self.on_epoch = on_epoch
         self._eval_passes = 0
-        self.slow_trainers = dict(slow_trainers or {})
-        self.crash_after_apply = set(crash_after_apply or ())
         #: R: tasks per mini-batch, averaged into one step by the parameter server
         self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
         self.do_evaluate = bool(evaluate)
-        self.details: list[dict[str, Any]] = []
-        self.actor_names: list[str] = []
         self.load_s = 0.0
-        self._execs: list[_Exec] = []
-        self._pending: list[Any] = []
-        self._started_at = 0.0
-        self.executor_devices: set[str] = set()
         self._started_ray = False
-        self.reordering = None
-        self.reorder_info: Optional[dict[str, Any]] = None
-        self._disk_tier = config.disk.feature_tier == "disk"
-        self._reorder_dir: Optional[str] = None
+        self._driver_device_kind = "logical"
+        self.checkpointer = Checkpointer(config, self.model, self.identity, self.best)
+        self.watchdog = Watchdog(config.runtime.stall_timeout_s, self.checkpointer)
+        self.services = Services()
+        spec = ExecutorSpec(config, self.sampler, self.model, self.step_tasks,
+                            config.disk.feature_tier == "disk", dict(slow_trainers or {}),
+                            set(crash_after_apply or ()))
+        self.workers = WorkerGroup(spec, self.services, self.watchdog)
+        self.caches = CachePlanner(config, dataset, self.sampler, self.step_tasks,
+                                   self.do_evaluate, self.services, self.workers, self.watchdog)
+        self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
+                                            self.step_tasks, on_batch, on_eval_batch)
+
+    # ================================================================== the parts' state
+    @property
+    def dataset(self) -> Dataset:
+        """The dataset (renumbered after a hot-first reordering)."""
+        return self.caches.dataset
+
+    @property
+    def ps(self) -> Any:
+        """The parameter server actor."""
+        return self.services.ps
+
+    @ps.setter
+    def ps(self, handle: Any) -> None:
+        self.services.ps = handle
+
+    @property
+    def queue(self) -> Any:
+        """The global queue actor."""
+        return self.services.queue
+
+    @queue.setter
+    def queue(self, handle: Any) -> None:
+        self.services.queue = handle
+
+    @property
+    def _refs(self) -> dict[str, Any]:
+        return self.services.refs
+
+    @property
+    def _execs(self) -> list[_Exec]:
+        return self.workers.execs
+
+    @property
+    def actor_names(self) -> list[str]:
+        """Names of the executor actors of the last layout."""
+        return self.workers.names
+
+    @property
+    def executor_devices(self) -> set[str]:
+        """The devices the executors run on."""
+        return self.workers.devices
+
+    @property
+    def device_kind(self) -> str:
+        """``gpu`` or ``logical``: what the executors run on (before they run: the driver)."""
+        if self.workers.devices:
+            return "gpu" if any(d.startswith("cuda") for d in self.workers.devices) else "logical"
+        return self._driver_device_kind
+
+    @property
+    def details(self) -> list[dict[str, Any]]:
+        """Per-epoch extras beyond :class:`EpochStats` (overheads, ledger, standby batches)."""
+        return self.coordinator.details
+
+    @property
+    def reordering(self) -> Any:
+        """The hot-first renumbering (new id -> old id maps), or None."""
+        return self.caches.reordering
 
     # ================================================================== public
     def run(self) -> RunResult:
@@ -199,15 +262,20 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
             if self._started_ray:
                 ray.shutdown()
 
+    def load_resume(self) -> int:
+        """With ``train.resume``, read and check the checkpoint; returns the first epoch to run
+        (:meth:`Checkpointer.load_resume <fgnn.executors._resume.Checkpointer.load_resume>`)."""
+        return self.checkpointer.load_resume()
+
     # ================================================================== setup
     def _init_ray(self) -> None:
         import ray
 
         rt = self.config.runtime
-        self.device_kind = "gpu" if torch.cuda.is_available() else "logical"
+        self._driver_device_kind = "gpu" if torch.cuda.is_available() else "logical"
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            if rt.address is None and self.device_kind == "logical":
+            if rt.address is None and self._driver_device_kind == "logical":
                 kw["num_gpus"] = rt.gpus_needed
             if rt.address in (None, "local"):
                 from fgnn.raystart import explicit_token_auth, init_local, local_system_config
@@ -235,10 +303,10 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
         feats = features_payload(ds.features)
-        if self._disk_tier and not isinstance(feats, MemmapFeatures):
+        if self.caches.disk_tier and not isinstance(feats, MemmapFeatures):
             raise ValueError(f"disk.feature_tier='disk' reads the features.npy of an ondisk:DIR "
                              f"dataset; {ds.name!r} holds its features in memory")
-        self._refs = {
+        self.services.refs = {
             "graph": ray.put(graph_payload(ds.graph)),
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
@@ -250,294 +318,256 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
 
     def _start_services(self) -> None:
         import ray
-        from ray.util.placement_group import placement_group
+        from ray.util.placement_group import placement_group, placement_group_table
 
-        rt = self.config.runtime
-        self.num_devices = 1 if rt.mode == "single" else rt.devices
-        self.gpus_per_device = float(rt.gpus_per_device)
-        self.pg = placement_group([{"GPU": self.gpus_per_device}] * self.num_devices,
-                                  strategy="PACK")
-        ray.get(self.pg.ready())
-        from ray.util.placement_group import placement_group_table
-
-        nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
-        self.one_node = len(set(nodes.values())) <= 1
-        self.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
-        self.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
+        rt, sv = self.config.runtime, self.services
+        sv.num_devices = 1 if rt.mode == "single" else rt.devices
+        sv.gpus_per_device = float(rt.gpus_per_device)
+        sv.pg = placement_group([{"GPU": sv.gpus_per_device}] * sv.num_devices, strategy="PACK")
+        ray.get(sv.pg.ready())
+        nodes = placement_group_table(sv.pg).get("bundles_to_node_id", {})
+        sv.one_node = len(set(nodes.values())) <= 1
+        sv.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
+        sv.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
             name=ARGS_ACTOR).remote()
-        self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
+        sv.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
-        self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
+        sv.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
             copy.deepcopy(self.model).cpu(), self.config.train.lr,
-            self.config.train.weight_decay, self._resume_optimizer)
-        self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
+            self.config.train.weight_decay, self.checkpointer.resume_optimizer)
 
-    def _new_sampler(self, device: int) -> _Exec:
-        cfg = self.config
-        name = f"fgnn-sampler-{device}"
-        h = make_actor(SamplerExecutor, name, self.pg, device, 0.5 * self.gpus_per_device,
-                        self._refs["graph"], self.sampler, self._refs["train_idx"],
-                        cfg.train.batch_size, cfg.train.seed, None, self.queue, name,
-                        self.torch_device, eval_idx=self._refs["eval_idx"],
-                        transport=cfg.runtime.sample_transport, one_node=self.one_node,
-                        parts=self.step_tasks, shared_gpu=self.shared_gpu)
-        return _Exec(name, "sampler", device, h)
-
-    def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
-        cfg = self.config
-        standby = role == "standby"
-        name = f"fgnn-{role}-{device}"
-        local = None
-        if cfg.runtime.mode == "time-sharing":
-            local = LocalSampling(self._refs["graph"], self.sampler, self._refs["train_idx"],
-                                   cfg.train.batch_size, cfg.train.seed, self.torch_device,
-                                   self._refs["eval_idx"], self.step_tasks)
-        share = (0.5 if standby else 1.0) * self.gpus_per_device
-        h = make_actor(TrainerExecutor, name, self.pg, device, share,
-                        self._refs["features"], self._refs["labels"],
-                        copy.deepcopy(self.model).cpu(), None, device, self.ps,
-                        self.queue, name, self.torch_device, role, local,
-                        self.slow_trainers.get(index, 0.0),
-                        crash_after_apply=not standby and index in self.crash_after_apply,
-                        disk=cfg.disk if self._disk_tier else None, seed=cfg.train.seed)
-        return _Exec(name, role, device, h)
-
-    def _build_layout(self, n_s: int, start_only: bool = False) -> None:
-        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
-
-        New executors get the chosen cache and the call waits until they are ready; with
-        ``start_only`` (the cache is not chosen yet) it only starts them.
-        """
-        import ray
-
-        rt = self.config.runtime
-        keep = {e.name: e for e in self._execs if e.alive}
-        want: list[tuple[str, int]] = []
-        if rt.mode == "time-sharing":
-            want = [("trainer", d) for d in range(self.num_devices)]
-        else:
-            for d in range(n_s):
-                want.append(("sampler", d))
-                if rt.switching or rt.mode == "single":
-                    want.append(("standby", d))
-            want += [("trainer", d) for d in range(n_s, self.num_devices)]
-        names = {f"fgnn-{r}-{d}" for r, d in want}
-        for e in keep.values():
-            if e.name not in names:
-                ray.kill(e.handle, no_restart=True)
-        execs, new = [], []
-        self._started_at = time.time()
-        for i, (role, d) in enumerate(want):
-            name = f"fgnn-{role}-{d}"
-            if name in keep:
-                execs.append(keep[name])
-                continue
-            if role == "sampler":
-                e = self._new_sampler(d)
-            else:
-                e = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
-            execs.append(e)
-            new.append(e)
-        self._execs = execs
-        self.actor_names = [e.name for e in execs]
-        self._pending = [e.handle.ready.remote() for e in new]
-        if not start_only:
-            self._await_ready()
-            self._fill_caches(new)  # or, before the cache is chosen, count visits
-
-    def _await_ready(self) -> None:
-        """Wait for the executors started last; ``startup_s`` counts from their start to the last
-        one built (start-up runs while the driver chooses the cache)."""
-        import ray
-
-        done = ray.get(self._pending)
-        self._pending = []
-        if done:
-            self.startup_s += max(0.0, max(float(t) for t, _ in done) - self._started_at)
-            self.executor_devices.update(d for _, d in done)
-            # what the executors run on, not what the driver sees
-            self.device_kind = ("gpu" if any(d.startswith("cuda") for d in
-                                             self.executor_devices) else "logical")
+    def _build_layout(self, n_s: int) -> None:
+        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest; the new
+        executors get the chosen cache (or, before it is chosen, count visits)."""
+        new = self.workers.build(n_s)
+        self.workers.await_ready()
+        self.caches.fill(new)
 
     def _teardown(self) -> None:
         import ray
 
-        for e in self._execs:
-            try:
-                ray.kill(e.handle, no_restart=True)
-            except Exception:  # already gone
-                pass
-        for attr in ("queue", "ps", "args_store"):
-            h = getattr(self, attr, None)
+        self.workers.kill_all()
+        sv = self.services
+        for h in (sv.queue, sv.ps, sv.args_store):
             if h is not None:
                 try:
                     ray.kill(h, no_restart=True)
                 except Exception:
                     pass
-        pg = getattr(self, "pg", None)
-        if pg is not None:
+        if sv.pg is not None:
             from ray.util.placement_group import remove_placement_group
 
             try:
-                remove_placement_group(pg)
+                remove_placement_group(sv.pg)
             except Exception:
                 pass
-        if self._reorder_dir is not None:
-            shutil.rmtree(self._reorder_dir, ignore_errors=True)
+        if self.caches.reorder_dir is not None:
+            shutil.rmtree(self.caches.reorder_dir, ignore_errors=True)
 
     # ================================================================== the run
     def _run(self) -> RunResult:
-        import ray
-
-        cfg = self.config
-        rt, tc = cfg.runtime, cfg.train
-        if rt.mode == "factored" and rt.devices == 1 and not rt.switching:
-            raise ValueError("runtime.switching=False with runtime.devices=1 leaves no Trainer in "
-                             "factored mode; use mode='single' or enable switching")
+        """The training loop: start, train the epochs (warm-up, allocation, cache), score."""
         start_epoch = self.load_resume()
-        self.startup_s = self.cache_fill_s = self.sizing_s = self.relayout_s = 0.0
-        self.memory_reports: dict[str, Any] = {}
-        self.alpha_full = self.alpha_resident = 0.0
-        self.budget_bytes, self.step_peak_bytes = 0, None
-        self.hotness, self._cache_chosen = None, False
-        self.placement_name, self.placement = "none", None
-        self.hotness_s = 0.0
-        if self.config.cache.reorder == "hot-first":
-            self._reorder()
-        # The executors start (processes, imports, topology and features mapped) while the
-        # driver computes a sampling-free hotness map.
-        self._start_services()
-        self._put_payloads()
-        profile = rt.mode == "factored" and rt.samplers is None and self.num_devices > 1
-        if rt.mode == "time-sharing":
-            n_s, n_t = self.num_devices, self.num_devices
-        elif rt.mode == "single":
-            n_s, n_t = 1, 0
-        elif not profile:
-            n_s = rt.samplers if rt.samplers is not None else 1
-            n_t = self.num_devices - n_s
-        else:  # the first epoch runs with one Sampler and sets N_s (§5.3)
-            n_s, n_t = 1, self.num_devices - 1
-        self._build_layout(0 if rt.mode == "time-sharing" else n_s, start_only=True)
-        self._policy_hotness()
-        self._await_ready()
-        # Warm-up: the first epoch(s) train without the feature cache; they measure T_s and T_t
-        # (§5.3) and each Trainer's memory (§6.1), and PreSC counts visits (§6.3). Then the
-        # caches are sized and filled.
-        warm_end = start_epoch + self.warmup_epochs
-        self._counting = self.policy == "presc" and self.hotness is None
-        if self._counting:
-            self._service_get([e.handle.count_visits.remote() for e in self._execs
-                               if e.role == "sampler"], "a Sampler")
-        k: Optional[float] = None
+        self._start()
+        warm_end = start_epoch + self.caches.warmup_epochs
         epochs: list[EpochStats] = []
-        best = self.best
         early_stop: Optional[dict[str, Any]] = None
-        for epoch in range(start_epoch, tc.epochs):
-            stats = self._run_epoch(epoch, measure=epoch == start_epoch)
+        for epoch in range(start_epoch, self.config.train.epochs):
+            stats = self._train_epoch(epoch, first=epoch == start_epoch)
             stats.warmup = epoch < warm_end
-            self._adapt_locality(stats)
-            if epoch == start_epoch and rt.mode == "factored" and stats.sample.total > 0:
-                t_s = stats.sample.total / max(1, stats.batches)
-                t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
-                k = t_t / t_s
-                self.profile_times = {"T_s": t_s, "T_t": t_t}
-                if profile:
-                    n_s, n_t, k = allocate(self.num_devices, max(t_s, 1e-9), t_t)
-                    if n_t == 0 and not rt.switching:
-                        # The formula may give every device to sampling; FGNN then trains on the
-                        # standby Trainers (P = +inf, §5.3). Without switching there are none:
-                        # keep one Trainer.
-                        n_s, n_t = self.num_devices - 1, 1
-                    if n_s != 1:
-                        t0 = time.perf_counter()
-                        self._build_layout(n_s)
-                        self.relayout_s = time.perf_counter() - t0
             if epoch == warm_end - 1:
-                self._counting = False
-                if self.policy != "none":
-                    self._choose_cache()
+                self.caches.counting = False
+                if self.caches.policy != "none":
+                    self.caches.choose(self.coordinator.memory_reports)
             self._pull_weights()
-            if (self.do_evaluate and self.dataset.val_idx.numel() > 0
-                    and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
-                scored = self._evaluate(("val",))
-                stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
-                if stats.val_acc > best["val_acc"]:
-                    best.update(val_acc=stats.val_acc, epoch=epoch, bad=0, state={
-                        k_: v.clone() for k_, v in self.model.state_dict().items()})
-                else:
-                    best["bad"] += 1
+            self._validate(epoch, stats)
             epochs.append(stats)
             self._save_checkpoint(epoch)
             if self.on_epoch is not None:
                 self.on_epoch(stats)
-            if tc.patience is not None and best["bad"] >= tc.patience:
-                if epoch + 1 < tc.epochs:
-                    early_stop = {"epoch": epoch, "patience": tc.patience,
-                                  "best_val_acc": best["val_acc"], "best_epoch": best["epoch"]}
+            early_stop = self._early_stop(epoch)
+            if early_stop is not None or self._patience_spent():
                 break
-        if best["state"] is not None:
-            self.model.load_state_dict(best["state"])
-        final = {"train_acc": float("nan"), "val_acc": float("nan"), "test_acc": float("nan")}
-        if self.do_evaluate:
-            # the weights final reports are the best-validation ones, scored by every Trainer
-            weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
-            # The best epoch already scored validation with these weights and the same
-            # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed.
-            known = {} if best["state"] is None else {"val": best["val_acc"]}
-            scored = self._evaluate(tuple(s for s in ("train", "val", "test") if s not in known),
-                                    weights=weights)
-            final = {f"{s}_acc": known[s] if s in known else scored.accuracy(s)
-                     for s in ("train", "val", "test")}
-            self.final_eval_s = scored.time_s
-        allocation = {"devices": self.num_devices, "devices_requested": rt.devices,
-                      "samplers": n_s, "trainers": n_t, "K": k,
-                      "device_kind": self.device_kind, "switching": bool(rt.switching),
-                      "cache_policy": self.policy, "warmup_epochs": self.warmup_epochs,
-                      "alpha": self.alpha_full, "alpha_resident": self.alpha_resident,
-                      "budget_bytes": self.budget_bytes, "step_peak_bytes": self.step_peak_bytes,
-                      "placement": self.placement_name, "peer_cost": cfg.cache.peer_cost,
-                      "cached_rows": ([] if self.placement is None
-                                      else [int(b.numel()) for b in self.placement.buffers]),
-                      "covered_rows": (0 if self.placement is None
-                                       else self.placement.covered()),
-                      "cache_plans": {k_: p.to_dict() for k_, p in
-                                      getattr(self, "cache_plans", {}).items()}}
-        allocation.update(getattr(self, "profile_times", {}))
-        preprocess = {"load_s": self.load_s, "hotness_s": self.hotness_s,
-                      "startup_s": self.startup_s, "sizing_s": self.sizing_s,
-                      "cache_fill_s": self.cache_fill_s, "relayout_s": self.relayout_s}
-        if self.reorder_info is not None:
-            allocation["reorder"] = {k: v for k, v in self.reorder_info.items() if k != "seconds"}
-            preprocess["reorder_s"] = self.reorder_info["seconds"]
-        if self._disk_tier:
-            allocation["disk"] = self._disk_layout()
-        return RunResult(config=cfg.to_dict(), mode=rt.mode, allocation=allocation,
-                         preprocess=preprocess, epochs=epochs, final=final,
-                         final_eval_s=getattr(self, "final_eval_s", 0.0),
+        if self.best["state"] is not None:
+            self.model.load_state_dict(self.best["state"])
+        final = self._final_scores()
+        return RunResult(config=self.config.to_dict(), mode=self.config.runtime.mode,
+                         allocation=self._allocation(), preprocess=self._preprocess(),
+                         epochs=epochs, final=final, final_eval_s=self.final_eval_s,
                          early_stop=early_stop)
+
+    def _start(self) -> None:
+        """Reorder (hot-first), start the services and the first layout, and compute a
+        sampling-free hotness map while the executors start (processes, imports, topology and
+        features mapped)."""
+        rt = self.config.runtime
+        if rt.mode == "factored" and rt.devices == 1 and not rt.switching:
+            raise ValueError("runtime.switching=False with runtime.devices=1 leaves no Trainer in "
+                             "factored mode; use mode='single' or enable switching")
+        self.relayout_s = self.final_eval_s = 0.0
+        self.profile_times: dict[str, float] = {}
+        if self.config.cache.reorder == "hot-first":
+            self.caches.reorder()
+        self._start_services()
+        self._put_payloads()
+        n = self.services.num_devices
+        # the first epoch runs with one Sampler and sets N_s (§5.3) when profiling
+        self._profile = rt.mode == "factored" and rt.samplers is None and n > 1
+        if rt.mode == "time-sharing":
+            self._n_s, self._n_t = n, n
+        elif rt.mode == "single":
+            self._n_s, self._n_t = 1, 0
+        else:
+            self._n_s = rt.samplers if rt.samplers is not None and not self._profile else 1
+            self._n_t = n - self._n_s
+        self._k: Optional[float] = None
+        self.workers.build(0 if rt.mode == "time-sharing" else self._n_s)
+        self.caches.policy_hotness()
+        self.workers.await_ready()
+        # Warm-up: the first epoch(s) train without the feature cache; they measure T_s and T_t
+        # (§5.3) and each Trainer's memory (§6.1), and PreSC counts visits (§6.3). Then the
+        # caches are sized and filled.
+        self.caches.counting = self.caches.policy == "presc" and self.caches.hotness is None
+        if self.caches.counting:
+            self.watchdog.get([e.handle.count_visits.remote()
+                               for e in self.workers.alive("sampler")], "a Sampler")
+
+    def _train_epoch(self, epoch: int, first: bool) -> EpochStats:
+        """One training epoch through the coordinator; after the run's first, the allocation
+        (§5.3) from its T_s and T_t."""
+        tc = self.config.train
+        total = len(epoch_batches(self.dataset.train_idx, tc.batch_size, tc.seed, epoch,
+                                  self.step_tasks))
+        stats = self.coordinator.run(epoch, total, measure=first)
+        self.caches.adapt_locality(stats)
+        if first and self.config.runtime.mode == "factored" and stats.sample.total > 0:
+            self._allocate(stats)
+        return stats
+
+    def _allocate(self, stats: EpochStats) -> None:
+        """T_s and T_t of the first epoch; when profiling, N_s from the allocation formula and
+        the re-layout (§5.3)."""
+        rt, n = self.config.runtime, self.services.num_devices
+        t_s = stats.sample.total / max(1, stats.batches)
+        t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
+        self._k = t_t / t_s
+        self.profile_times = {"T_s": t_s, "T_t": t_t}
+        self.coordinator.warm_t_train = t_t
+        if not self._profile:
+            return
+        n_s, n_t, self._k = allocate(n, max(t_s, 1e-9), t_t)
+        if n_t == 0 and not rt.switching:
+            # The formula may give every device to sampling; FGNN then trains on the standby
+            # Trainers (P = +inf, §5.3). Without switching there are none: keep one Trainer.
+            n_s, n_t = n - 1, 1
+        self._n_s, self._n_t = n_s, n_t
+        if n_s != 1:
+            t0 = time.perf_counter()
+            self._build_layout(n_s)
+            self.relayout_s = time.perf_counter() - t0
+
+    def _validate(self, epoch: int, stats: EpochStats) -> None:
+        """Score validation after ``epoch`` when due; keep the best weights (patience)."""
+        tc, best = self.config.train, self.best
+        if not (self.do_evaluate and self.dataset.val_idx.numel() > 0
+                and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
+            return
+        scored = self._evaluate(("val",))
+        stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
+        if stats.val_acc > best["val_acc"]:
+            best.update(val_acc=stats.val_acc, epoch=epoch, bad=0, state={
+                k: v.clone() for k, v in self.model.state_dict().items()})
+        else:
+            best["bad"] += 1
+
+    def _patience_spent(self) -> bool:
+        patience = self.config.train.patience
+        return patience is not None and self.best["bad"] >= patience
+
+    def _early_stop(self, epoch: int) -> Optional[dict[str, Any]]:
+        """The report's ``early_stop`` when patience ends the run before its last epoch."""
+        tc, best = self.config.train, self.best
+        if not self._patience_spent() or epoch + 1 >= tc.epochs:
+            return None
+        return {"epoch": epoch, "patience": tc.patience, "best_val_acc": best["val_acc"],
+                "best_epoch": best["epoch"]}
+
+    def _save_checkpoint(self, epoch: int) -> Any:
+        """End of epoch ``epoch``: the server's state is the last good one
+        (:meth:`Checkpointer.save <fgnn.executors._resume.Checkpointer.save>`)."""
+        state = self.watchdog.get(self.ps.state.remote(), "the parameter server")
+        return self.checkpointer.save(epoch, state)
+
+    def _final_scores(self) -> dict[str, float]:
+        """Train/val/test accuracy with the best-validation weights, scored by every Trainer."""
+        import ray
+
+        final = {"train_acc": float("nan"), "val_acc": float("nan"), "test_acc": float("nan")}
+        if not self.do_evaluate:
+            return final
+        best = self.best
+        weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
+        # The best epoch already scored validation with these weights and the same
+        # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed.
+        known = {} if best["state"] is None else {"val": best["val_acc"]}
+        scored = self._evaluate(tuple(s for s in ("train", "val", "test") if s not in known),
+                                weights=weights)
+        self.final_eval_s = scored.time_s
+        return {f"{s}_acc": known[s] if s in known else scored.accuracy(s)
+                for s in ("train", "val", "test")}
+
+    def _allocation(self) -> dict[str, Any]:
+        """The report's ``allocation``: what ran, the caches, the profile."""
+        rt, c = self.config.runtime, self.caches
+        placement = c.placement
+        allocation = {"devices": self.services.num_devices, "devices_requested": rt.devices,
+                      "samplers": self._n_s, "trainers": self._n_t, "K": self._k,
+                      "device_kind": self.device_kind, "switching": bool(rt.switching),
+                      "cache_policy": c.policy, "warmup_epochs": c.warmup_epochs,
+                      "alpha": c.alpha_full, "alpha_resident": c.alpha_resident,
+                      "budget_bytes": c.budget_bytes, "step_peak_bytes": c.step_peak_bytes,
+                      "placement": c.placement_name, "peer_cost": self.config.cache.peer_cost,
+                      "cached_rows": ([] if placement is None
+                                      else [int(b.numel()) for b in placement.buffers]),
+                      "covered_rows": 0 if placement is None else placement.covered(),
+                      "cache_plans": {k: p.to_dict() for k, p in c.cache_plans.items()}}
+        allocation.update(self.profile_times)
+        if c.reorder_info is not None:
+            allocation["reorder"] = {k: v for k, v in c.reorder_info.items() if k != "seconds"}
+        if c.disk_tier:
+            allocation["disk"] = c.disk_layout()
+        return allocation
+
+    def _preprocess(self) -> dict[str, float]:
+        """The report's ``preprocess`` seconds."""
+        c = self.caches
+        preprocess = {"load_s": self.load_s, "hotness_s": c.hotness_s,
+                      "startup_s": self.workers.startup_s, "sizing_s": c.sizing_s,
+                      "cache_fill_s": c.cache_fill_s, "relayout_s": self.relayout_s}
+        if c.reorder_info is not None:
+            preprocess["reorder_s"] = c.reorder_info["seconds"]
+        return preprocess
 
     def _died(self, err: BaseException) -> RuntimeFailure:
         """The one-line failure for a death the epoch loop does not handle itself: a service
         actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
         own processes (the raylet); with the last good checkpoint."""
-        path = self._failure_checkpoint()
-        return RuntimeFailure(f"{self._who_died(err)} died ({type(err).__name__}{_why(err)}) and "
-                              f"the job stopped; {_resume_hint(path, self._good['epoch'])}", path)
+        return self.watchdog.failure(f"{self._who_died(err)} died ({type(err).__name__}"
+                                     f"{_why(err)}) and the job stopped")
 
     def _who_died(self, err: BaseException) -> str:
         """Name the actor of a Ray death error (``the parameter server (fgnn-ps)``), or Ray."""
         import ray
 
-        names = {"ps": "the parameter server", "queue": "the global queue",
-                 "args_store": "the executors' argument store"}
+        sv = self.services
+        names = {"the parameter server": sv.ps, "the global queue": sv.queue,
+                 "the executors' argument store": sv.args_store}
         actor_id = getattr(err, "actor_id", None)
         if actor_id:
-            for attr, what in names.items():
-                h = getattr(self, attr, None)
+            for what, h in names.items():
                 if h is not None and h._actor_id.hex() == actor_id:
                     return f"{what} ({h._ray_actor_creation_function_descriptor.class_name})"
-            for e in self._execs:
+            for e in self.workers.execs:
                 if e.handle._actor_id.hex() == actor_id:
                     return f"the {e.role} executor {e.name}"
         if isinstance(err, (ray.exceptions.LocalRayletDiedError, ray.exceptions.NodeDiedError,
@@ -546,7 +576,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         return "a Ray actor or object of the job"
 
     def _pull_weights(self) -> None:
-        _, flat = self._service_get(self.ps.weights.remote(), "the parameter server")
+        _, flat = self.watchdog.get(self.ps.weights.remote(), "the parameter server")
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
     def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
@@ -565,29 +595,29 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                                              for s in splits), tc.eval_batch_size, tc.seed)
         self._eval_passes += 1
         # evaluation passes get ids of their own (negative: training epochs count from 0)
-        return self._run_epoch(-1 - self._eval_passes, plan=plan, weights=weights)
+        return self.coordinator.run(-1 - self._eval_passes, plan.num_tasks, plan=plan,
+                                    weights=weights)
 
     def _evaluate_layerwise(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
         """Score each split with every neighbour, layer by layer
         (:func:`fgnn.evaluation.evaluate_layerwise`), one split per Trainer, in parallel."""
-        import ray
-
         from fgnn.evaluation import SplitScore
 
         t0 = time.perf_counter()
-        execs = ([e for e in self._execs if e.alive and e.role == "trainer"]
-                 or [e for e in self._execs if e.alive and e.role == "standby"])
+        execs = self.workers.alive("trainer") or self.workers.alive("standby")
         if not execs:
             raise RuntimeFailure("no Trainer left to evaluate on")
         calls = {s: execs[i % len(execs)].handle.score_layerwise.remote(
-            self._refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(), weights)
-            for i, s in enumerate(splits)}
-        scores = {s: SplitScore(*self._service_get(ref, "a Trainer scoring layer-wise"))
+            self.services.refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(),
+            weights) for i, s in enumerate(splits)}
+        scores = {s: SplitScore(*self.watchdog.get(ref, "a Trainer scoring layer-wise"))
                   for s, ref in calls.items()}
         done = sum(1 for _ in splits)
-        if self.on_eval_batch is not None:
-            self.on_eval_batch(tuple(splits), done, done)
+        on_eval_batch = self.coordinator.on_eval_batch
+        if on_eval_batch is not None:
+            on_eval_batch(tuple(splits), done, done)
         return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
+
 
 def _why(err: BaseException) -> str:
     """``: <Ray's reason>`` from a death error's text (``the actor is dead because its node has

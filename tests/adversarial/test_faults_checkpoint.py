@@ -18,7 +18,6 @@ from fgnn.checkpoint import CheckpointError, read_checkpoint, save_checkpoint  #
 from fgnn.config import JobConfig, ModelConfig, SamplerConfig, TrainConfig  # noqa: E402
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
 from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RuntimeFailure  # noqa: E402
-from fgnn.executors.scheduler import TaskScheduler  # noqa: E402
 
 EPOCHS = 4
 
@@ -82,7 +81,7 @@ def _weights(path) -> torch.Tensor:
 def _fail_everything_died(rt: Runtime, epoch: int) -> RuntimeFailure:
     """What the epoch loop does when no Sampler is left (the Sampler killed twice)."""
     with pytest.raises(RuntimeFailure) as info:
-        rt._check_alive([], [], {}, TaskScheduler(4), "factored", epoch)
+        rt.coordinator._check_alive(epoch, [], [], {})
     return info.value
 
 
@@ -139,7 +138,7 @@ def test_resume_rejects_a_negative_finished_epoch(dataset, tmp_path):
     # the file the old runtime wrote after the evaluation-pass failure
     rt = _runtime(dataset, str(tmp_path))
     save_checkpoint(tmp_path / CHECKPOINT_NAME, rt.model, torch.optim.Adam(rt.model.parameters()),
-                    0, extra={**rt._checkpoint_extra(0),
+                    0, extra={**rt.checkpointer.extra(0),
                               "runtime": {"finished_epoch": -14, "best_val_acc": -1.0,
                                           "best_epoch": None, "bad_evals": 0}})
     with pytest.raises(CheckpointError, match="finished_epoch=-14"):
@@ -159,7 +158,7 @@ def test_a_non_finite_loss_stops_naming_epoch_and_task(dataset, tmp_path):
                                       NonFiniteLoss(1, 7, float("nan")))
     trainer = _Exec("fgnn-trainer-1", "trainer", 1, handle=None)
     with pytest.raises(RuntimeFailure) as info:
-        rt._executor_failed(trainer, err)
+        rt.workers.failed(trainer, err)
     msg = str(info.value)
     assert msg.startswith("epoch 2: the loss of task 7 is not finite (loss nan); its gradient "
                           "was not applied (Trainer fgnn-trainer-1)"), msg

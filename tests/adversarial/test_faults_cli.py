@@ -39,7 +39,7 @@ def _checkpoint(directory: Path, finished_epoch: int, best=(0.625, 1)) -> Path:
     rt.best.update(val_acc=best[0], epoch=best[1], state=rt.model.state_dict())
     path = directory / CHECKPOINT_NAME
     save_checkpoint(path, rt.model, torch.optim.Adam(rt.model.parameters()), finished_epoch,
-                    extra=rt._checkpoint_extra(finished_epoch))
+                    extra=rt.checkpointer.extra(finished_epoch))
     return path
 
 

@@ -1,0 +1,247 @@
+"""The executors of a job (internal): the shared services they talk to, the actors the driver
+tracks, their layout over the devices, and what a failed call means for them.
+
+:class:`Services` holds the job's actors and payloads (placement group, queue, parameter
+server, argument store, object-store refs), filled in as the run starts. :class:`WorkerGroup`
+owns the executor actors (like Ray Train's ``WorkerGroup``): it builds the layout (Samplers and
+their standbys on the first devices, Trainers on the rest), waits for them to be ready, and
+decides after a failed call whether an executor gets its work again (Ray restarted it) or the
+job goes on without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from torch import nn
+
+from fgnn.config import JobConfig
+from fgnn.executors._actors import LocalSampling, make_actor
+from fgnn.executors._common import NonFiniteLoss
+from fgnn.executors._device import AUTO
+from fgnn.executors._faults import _RESTART_TIMEOUT_S, Watchdog, _death_errors
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.trainer import TrainerExecutor
+from fgnn.sampling.base import Sampler
+
+__all__ = ["Services", "WorkerGroup"]
+
+
+@dataclass
+class _Exec:
+    """An executor actor the driver tracks."""
+
+    name: str
+    role: str  # sampler | trainer | standby
+    device: int
+    handle: Any
+    failures: int = 0
+    """Crash incidents so far."""
+    alive: bool = True
+    gen: int = 0
+    """Incarnation: bumped per failure, so calls lost in one crash count as one failure."""
+    first_failure: Optional[float] = None
+    """When the current incident began (a restart must finish within _RESTART_TIMEOUT_S)."""
+
+
+@dataclass
+class Services:
+    """The job's shared actors and payloads (set as the run starts; None before)."""
+
+    queue: Any = None
+    ps: Any = None
+    args_store: Any = None
+    pg: Any = None
+    refs: dict[str, Any] = field(default_factory=dict)
+    """Object-store refs: ``graph``, ``features``, ``labels``, ``train_idx``, ``eval_idx``,
+    ``hotness``, ``placement``, ``cache_map``."""
+    num_devices: int = 1
+    gpus_per_device: float = 1.0
+    one_node: bool = True
+    shared_gpu: bool = False
+    torch_device: str = AUTO
+
+
+@dataclass
+class ExecutorSpec:
+    """What the executors are built from beside the services."""
+
+    config: JobConfig
+    sampler: Sampler
+    model: nn.Module
+    step_tasks: int
+    disk_tier: bool
+    slow_trainers: dict[int, float]
+    crash_after_apply: set[int]
+
+
+#: ``reinstall(execs)``: send the chosen cache to restarted executors; ``(executor, ref)`` back
+Reinstall = Callable[[list[_Exec]], list[tuple[_Exec, Any]]]
+
+
+class WorkerGroup:
+    """The executor actors of the job.
+
+    Args:
+        spec: what the executors are built from.
+        services: the job's services (read when an executor is built).
+        watchdog: the driver's deadline and the job's stop.
+
+    Attributes:
+        execs: the executors of the current layout.
+        startup_s: seconds from the executors' start to the last one built, summed over layouts.
+        devices: the devices the executors run on (``cuda:0``, ``cpu``).
+        reinstall: sends the chosen cache to a restarted executor (set by the cache planner).
+        last_reinstall: the calls of the last reinstall (a cache fill waits on them).
+    """
+
+    def __init__(self, spec: ExecutorSpec, services: Services, watchdog: Watchdog) -> None:
+        self.spec, self.services, self.watchdog = spec, services, watchdog
+        self.execs: list[_Exec] = []
+        self.startup_s = 0.0
+        self.devices: set[str] = set()
+        self.reinstall: Reinstall = lambda execs: []
+        self.last_reinstall: list[tuple[_Exec, Any]] = []
+        self._pending: list[Any] = []
+        self._started_at = 0.0
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the executor actors of the current layout."""
+        return [e.name for e in self.execs]
+
+    def alive(self, role: str) -> list[_Exec]:
+        """The live executors of ``role``."""
+        return [e for e in self.execs if e.role == role and e.alive]
+
+    def _new_sampler(self, device: int) -> _Exec:
+        cfg, sv, sp = self.spec.config, self.services, self.spec
+        name = f"fgnn-sampler-{device}"
+        h = make_actor(SamplerExecutor, name, sv.pg, device, 0.5 * sv.gpus_per_device,
+                       sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
+                       cfg.train.batch_size, cfg.train.seed, None, sv.queue, name,
+                       sv.torch_device, eval_idx=sv.refs["eval_idx"],
+                       transport=cfg.runtime.sample_transport, one_node=sv.one_node,
+                       parts=sp.step_tasks, shared_gpu=sv.shared_gpu)
+        return _Exec(name, "sampler", device, h)
+
+    def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
+        cfg, sv, sp = self.spec.config, self.services, self.spec
+        standby = role == "standby"
+        name = f"fgnn-{role}-{device}"
+        local = None
+        if cfg.runtime.mode == "time-sharing":
+            local = LocalSampling(sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
+                                  cfg.train.batch_size, cfg.train.seed, sv.torch_device,
+                                  sv.refs["eval_idx"], sp.step_tasks)
+        share = (0.5 if standby else 1.0) * sv.gpus_per_device
+        h = make_actor(TrainerExecutor, name, sv.pg, device, share,
+                       sv.refs["features"], sv.refs["labels"],
+                       copy.deepcopy(sp.model).cpu(), None, device, sv.ps,
+                       sv.queue, name, sv.torch_device, role, local,
+                       sp.slow_trainers.get(index, 0.0),
+                       crash_after_apply=not standby and index in sp.crash_after_apply,
+                       disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed)
+        return _Exec(name, role, device, h)
+
+    def _wanted(self, n_s: int) -> list[tuple[str, int]]:
+        """``(role, device)`` of the layout with ``n_s`` Samplers."""
+        rt = self.spec.config.runtime
+        n = self.services.num_devices
+        if rt.mode == "time-sharing":
+            return [("trainer", d) for d in range(n)]
+        want: list[tuple[str, int]] = []
+        for d in range(n_s):
+            want.append(("sampler", d))
+            if rt.switching or rt.mode == "single":
+                want.append(("standby", d))
+        return want + [("trainer", d) for d in range(n_s, n)]
+
+    def build(self, n_s: int) -> list[_Exec]:
+        """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest; executors
+        of the layout that run already are kept, the others are stopped. Returns the new
+        executors (started, not yet waited for: :meth:`await_ready`)."""
+        import ray
+
+        keep = {e.name: e for e in self.execs if e.alive}
+        want = self._wanted(n_s)
+        names = {f"fgnn-{r}-{d}" for r, d in want}
+        for e in keep.values():
+            if e.name not in names:
+                ray.kill(e.handle, no_restart=True)
+        execs, new = [], []
+        self._started_at = time.time()
+        for i, (role, d) in enumerate(want):
+            name = f"fgnn-{role}-{d}"
+            if name in keep:
+                execs.append(keep[name])
+                continue
+            if role == "sampler":
+                e = self._new_sampler(d)
+            else:
+                e = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
+            execs.append(e)
+            new.append(e)
+        self.execs = execs
+        self._pending = [e.handle.ready.remote() for e in new]
+        return new
+
+    def await_ready(self) -> None:
+        """Wait for the executors started last; ``startup_s`` counts from their start to the last
+        one built (start-up runs while the driver chooses the cache)."""
+        import ray
+
+        done = ray.get(self._pending)
+        self._pending = []
+        if done:
+            self.startup_s += max(0.0, max(float(t) for t, _ in done) - self._started_at)
+            self.devices.update(d for _, d in done)
+
+    def failed(self, e: _Exec, err: BaseException) -> bool:
+        """Handle a failed executor call; True when the actor should get the work again.
+
+        ``ActorUnavailableError``: Ray is restarting the actor (``max_restarts``), so the work is
+        resubmitted (calls queue until the restart completes; a call that still fails in the
+        window is retried for up to ``_RESTART_TIMEOUT_S``), after its cache is sent again
+        (:attr:`reinstall`). ``ActorDiedError``: the actor is gone for good and the job continues
+        without it. Any other error is an exception inside the executor, a bug rather than a
+        fault, and is re-raised with the cause chained.
+        """
+        import ray
+
+        if isinstance(getattr(err, "cause", None), NonFiniteLoss):
+            self.watchdog.abort(self.services.queue, "non-finite loss")
+            raise self.watchdog.failure(f"{err.cause} (Trainer {e.name}), and the job stopped")
+        if isinstance(err, ray.exceptions.RayTaskError) and \
+                isinstance(err.cause, _death_errors()):
+            raise err.cause from err  # a service the executor called died: the runtime names it
+        if not isinstance(err, ray.exceptions.RayActorError):
+            raise RuntimeError(f"executor {e.name} failed: {err}") from err
+        now = time.perf_counter()
+        if isinstance(err, ray.exceptions.ActorDiedError):
+            e.alive = False
+            return False
+        if e.first_failure is None or now - e.first_failure > 2 * _RESTART_TIMEOUT_S:
+            e.first_failure = now
+            e.failures += 1
+        e.gen += 1
+        if now - e.first_failure > _RESTART_TIMEOUT_S:
+            e.alive = False
+            return False
+        time.sleep(0.1)  # let Ray mark the actor as restarting before the resubmission
+        # a restarted executor is built without its cache
+        self.last_reinstall = self.reinstall([e])
+        return True
+
+    def kill_all(self) -> None:
+        """Stop every executor (best effort: some may be gone already)."""
+        import ray
+
+        for e in self.execs:
+            try:
+                ray.kill(e.handle, no_restart=True)
+            except Exception:  # already gone
+                pass
