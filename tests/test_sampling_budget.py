@@ -2,7 +2,7 @@
 
 Op and sync counts are deterministic (they do not depend on the machine), so they are asserted
 exactly against the budget: a 3-hop ``KHop([15, 10, 5])`` sample of 1000 seeds runs at most
-300 aten ops and 2 host syncs per hop (plus one for the seed check), and no sampler runs a
+300 aten ops and 2 host syncs per hop (the seed check included), and no sampler runs a
 Python loop over the fanout. The one timing here is the CPU budget the issue sets (one hop at
 fanout 1000 on 100 seeds within 0.05 s, best of a few runs on a loaded machine).
 """
