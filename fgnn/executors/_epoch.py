@@ -114,6 +114,9 @@ class EpochLoop:
         if plan is None:
             starts.append(self.ps.begin_epoch.remote(epoch, total, self.step_tasks))
         ray.get(starts)
+        if plan is None and rt.exchange == "collective":  # every Trainer joins the group
+            ray.get([e.handle.exchange_begin.remote(epoch) for e in self._execs
+                     if e.role != "sampler" and e.alive])
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]

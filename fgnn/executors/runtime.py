@@ -78,6 +78,7 @@ from fgnn.executors._common import MemmapFeatures, features_payload, graph_paylo
 from fgnn.executors._device import AUTO
 from fgnn.executors._epoch import EpochLoop, EvalOutcome, RuntimeFailure, _Exec
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing
+from fgnn.executors.collective import ExchangeSpec, StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor
@@ -256,9 +257,13 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
             name=ARGS_ACTOR).remote()
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
-        self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
-            copy.deepcopy(self.model).cpu(), self.config.train.lr,
-            self.config.train.weight_decay, self._resume_optimizer)
+        if rt.exchange == "collective":  # a ledger without tensors; weights on the Trainers
+            self.ps = ray.remote(num_cpus=0, max_restarts=0)(StepLedger).options(
+                name="fgnn-ps", max_concurrency=256).remote(serve_store=True)
+        else:
+            self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
+                copy.deepcopy(self.model).cpu(), self.config.train.lr,
+                self.config.train.weight_decay, self._resume_optimizer)
         self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
 
     def _new_sampler(self, device: int) -> _Exec:
@@ -288,8 +293,16 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0),
                         crash_after_apply=not standby and index in self.crash_after_apply,
-                        disk=cfg.disk if self._disk_tier else None, seed=cfg.train.seed)
+                        disk=cfg.disk if self._disk_tier else None, seed=cfg.train.seed,
+                        exchange=self._exchange_spec())
         return _Exec(name, role, device, h)
+
+    def _exchange_spec(self) -> Optional[ExchangeSpec]:
+        """What a Trainer needs for the collective exchange (None: the parameter server)."""
+        if self.config.runtime.exchange != "collective":
+            return None
+        tc = self.config.train
+        return ExchangeSpec(self.ps, tc.lr, tc.weight_decay, self._resume_optimizer)
 
     def _build_layout(self, n_s: int, start_only: bool = False) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
