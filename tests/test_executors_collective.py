@@ -70,7 +70,7 @@ class _Group:
     def member(self, name: str) -> ExchangeMember:
         def applied(step: int, acks: list) -> None:
             with self.lock:
-                self.acked += acks
+                self.acked += [t for t, ok in acks if ok]
         return ExchangeMember(name, _model(), LR, call=lambda m, *a: getattr(self.ledger, m)(*a),
                               store=self.store, on_applied=applied, timeout_s=self.timeout_s)
 
@@ -103,7 +103,7 @@ class _Group:
             if die_after_deliver:
                 m.stop()
                 return
-            m.settle(step, g, int(idx.numel()), ok, t if ok else None)
+            m.settle(step, g, int(idx.numel()), ok, t)
             if redeliver and t not in self.again and len(self.queue) > 1:
                 self.again.add(t)
                 with self.lock:

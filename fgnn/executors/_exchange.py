@@ -13,6 +13,7 @@ gradient does not count.
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -20,7 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from fgnn.executors.collective import GROUP_TIMEOUT_S, ExchangeMember, ExchangeSpec
+from fgnn.executors.collective import GROUP_TIMEOUT_S, Event, ExchangeMember, ExchangeSpec
 from fgnn.executors.ps import flatten
 
 __all__ = ["TrainerExchange"]
@@ -55,7 +56,10 @@ class TrainerExchange:
         self.member = ExchangeMember(
             name, model, spec.lr, spec.weight_decay, spec.optimizer_state,
             call=lambda method, *a: ray.get(getattr(self.ledger, method).remote(*a)),
-            store=store, on_applied=self._applied)
+            store=store, on_applied=self._applied, resolve=lambda reply: ray.get(reply)[0],
+            events=self._event)
+        self._store = store
+        self._next: Any = None  # the last delivery's reply, which may carry the next slot
 
     def begin(self, epoch: int) -> None:
         """Join the ledger's ``epoch`` (the runtime called ``begin_epoch`` on it); a no-op
@@ -65,29 +69,44 @@ class TrainerExchange:
         if self.member.active and self._epoch == epoch:
             return
         self.member.finish(GROUP_TIMEOUT_S)  # the last epoch's reducer reaches its end
-        self._epoch = epoch
+        self._epoch, self._next = epoch, None
         handle = ray.get_runtime_context().current_actor
         self.member.begin(self.incarnation, handle)
+
+    def _event(self, index: int, version: int) -> Optional[Event]:
+        """The ledger's event ``index`` read from the store (a socket wait, no Ray call on the
+        step's critical path); the progress report goes to the ledger without waiting."""
+        self.ledger.report.remote(self.name, index, version)
+        key = f"fgnn-ev{index}"
+        try:
+            self._store.wait([key], _timedelta(5.0))
+        except RuntimeError:  # not there yet (the store's timeout error)
+            return None
+        return pickle.loads(self._store.get(key))
 
     def _applied(self, step: int, acks: list) -> None:
         """The reducer applied ``step``: acknowledge its tasks of this Trainer."""
         import ray
 
-        if acks and self._crash and not ray.get_runtime_context().was_current_actor_reconstructed:
+        if any(ok for _, ok in acks) and self._crash and not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
-        for task_id, rec in acks:
-            self._ack(task_id, {**rec, "deferred": False})
+        for (task_id, rec), ok in acks:
+            self._ack(task_id, {**rec, "applied": ok, "deferred": False})
 
     def train(self, epoch: int, task_id: int, seeds: int, rec: dict[str, Any],
               backward: Callable[[], torch.Tensor], stop: threading.Event,
-              delay_s: float = 0.0) -> Optional[dict[str, Any]]:
+              delay_s: float = 0.0, has_next: bool = False) -> Optional[dict[str, Any]]:
         """One task: claim, wait for the step's weights, ``backward()`` (returns the loss),
         deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
-        applied) or None when stopped before a slot."""
+        applied) or None when stopped before a slot.
+
+        ``has_next``: this Trainer already holds its next task, so the delivery also asks for
+        its slot (the reply is read when that task starts)."""
         import ray
 
         t0 = time.perf_counter()
-        got = None
+        got = None if self._next is None else ray.get(self._next)[1]
+        self._next = None
         while got is None:
             if stop.is_set() or not self.member.active:
                 return None
@@ -103,18 +122,20 @@ class TrainerExchange:
         if delay_s > 0:
             time.sleep(delay_s)
         t3 = time.perf_counter()
-        self.member.pending(step)
-        ok = ray.get(self.ledger.deliver.remote(epoch, task_id, self.name, seeds,
-                                                self.incarnation))
-        t4 = time.perf_counter()
         rec = dict(rec)
         # sync_s: the exchange as the training thread sees it: the claim's round trip less its
-        # wait for a slot, the wait for the previous step's all-reduce and Adam step, the
-        # delivery; step_wait_s: waiting for a step this Trainer has no slot in
-        rec.update(loss=float(loss.detach()), applied=bool(ok), train_s=t4 - t0 - waited,
+        # wait for a slot, the wait for the previous step's all-reduce and Adam step, sending
+        # the delivery (its reply is read by the reducer); step_wait_s: waiting for a step this
+        # Trainer has no slot in
+        self.member.pending(step)
+        reply = self.ledger.deliver_and_claim.remote(epoch, task_id, self.name, seeds,
+                                                     self.incarnation, has_next)
+        self._next = reply if has_next else None
+        t4 = time.perf_counter()
+        rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
                    sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
-                   deferred=bool(ok))
-        self.member.settle(step, grad, seeds, ok, (task_id, rec) if ok else None)
+                   deferred=True)
+        self.member.settle(step, grad, seeds, reply, (task_id, rec))
         return rec
 
     def state(self) -> dict[str, Any]:

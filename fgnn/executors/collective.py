@@ -38,6 +38,7 @@ groups as threads of one process.
 from __future__ import annotations
 
 import datetime
+import pickle
 import threading
 import time
 from collections import Counter
@@ -150,6 +151,19 @@ class StepLedger:
         self._steps, self._busy_s, self._wait_s = 0, 0.0, 0.0
         self._ended = False
 
+    def _append(self, ev: Event) -> None:
+        """Add ``ev`` to the log; with a served store also under the key ``fgnn-ev<index>``,
+        where members wait for it on a socket instead of a Ray call."""
+        self._log.append(ev)
+        if self._store is not None:
+            self._store.set(f"fgnn-ev{len(self._log) - 1}", pickle.dumps(ev))
+
+    def report(self, consumer: str, index: int, version: int) -> None:
+        """A member's reducer processed the events before ``index`` and holds ``version``
+        steps (what :meth:`next_event` records, for members reading events from the store)."""
+        with self._cv:
+            self._note(consumer, index, version)
+
     def store_address(self) -> Optional[tuple[str, int]]:
         """``(host, port)`` of the rendezvous store, or None in-process."""
         return None if self._store is None else (self._store.host, self._store.port)
@@ -164,7 +178,7 @@ class StepLedger:
             raise ValueError(f"tasks must be >= 0, got {tasks!r}")
         with self._cv:
             if self._members:
-                self._log.append(Event("end", self.generation, tuple(self._members)))
+                self._append(Event("end", self.generation, tuple(self._members)))
             self.epoch, self.group = int(epoch), int(group)
             self.tasks = None if tasks is None else int(tasks)
             self._members, self._at = [], {}
@@ -248,7 +262,7 @@ class StepLedger:
         self.generation += 1
         self._members = members
         if members:
-            self._log.append(Event("form", self.generation, tuple(members), upto))
+            self._append(Event("form", self.generation, tuple(members), upto))
         self._ended_check()
 
     # ------------------------------------------------------------------ slots and gradients
@@ -265,17 +279,36 @@ class StepLedger:
         computes its gradient from the weights of ``step`` (its member's version)."""
         t0 = time.perf_counter()
         with self._cv:
-            def free() -> bool:
-                return (self._claimed < self.slots() and consumer in self._members) or \
-                    self._stale(consumer, incarnation)
-            self._cv.wait_for(free, timeout_s)
+            self._cv.wait_for(lambda: self._free(consumer, incarnation), timeout_s)
             waited = time.perf_counter() - t0
             self._wait_s += waited
-            if not free() or self._stale(consumer, incarnation):
-                return None
-            self._claimed += 1
-            self._holders[consumer] += 1
-            return self.version, waited
+            got = self._try_claim(consumer, incarnation)
+            return None if got is None else (got, waited)
+
+    def _free(self, consumer: str, incarnation: Optional[int]) -> bool:
+        return (self._claimed < self.slots() and consumer in self._members) or \
+            self._stale(consumer, incarnation)
+
+    def _try_claim(self, consumer: str, incarnation: Optional[int]) -> Optional[int]:
+        """Take a free slot of the open step for a live member (under the lock): its step."""
+        if not self._free(consumer, incarnation) or self._stale(consumer, incarnation):
+            return None
+        self._claimed += 1
+        self._holders[consumer] += 1
+        return self.version
+
+    def deliver_and_claim(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
+                          incarnation: Optional[int] = None, claim_next: bool = True
+                          ) -> tuple[bool, Optional[tuple[int, float]]]:
+        """:meth:`deliver`, then a slot for the caller's next task when one is free right now
+        (one round trip per task; only a caller that already holds its next task may ask, as a
+        slot held while waiting for a task could block the holders of the last tasks)."""
+        ok = self.deliver(epoch, task_id, consumer, seeds, incarnation)
+        if not claim_next:
+            return ok, None
+        with self._cv:
+            step = self._try_claim(consumer, incarnation)
+        return ok, None if step is None else (step, 0.0)
 
     def deliver(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
                 incarnation: Optional[int] = None) -> bool:
@@ -328,7 +361,7 @@ class StepLedger:
             self._reform()
             if self._dead:
                 return  # waits for the survivors' reports (next_event closes it then)
-        self._log.append(Event("reduce", self.generation, tuple(self._members), self.version))
+        self._append(Event("reduce", self.generation, tuple(self._members), self.version))
         self._closed[self.version] = dict(self._open)
         self.version += 1
         self._steps += 1
@@ -340,7 +373,7 @@ class StepLedger:
         if (not self._ended and self.tasks is not None and self._accepted >= self.tasks
                 and self._received == 0 and self._members):
             self._ended = True
-            self._log.append(Event("end", self.generation, tuple(self._members)))
+            self._append(Event("end", self.generation, tuple(self._members)))
 
     # ------------------------------------------------------------------ the event log
     def next_event(self, consumer: str, index: int, version: int,
@@ -348,16 +381,21 @@ class StepLedger:
         """The event at ``index`` of the log for ``consumer``'s reducer, which has processed
         the events before it and holds ``version`` steps (its report); None on timeout."""
         with self._cv:
-            self._at[consumer] = (int(index), int(version))
-            for s in [s for s in self._closed if s < version]:
-                if all(self._at.get(m, (0, 0))[1] > s for m in self._members):
-                    del self._closed[s]  # every member applied it: settled
-            if self._dead:
-                self._reform()
-                self._maybe_close()
-                self._cv.notify_all()
+            self._note(consumer, index, version)
             self._cv.wait_for(lambda: len(self._log) > index, timeout_s)
             return self._log[index] if len(self._log) > index else None
+
+    def _note(self, consumer: str, index: int, version: int) -> None:
+        """Record a member's progress; settle steps every member applied; re-form after a
+        death once the survivors have all reported (under the lock)."""
+        self._at[consumer] = (int(index), int(version))
+        for s in [s for s in self._closed if s < version]:
+            if all(self._at.get(m, (0, 0))[1] > s for m in self._members):
+                del self._closed[s]  # every member applied it: settled
+        if self._dead:
+            self._reform()
+            self._maybe_close()
+            self._cv.notify_all()
 
     # ------------------------------------------------------------------ reports
     def ledger(self) -> dict[str, Any]:
@@ -418,7 +456,7 @@ class ExchangeMember:
     The training thread, per task: :meth:`claim` a slot (the step ``s`` to compute), wait for the
     weights of ``s`` (:meth:`wait_version`), compute the gradient, :meth:`pending` then the
     ledger's ``deliver`` then :meth:`settle` (the gradient counts only when the ledger accepted
-    it). The reducer thread (:meth:`begin`) replays the ledger's events: it builds each
+    it; the reducer reads the verdict, so the training thread does not wait for it). The reducer thread (:meth:`begin`) replays the ledger's events: it builds each
     generation's process group, receives rank 0's state when it lags, all-reduces every step's
     ``[seed-weighted gradient sum, seed count]`` and applies the mean with Adam; then
     ``on_applied(step, acks)`` hands back what :meth:`settle` registered for that step.
@@ -432,14 +470,20 @@ class ExchangeMember:
         call: ``call(method, *args)`` runs a :class:`StepLedger` method (a Ray call, or a
             direct one in-process).
         store: the ``torch.distributed`` store the groups rendezvous through.
-        on_applied: ``on_applied(step, acks)`` after each applied step (runs on the reducer
-            thread); None: nothing.
+        on_applied: ``on_applied(step, [(ack, accepted), ...])`` after each applied step (runs
+            on the reducer thread); None: nothing.
+        resolve: turns the ``answer`` given to :meth:`settle` into the ledger's verdict
+            (``ray.get`` of the delivery's reply on Ray).
+        events: ``events(index, version)``: the ledger's event at ``index`` (None after a short
+            wait), having reported ``version``; None: ``call("next_event", ...)``.
         timeout_s: seconds a collective waits for its peers before it counts as failed.
     """
 
     def __init__(self, name: str, model: nn.Module, lr: float, weight_decay: float = 0.0,
                  optimizer_state: Optional[dict] = None, *, call: Callable[..., Any],
                  store: Any, on_applied: Optional[Callable[[int, list], None]] = None,
+                 resolve: Callable[[Any], bool] = bool,
+                 events: Optional[Callable[[int, int], Optional[Event]]] = None,
                  timeout_s: float = GROUP_TIMEOUT_S) -> None:
         self.name, self.model = name, model
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -451,8 +495,9 @@ class ExchangeMember:
         self.version = 0
         self._call, self._store, self._on_applied = call, store, on_applied
         self._cv = threading.Condition()
-        self._sums: dict[int, torch.Tensor] = {}
-        self._acks: dict[int, list] = {}
+        self._entries: dict[int, list[tuple[Any, torch.Tensor, float, Any]]] = {}
+        self._resolve = resolve
+        self._events = events or (lambda i, v: call("next_event", name, i, v, 1.0))
         self._inflight: Counter[int] = Counter()
         self._pg: Any = None
         self._thread: Optional[threading.Thread] = None
@@ -520,18 +565,14 @@ class ExchangeMember:
         with self._cv:
             self._inflight[step] += 1
 
-    def settle(self, step: int, grad: torch.Tensor, seeds: int, accepted: bool,
+    def settle(self, step: int, grad: torch.Tensor, seeds: int, answer: Any,
                ack: Any = None) -> None:
-        """Add the seed-weighted ``grad`` to ``step``'s sum when the ledger ``accepted`` it and
-        register ``ack`` for ``on_applied``; release the :meth:`pending` mark."""
+        """Keep ``grad`` (the mean over ``seeds`` seeds) for ``step`` with the ledger's
+        ``answer`` to its delivery (True/False, or a token ``resolve`` turns into it: the
+        training thread need not wait for the reply) and ``ack`` for ``on_applied``; release
+        the :meth:`pending` mark. Only accepted gradients enter the step's sum."""
         with self._cv:
-            if accepted:
-                buf = self._sums.get(step)
-                if buf is None:
-                    buf = self._sums[step] = torch.zeros(grad.numel() + 1, device=grad.device)
-                buf[:-1].add_(grad, alpha=float(seeds))
-                buf[-1] += float(seeds)
-                self._acks.setdefault(step, []).append(ack)
+            self._entries.setdefault(step, []).append((answer, grad, float(seeds), ack))
             self._inflight[step] -= 1
             self._cv.notify_all()
 
@@ -542,7 +583,7 @@ class ExchangeMember:
         joined = False
         try:
             while not self._stop.is_set():
-                ev = self._call("next_event", self.name, index, self.version, 1.0)
+                ev = self._events(index, self.version)
                 if ev is None or self._stop.is_set():
                     continue
                 index += 1
@@ -577,8 +618,8 @@ class ExchangeMember:
         if theirs > self.version:
             self._adopt(state)
         with self._cv:
-            for s in [s for s in self._sums if s < self.version]:
-                del self._sums[s]  # rank 0 applied it, this member's share included
+            for s in [s for s in self._entries if s < self.version]:
+                del self._entries[s]  # rank 0 applied it, this member's share included
             self._cv.notify_all()
         for step in range(self.version, ev.step):
             self._reduce_step(step)
@@ -591,9 +632,16 @@ class ExchangeMember:
         """
         with self._cv:
             self._cv.wait_for(lambda: self._inflight[step] <= 0 or self._stop.is_set())
-            mine = self._sums.get(step)
+            entries = list(self._entries.get(step, []))
         n = sum(p.numel() for p in self.params)
-        buf = torch.zeros(n + 1, device=self.device) if mine is None else mine.clone()
+        buf = torch.zeros(n + 1, device=self.device)
+        verdicts = []
+        for answer, grad, seeds, ack in entries:
+            ok = bool(self._resolve(answer))
+            if ok:
+                buf[:-1].add_(grad, alpha=seeds)
+                buf[-1] += seeds
+            verdicts.append((ack, ok))
         t0 = time.perf_counter()
         self._pg.allreduce([buf]).wait()
         if buf[-1].item() > 0:
@@ -606,14 +654,13 @@ class ExchangeMember:
             self.optimizer.zero_grad(set_to_none=True)
         with self._cv:
             self.version = step + 1
-            self._sums.pop(step, None)
+            self._entries.pop(step, None)
             self._inflight.pop(step, None)
-            acks = self._acks.pop(step, [])
             self._cv.notify_all()
         self.reduce_s += time.perf_counter() - t0
         self.reductions += 1
         if self._on_applied is not None:
-            self._on_applied(step, acks)
+            self._on_applied(step, verdicts)
 
     # ------------------------------------------------------------------ state
     def _flat_state(self) -> torch.Tensor:

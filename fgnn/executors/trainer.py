@@ -381,7 +381,7 @@ class TrainerExecutor:
         if self.exchange is not None:
             return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
                                        batch.rec, lambda: self._backward(epoch, batch),
-                                       self._stop, self.delay_s)
+                                       self._stop, self.delay_s, has_next)
         t0 = time.perf_counter()
         waited = self._claim()
         if waited is None:
