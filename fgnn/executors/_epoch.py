@@ -114,9 +114,8 @@ class EpochLoop:
         if plan is None:
             starts.append(self.ps.begin_epoch.remote(epoch, total, self.step_tasks))
         ray.get(starts)
-        if plan is None and rt.exchange == "collective":  # every Trainer joins the group
-            ray.get([e.handle.exchange_begin.remote(epoch) for e in self._execs
-                     if e.role != "sampler" and e.alive])
+        if plan is None and rt.exchange == "collective":
+            self._join_exchange(epoch)
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
@@ -273,6 +272,21 @@ class EpochLoop:
         acc.reissued = sched.issued - (0 if mode == "time-sharing" else total)
         return self._epoch_stats(epoch, elapsed, acc, ledger, switched, samplers, trainers,
                                  measure)
+
+    def _join_exchange(self, epoch: int) -> None:
+        """Every live Trainer and standby joins the collective exchange's group of ``epoch``
+        (:mod:`fgnn.executors.collective`); one that cannot is released, and its ``run_epoch``
+        meets the fault handling."""
+        import ray
+
+        members = [e for e in self._execs if e.role != "sampler" and e.alive]
+        ray.get(self.ps.expect.remote([e.name for e in members]))
+        refs = {e.handle.exchange_begin.remote(epoch): e for e in members}
+        for ref, e in refs.items():
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError:
+                ray.get(self.ps.release.remote(e.name))
 
     def _finished(self, e: _Exec, res: dict[str, Any], switched: dict[str, int]) -> None:
         """Book a Trainer's finished ``run_epoch``: standby batches, memory report."""

@@ -146,6 +146,7 @@ class StepLedger:
         self._open: dict[int, str] = {}  # task -> consumer, delivered in the open step
         self._closed: dict[int, dict[int, str]] = {}  # step -> its tasks, until settled
         self._joining: list[str] = []
+        self._expect: set[str] = set()
         self._dead: set[str] = set()
         self._claimed = self._received = self._accepted = 0
         self._steps, self._busy_s, self._wait_s = 0, 0.0, 0.0
@@ -185,6 +186,15 @@ class StepLedger:
             self._reset_ledger()
             self._cv.notify_all()
 
+    def expect(self, consumers: list[str]) -> None:
+        """The members this epoch's first group waits for: joins before they are all in form
+        no group (one group build per epoch, not one per join); :meth:`release` of one of them
+        stops the wait for it."""
+        with self._cv:
+            self._expect = set(consumers)
+            self._reform()
+            self._cv.notify_all()
+
     def join(self, consumer: str, incarnation: int, version: int, handle: Any = None) -> int:
         """Enrol ``consumer`` (holding ``version`` steps) for this epoch; it becomes a member
         at the next step boundary. Returns the index of the first event it must replay."""
@@ -209,6 +219,7 @@ class StepLedger:
         slots given back."""
         with self._cv:
             self._live.pop(consumer, None)
+            self._expect.discard(consumer)
             n = self._holders.pop(consumer, 0)
             self._claimed -= n
             for task in [t for t, c in self._open.items() if c == consumer]:
@@ -239,6 +250,8 @@ class StepLedger:
         computing on them is not disturbed."""
         if not self._dead and not self._joining:
             return
+        if not self._members and self._expect - set(self._joining):
+            return  # the epoch's first group: wait for every expected member
         survivors = [m for m in self._members if m not in self._dead]
         reduced = [e.step for e in self._log if e.kind == "reduce"
                    and e.generation == self.generation]
