@@ -280,11 +280,12 @@ class RuntimeConfig:
     pass finishes for this many seconds: a hung executor or parameter server becomes an error
     naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
     ``train.checkpoint_dir`` resumes it)."""
-    exchange: str = "server"
-    """How Trainers exchange gradients: ``server`` (a parameter-server actor holds the weights
-    and takes the Adam step, :mod:`fgnn.executors.ps`) or ``collective`` (weights and optimizer
-    on every Trainer's device, one all-reduce of the gradients per step over gloo or NCCL,
-    :mod:`fgnn.executors.collective`). Both take the steps of the single-process loop."""
+    exchange: str = "collective"
+    """How Trainers exchange gradients: ``collective`` (weights and optimizer on every Trainer's
+    device, one all-reduce of the gradients per step over gloo or NCCL,
+    :mod:`fgnn.executors.collective`) or ``server`` (a parameter-server actor holds the weights
+    and takes the Adam step, :mod:`fgnn.executors.ps`). Both take the steps of the
+    single-process loop."""
 
     @property
     def devices_used(self) -> int:

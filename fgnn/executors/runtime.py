@@ -19,12 +19,15 @@ All executors are plain classes made actors here, in :func:`~fgnn.executors._act
 factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
 half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
 assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a
-named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Gradients go
-through a parameter-server actor (:mod:`fgnn.executors.ps`): each mini-batch is cut into R tasks
-(R = ``runtime.devices``, 1 in single mode) whose gradients the server averages into one step, so
-training takes the steps of the single-process loop at any device count. The server needs no
-group membership when standby Trainers join and leave mid-epoch or a Trainer dies, and is the
-exactly-once ledger of trained tasks.
+named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Each
+mini-batch is cut into R tasks (R = ``runtime.devices``, 1 in single mode) whose gradients are
+averaged into one step, so training takes the steps of the single-process loop at any device
+count. ``runtime.exchange`` picks how: ``collective`` (the default) keeps weights and optimizer on
+every Trainer's device and all-reduces the gradients once per step, with a ledger actor
+(:class:`~fgnn.executors.collective.StepLedger`, no tensors) handing out slots, keeping the
+exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`); ``server``
+sends every task's gradient to a parameter-server actor (:mod:`fgnn.executors.ps`). Either way
+the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``, ``state``).
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
@@ -154,7 +157,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         self._eval_passes = 0
         self.slow_trainers = dict(slow_trainers or {})
         self.crash_after_apply = set(crash_after_apply or ())
-        #: R: tasks per mini-batch, averaged into one step by the parameter server
+        #: R: tasks per mini-batch, averaged into one step (parameter server or collective)
         self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []

@@ -3,10 +3,13 @@
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
 :class:`~fgnn.cache.feature_store.FeatureStore` (its own cache, peer devices' caches, host
 memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs
-forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`.
-Before computing a task it claims a slot of the server's current step, which brings the current
-weights: every step averages the gradients of its tasks, all computed from the previous step's
-weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded staleness).
+forward/backward, and exchanges the gradient: through the collective (``runtime.exchange=
+"collective"``, :mod:`fgnn.executors._exchange`: weights and optimizer on this device, one
+all-reduce per step) or by pushing it to the :class:`~fgnn.executors.ps.ParameterServer`.
+Before computing a task it claims a slot of the current step (with the server, the claim brings
+the current weights): every step averages the gradients of its tasks, all computed from the
+previous step's weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded
+staleness).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
 while it trains mini-batch ``i``. A *standby* Trainer (a Trainer on a Sampler's device with a
