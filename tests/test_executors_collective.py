@@ -188,8 +188,9 @@ def test_a_member_dying_between_steps_is_dropped_and_the_steps_stay_exact():
     assert led["generation"] >= 2  # the group was rebuilt without m2
 
 
-def test_a_member_dying_inside_a_reduction_rebuilds_the_group_exactly_once():
-    x, y, tasks, _ = _epoch(n_seeds=40)
+@pytest.mark.parametrize("n_seeds", [40, 10])  # 10: the epoch's one and last step
+def test_a_member_dying_inside_a_reduction_rebuilds_the_group_exactly_once(n_seeds):
+    x, y, tasks, _ = _epoch(n_seeds=n_seeds)
     g = _Group(3, tasks, group=4, timeout_s=2.0)
     for m in g.members.values():
         m.begin(0)

@@ -383,8 +383,11 @@ class StepLedger:
         self._ended_check()
 
     def _ended_check(self) -> None:
+        """Append ``end`` once every task is accepted and every member applied every step (a
+        death in the last reduction must still re-form the group and reduce again)."""
         if (not self._ended and self.tasks is not None and self._accepted >= self.tasks
-                and self._received == 0 and self._members):
+                and self._received == 0 and not self._closed and not self._dead
+                and self._members):
             self._ended = True
             self._append(Event("end", self.generation, tuple(self._members)))
 
@@ -405,6 +408,8 @@ class StepLedger:
         for s in [s for s in self._closed if s < version]:
             if all(self._at.get(m, (0, 0))[1] > s for m in self._members):
                 del self._closed[s]  # every member applied it: settled
+        self._ended_check()
+        self._cv.notify_all()
         if self._dead:
             self._reform()
             self._maybe_close()
