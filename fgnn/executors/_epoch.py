@@ -129,6 +129,8 @@ class EpochLoop:
         if plan is None:
             starts.append(self.ps.begin_epoch.remote(epoch, total, self.step_tasks))
         self._service_get(starts, "the queue or the parameter server", epoch)
+        if plan is None and rt.exchange == "collective":
+            self._join_exchange(epoch)
         acc = _EpochAcc()
         sched = TaskScheduler(total)
         samplers = [e for e in self._execs if e.role == "sampler" and e.alive]
@@ -315,6 +317,22 @@ class EpochLoop:
                 f"after the last task: hung (a stopped process?), and the job stopped "
                 f"(runtime.stall_timeout_s, --stall-timeout, sets the limit); "
                 f"{_resume_hint(path, self._good['epoch'])}", path)
+
+    def _join_exchange(self, epoch: int) -> None:
+        """Every live Trainer and standby joins the collective exchange's group of ``epoch``
+        (:mod:`fgnn.executors.collective`); one that cannot is released, and its ``run_epoch``
+        meets the fault handling."""
+        import ray
+
+        members = [e for e in self._execs if e.role != "sampler" and e.alive]
+        self._service_get(self.ps.expect.remote([e.name for e in members]), "the step ledger",
+                          epoch)
+        refs = {e.handle.exchange_begin.remote(epoch): e for e in members}
+        for ref, e in refs.items():
+            try:
+                self._service_get(ref, e.name, epoch)
+            except ray.exceptions.RayError:
+                self._service_get(self.ps.release.remote(e.name), "the step ledger", epoch)
 
     def _finished(self, e: _Exec, res: dict[str, Any], switched: dict[str, int]) -> None:
         """Book a Trainer's finished ``run_epoch``: standby batches, memory report."""

@@ -19,12 +19,15 @@ All executors are plain classes made actors here, in :func:`~fgnn.executors._act
 factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
 half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
 assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a
-named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Gradients go
-through a parameter-server actor (:mod:`fgnn.executors.ps`): each mini-batch is cut into R tasks
-(R = ``runtime.devices``, 1 in single mode) whose gradients the server averages into one step, so
-training takes the steps of the single-process loop at any device count. The server needs no
-group membership when standby Trainers join and leave mid-epoch or a Trainer dies, and is the
-exactly-once ledger of trained tasks.
+named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Each
+mini-batch is cut into R tasks (R = ``runtime.devices``, 1 in single mode) whose gradients are
+averaged into one step, so training takes the steps of the single-process loop at any device
+count. ``runtime.exchange`` picks how: ``collective`` (the default) keeps weights and optimizer on
+every Trainer's device and all-reduces the gradients once per step, with a ledger actor
+(:class:`~fgnn.executors.collective.StepLedger`, no tensors) handing out slots, keeping the
+exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`); ``server``
+sends every task's gradient to a parameter-server actor (:mod:`fgnn.executors.ps`). Either way
+the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``, ``state``).
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
@@ -80,6 +83,7 @@ from fgnn.executors._device import AUTO
 from fgnn.executors._epoch import (EpochLoop, EvalOutcome, RuntimeFailure, _death_errors,
                                    _Exec)
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointing, RunFinished, _resume_hint
+from fgnn.executors.collective import ExchangeSpec, StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import SamplerExecutor, trainers_share_gpu
@@ -155,7 +159,7 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
         self._eval_passes = 0
         self.slow_trainers = dict(slow_trainers or {})
         self.crash_after_apply = set(crash_after_apply or ())
-        #: R: tasks per mini-batch, averaged into one step by the parameter server
+        #: R: tasks per mini-batch, averaged into one step (parameter server or collective)
         self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
         self.do_evaluate = bool(evaluate)
         self.details: list[dict[str, Any]] = []
@@ -267,9 +271,13 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
             name=ARGS_ACTOR).remote()
         self.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
-        self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
-            copy.deepcopy(self.model).cpu(), self.config.train.lr,
-            self.config.train.weight_decay, self._resume_optimizer)
+        if rt.exchange == "collective":  # a ledger without tensors; weights on the Trainers
+            self.ps = ray.remote(num_cpus=0, max_restarts=0)(StepLedger).options(
+                name="fgnn-ps", max_concurrency=256).remote(serve_store=True)
+        else:
+            self.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
+                copy.deepcopy(self.model).cpu(), self.config.train.lr,
+                self.config.train.weight_decay, self._resume_optimizer)
         self.torch_device = AUTO  # each executor takes the GPU Ray assigned it
 
     def _new_sampler(self, device: int) -> _Exec:
@@ -299,8 +307,16 @@ class Runtime(CacheSetup, Checkpointing, EpochLoop):
                         self.queue, name, self.torch_device, role, local,
                         self.slow_trainers.get(index, 0.0),
                         crash_after_apply=not standby and index in self.crash_after_apply,
-                        disk=cfg.disk if self._disk_tier else None, seed=cfg.train.seed)
+                        disk=cfg.disk if self._disk_tier else None, seed=cfg.train.seed,
+                        exchange=self._exchange_spec())
         return _Exec(name, role, device, h)
+
+    def _exchange_spec(self) -> Optional[ExchangeSpec]:
+        """What a Trainer needs for the collective exchange (None: the parameter server)."""
+        if self.config.runtime.exchange != "collective":
+            return None
+        tc = self.config.train
+        return ExchangeSpec(self.ps, tc.lr, tc.weight_decay, self._resume_optimizer)
 
     def _build_layout(self, n_s: int, start_only: bool = False) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest.
