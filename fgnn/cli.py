@@ -29,6 +29,7 @@ from fgnn.config import (
     MODELS,
     MODES,
     SAMPLE_TRANSPORTS,
+    EXCHANGES,
     REORDERINGS,
     PLACEMENTS,
     CacheConfig,
@@ -62,6 +63,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--dashboard-host": "runtime.dashboard_host",
     "--gpus-per-device": "runtime.gpus_per_device",
     "--sample-transport": "runtime.sample_transport",
+    "--exchange": "runtime.exchange",
     "--stall-timeout": "runtime.stall_timeout_s",
     "--cache-policy": "cache.policy",
     "--presample-epochs": "cache.presample_epochs",
@@ -273,6 +275,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "sample stays on its Sampler's GPU; only when every Trainer is on that "
                         "GPU: --mode single, or a job on one GPU), auto (object_store) "
                         "(default: %(default)s)")
+    g.add_argument("--exchange", default=rt.exchange, choices=EXCHANGES,
+                   help="gradient exchange among Trainers: server (a parameter-server actor "
+                        "takes each step on the CPU) or collective (weights and optimizer on "
+                        "every Trainer's device, one gloo/NCCL all-reduce of the gradients per "
+                        "step) (default: %(default)s)")
     g.add_argument("--stall-timeout", type=_float_in(0.0, None, lo_open=True),
                    default=rt.stall_timeout_s, metavar="S",
                    help="stop with an error when no task finishes for S seconds (a hung "
@@ -458,6 +465,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               dashboard_host=args.dashboard_host,
                               gpus_per_device=args.gpus_per_device,
                               sample_transport=args.sample_transport,
+                              exchange=args.exchange,
                               stall_timeout_s=args.stall_timeout),
         report=args.report,
         save_model=args.save_model,

@@ -24,6 +24,8 @@ MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
 SAMPLE_TRANSPORTS = ("auto", "object_store", "cuda_ipc")
+#: Gradient exchange among Trainers (fgnn.executors.collective, fgnn.executors.ps).
+EXCHANGES = ("server", "collective")
 REORDERINGS = ("none", "hot-first")
 FEATURE_TIERS = ("memory", "disk")
 DISK_CACHES = ("window", "lru", "random")
@@ -297,6 +299,12 @@ class RuntimeConfig:
     pass finishes for this many seconds: a hung executor or parameter server becomes an error
     naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
     ``train.checkpoint_dir`` resumes it)."""
+    exchange: str = "collective"
+    """How Trainers exchange gradients: ``collective`` (weights and optimizer on every Trainer's
+    device, one all-reduce of the gradients per step over gloo or NCCL,
+    :mod:`fgnn.executors.collective`) or ``server`` (a parameter-server actor holds the weights
+    and takes the Adam step, :mod:`fgnn.executors.ps`). Both take the steps of the
+    single-process loop."""
 
     @property
     def devices_used(self) -> int:
@@ -330,6 +338,9 @@ class RuntimeConfig:
         if self.sample_transport not in SAMPLE_TRANSPORTS:
             _fail("RuntimeConfig", "sample_transport", self.sample_transport,
                   f"must be one of {', '.join(SAMPLE_TRANSPORTS)}")
+        if self.exchange not in EXCHANGES:
+            _fail("RuntimeConfig", "exchange", self.exchange,
+                  f"must be one of {', '.join(EXCHANGES)}")
 
 
 @dataclass

@@ -58,12 +58,25 @@ def test_scratch_is_reset_and_reused():
     rm.end()
 
 
-def test_duplicate_seeds_raise_and_leave_clean_state():
+@pytest.mark.parametrize("seeds, match", [([3, 1, 3], "seeds must be distinct.*vertex 3"),
+                                          ([3, 1, 7], "vertex 7, outside \\[0, 5\\)"),
+                                          ([-1, 1], "vertex -1, outside")])
+@pytest.mark.parametrize("then", ["add", "add-nothing", "end"])
+def test_bad_seeds_raise_at_the_first_sync_and_leave_clean_state(seeds, match, then):
+    """begin() defers the range/repeat check to the first add()'s host sync (or end())."""
     rm = Remapper()
-    with pytest.raises(ValueError, match="seeds must be distinct.*vertex 3"):
-        rm.begin(torch.tensor([3, 1, 3]), 5)
+    rm.begin(torch.tensor(seeds), 5)  # no sync here: the sample runs on clamped seeds
+    with pytest.raises(ValueError, match=match):
+        if then == "add":
+            rm.add(torch.tensor([0, 2, 4]))
+        elif then == "add-nothing":
+            rm.add(torch.tensor([], dtype=torch.int64))
+        else:
+            rm.end()
+    rm.abort()
     assert bool((rm._scratch == rm._empty).all())
     rm.begin(torch.tensor([3, 1]), 5)
+    assert rm.add(torch.tensor([1, 4])).tolist() == [1, 2]
     rm.end()
 
 

@@ -160,6 +160,8 @@ class EpochCoordinator:
         if plan is None:
             starts.append(sv.ps.begin_epoch.remote(epoch, total, self.step_tasks))
         self.watchdog.get(starts, "the queue or the parameter server", epoch)
+        if plan is None and rt.exchange == "collective":
+            self._join_exchange(epoch)
         ep = _Epoch(epoch, total, plan, weights, measure, self.workers.alive("sampler"),
                     self.workers.alive("trainer"),
                     {e.device: e for e in self.workers.alive("standby")},
@@ -175,6 +177,22 @@ class EpochCoordinator:
                 self._start_trainer(ep, e, None)
         ep.last_progress = time.perf_counter()
         return ep
+
+    def _join_exchange(self, epoch: int) -> None:
+        """Every live Trainer and standby joins the collective exchange's group of ``epoch``
+        (:mod:`fgnn.executors.collective`); one that cannot is released, and its ``run_epoch``
+        meets the fault handling."""
+        import ray
+
+        ps = self.services.ps
+        members = [e for e in self.workers.execs if e.role != "sampler" and e.alive]
+        self.watchdog.get(ps.expect.remote([e.name for e in members]), "the step ledger", epoch)
+        refs = {e.handle.exchange_begin.remote(epoch): e for e in members}
+        for ref, e in refs.items():
+            try:
+                self.watchdog.get(ref, e.name, epoch)
+            except ray.exceptions.RayError:
+                self.watchdog.get(ps.release.remote(e.name), "the step ledger", epoch)
 
     def _start_trainer(self, ep: _Epoch, e: _Exec, policy: Optional[StandbyPolicy]) -> None:
         ep.running[e.handle.run_epoch.remote(ep.epoch, policy, ep.plan, ep.weights,

@@ -63,6 +63,9 @@ class Services:
     one_node: bool = True
     shared_gpu: bool = False
     torch_device: str = AUTO
+    exchange: Any = None
+    """The Trainers' :class:`~fgnn.executors.collective.ExchangeSpec` with
+    ``runtime.exchange="collective"`` (None: the parameter server)."""
 
 
 @dataclass
@@ -144,7 +147,8 @@ class WorkerGroup:
                        sv.queue, name, sv.torch_device, role, local,
                        sp.slow_trainers.get(index, 0.0),
                        crash_after_apply=not standby and index in sp.crash_after_apply,
-                       disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed)
+                       disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
+                       exchange=sv.exchange)
         return _Exec(name, role, device, h)
 
     def _wanted(self, n_s: int) -> list[tuple[str, int]]:

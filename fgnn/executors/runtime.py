@@ -19,12 +19,15 @@ All executors are plain classes made actors here, in :func:`~fgnn.executors._act
 factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
 half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
 assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a
-named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Gradients go
-through a parameter-server actor (:mod:`fgnn.executors.ps`): each mini-batch is cut into R tasks
-(R = ``runtime.devices``, 1 in single mode) whose gradients the server averages into one step, so
-training takes the steps of the single-process loop at any device count. The server needs no
-group membership when standby Trainers join and leave mid-epoch or a Trainer dies, and is the
-exactly-once ledger of trained tasks.
+named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Each
+mini-batch is cut into R tasks (R = ``runtime.devices``, 1 in single mode) whose gradients are
+averaged into one step, so training takes the steps of the single-process loop at any device
+count. ``runtime.exchange`` picks how: ``collective`` (the default) keeps weights and optimizer on
+every Trainer's device and all-reduces the gradients once per step, with a ledger actor
+(:class:`~fgnn.executors.collective.StepLedger`, no tensors) handing out slots, keeping the
+exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`); ``server``
+sends every task's gradient to a parameter-server actor (:mod:`fgnn.executors.ps`). Either way
+the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``, ``state``).
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
@@ -80,6 +83,7 @@ from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
 from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
 from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
+from fgnn.executors.collective import ExchangeSpec, StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import trainers_share_gpu
@@ -157,7 +161,7 @@ class Runtime:
         self.best: dict[str, Any] = {"val_acc": -1.0, "epoch": None, "state": None, "bad": 0}
         self.on_epoch = on_epoch
         self._eval_passes = 0
-        #: R: tasks per mini-batch, averaged into one step by the parameter server
+        #: R: tasks per mini-batch, averaged into one step (parameter server or collective)
         self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
         self.do_evaluate = bool(evaluate)
         self.load_s = 0.0
@@ -332,9 +336,14 @@ class Runtime:
             name=ARGS_ACTOR).remote()
         sv.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
-        sv.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
-            copy.deepcopy(self.model).cpu(), self.config.train.lr,
-            self.config.train.weight_decay, self.checkpointer.resume_optimizer)
+        tc, resumed = self.config.train, self.checkpointer.resume_optimizer
+        if rt.exchange == "collective":  # a ledger without tensors; weights on the Trainers
+            sv.ps = ray.remote(num_cpus=0, max_restarts=0)(StepLedger).options(
+                name="fgnn-ps", max_concurrency=256).remote(serve_store=True)
+            sv.exchange = ExchangeSpec(sv.ps, tc.lr, tc.weight_decay, resumed)
+        else:
+            sv.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
+                copy.deepcopy(self.model).cpu(), tc.lr, tc.weight_decay, resumed)
 
     def _build_layout(self, n_s: int) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest; the new

@@ -3,10 +3,13 @@
 A Trainer dequeues sample refs from the global queue, extracts the input features through a
 :class:`~fgnn.cache.feature_store.FeatureStore` (its own cache, peer devices' caches, host
 memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs
-forward/backward, and pushes the gradient to the :class:`~fgnn.executors.ps.ParameterServer`.
-Before computing a task it claims a slot of the server's current step, which brings the current
-weights: every step averages the gradients of its tasks, all computed from the previous step's
-weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded staleness).
+forward/backward, and exchanges the gradient: through the collective (``runtime.exchange=
+"collective"``, :mod:`fgnn.executors._exchange`: weights and optimizer on this device, one
+all-reduce per step) or by pushing it to the :class:`~fgnn.executors.ps.ParameterServer`.
+Before computing a task it claims a slot of the current step (with the server, the claim brings
+the current weights): every step averages the gradients of its tasks, all computed from the
+previous step's weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded
+staleness).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
 while it trains mini-batch ``i``. A *standby* Trainer (a Trainer on a Sampler's device with a
@@ -130,13 +133,17 @@ class TrainerExecutor:
             :class:`~fgnn.executors._common.MemmapFeatures`.
         seed: the job's seed; each training step seeds its dropout from ``(seed, epoch, task)``
             (:func:`~fgnn.executors._common.seed_task_rng`).
+        exchange: an :class:`~fgnn.executors.collective.ExchangeSpec`: exchange gradients over
+            the collective (weights and optimizer on this device,
+            :mod:`fgnn.executors._exchange`) instead of through the parameter server ``ps``.
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
                  placement: Optional[Placement], device_index: int, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
-                 crash_after_apply: bool = False, disk: Any = None, seed: int = 0) -> None:
+                 crash_after_apply: bool = False, disk: Any = None, seed: int = 0,
+                 exchange: Any = None) -> None:
         # one compute thread (executors share the host's cores); host gathers run on the
         # feature store's own pool (fgnn.cache.feature_store.extract_threads)
         torch.set_num_threads(1)
@@ -164,6 +171,12 @@ class TrainerExecutor:
         self._version = -1  # version of the server's weights this Trainer holds
         self._incarnation: Optional[int] = None  # enrolled on the server per epoch
         self._next_claim: Any = None  # a slot the last push brought for the next task
+        self.exchange = None
+        if exchange is not None:
+            from fgnn.executors._exchange import TrainerExchange
+
+            self.exchange = TrainerExchange(exchange, name, self.model, self._ack,
+                                            self.crash_after_apply)
 
     def ready(self) -> tuple[float, str]:
         """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
@@ -357,6 +370,20 @@ class TrainerExecutor:
                 return got.waited_s
         return None
 
+    def _backward(self, epoch: int, batch: _Batch) -> torch.Tensor:
+        """Forward and backward of one task on the current weights; returns the loss."""
+        self.copies.wait(batch.ready, batch.tensors())
+        self.model.train()
+        for p in self.params:
+            p.grad = None
+        seed_task_rng(self.seed, epoch, batch.task_id)
+        logits = self.model(batch.sample.blocks, batch.x)
+        loss = F.cross_entropy(logits, batch.labels)
+        if not bool(torch.isfinite(loss)):  # either exchange: never deliver its gradient
+            raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
+        loss.backward()
+        return loss
+
     def _train(self, epoch: int, batch: _Batch, has_next: bool = False
                ) -> Optional[dict[str, Any]]:
         """Claim a slot, forward, backward, push the gradient (None: stopped before a slot).
@@ -365,22 +392,19 @@ class TrainerExecutor:
         slot for it."""
         import ray
 
+        if self.exchange is not None:
+            return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
+                                       batch.rec, lambda: self._backward(epoch, batch),
+                                       self._stop, self.delay_s, has_next)
         t0 = time.perf_counter()
         waited = self._claim()
         if waited is None:
             return None
         t1 = time.perf_counter()
-        self.copies.wait(batch.ready, batch.tensors())
-        self.model.train()
-        for p in self.params:
-            p.grad = None
-        seed_task_rng(self.seed, epoch, batch.task_id)
-        logits = self.model(batch.sample.blocks, batch.x)
-        loss = F.cross_entropy(logits, batch.labels)
-        loss.backward()
+        loss = self._backward(epoch, batch)
         grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
                         for p in self.params]).cpu()
-        if not (bool(torch.isfinite(loss)) and bool(torch.isfinite(grad).all())):
+        if not bool(torch.isfinite(grad).all()):
             raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
         if self.delay_s > 0:
             time.sleep(self.delay_s)
@@ -431,7 +455,9 @@ class TrainerExecutor:
 
         from fgnn.evaluation import evaluate_layerwise
 
-        if weights is None:
+        if weights is None and self.exchange is not None:
+            weights = flatten(self.params)  # this device holds the current weights
+        elif weights is None:
             _, weights = ray.get(self.ps.weights.remote())
         self._version = -1
         unflatten_into(weights.to(self.device), self.params)
@@ -466,7 +492,7 @@ class TrainerExecutor:
         import ray
 
         t_start = time.perf_counter()
-        generation = self._begin_run(plan, weights)
+        generation, saved = self._begin_run(epoch, plan, weights)
         meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
 
         def step(b: _Batch, has_next: bool = False) -> Optional[dict[str, Any]]:
@@ -479,13 +505,17 @@ class TrainerExecutor:
             batches, last_ack = self._run_standby(step, policy, epoch, generation, plan)
         if last_ack is not None:
             ray.get(last_ack)
+        memory = self._memory_report(meter, batches)
+        if saved is not None:  # the collective member's own weights, after other weights
+            unflatten_into(saved, self.params)
         return {"name": self.name, "role": self.role, "batches": batches,
                 "time_s": time.perf_counter() - t_start, "switched": batches > 0,
-                "memory": self._memory_report(meter, batches)}
+                "memory": memory}
 
-    def _begin_run(self, plan: Optional[EvalPlan], weights: Optional[torch.Tensor]) -> int:
-        """Register with the queue (its generation, returned), enroll on the server for training
-        and take the weights of the run (the server's, or ``weights``)."""
+    def _begin_run(self, epoch: int, plan: Optional[EvalPlan], weights: Optional[torch.Tensor]
+                   ) -> tuple[int, Optional[torch.Tensor]]:
+        """Register with the queue and take the run's weights (:meth:`_load_weights`); returns
+        the queue's generation and the weights to put back after the run (or None)."""
         import ray
 
         self._stop.clear()
@@ -495,14 +525,8 @@ class TrainerExecutor:
             self.tiers.drop_staged()
         generation = ray.get(self.queue.register.remote(self.name))
         self._incarnation = generation
-        if plan is None:  # claims of an earlier, dead incarnation no longer count
-            ray.get(self.ps.enroll.remote(self.name, generation))
-        if weights is None:
-            self._version, weights = ray.get(self.ps.weights.remote())
-        else:
-            self._version = -1  # not the server's: the next claim must bring its weights
-        unflatten_into(weights.to(self.device), self.params)
-        return generation
+        saved = self._load_weights(epoch, plan, weights, generation)
+        return generation, saved
 
     def _run_pipelined(self, step: Callable[..., Optional[dict[str, Any]]], epoch: int,
                        generation: int, plan: Optional[EvalPlan]) -> tuple[int, Any]:
@@ -565,7 +589,48 @@ class TrainerExecutor:
             memory["sampler"] = self.local_sampler.working_set()
         return memory
 
+    def _load_weights(self, epoch: int, plan: Optional[EvalPlan], weights: Any,
+                      generation: int) -> Optional[torch.Tensor]:
+        """Take this run's weights: the server's (or ``weights``), enrolled for training; with
+        the collective exchange, join its epoch (training) or score on the member's own weights
+        unless ``weights`` are given. Returns the member's weights to put back after scoring
+        with others (else None)."""
+        import ray
+
+        if self.exchange is not None:
+            if plan is None:
+                self.exchange.begin(epoch)
+            if plan is None or weights is None:
+                return None
+            saved = flatten(self.params)
+            unflatten_into(weights.to(self.device), self.params)
+            return saved
+        if plan is None:  # claims of an earlier, dead incarnation no longer count
+            ray.get(self.ps.enroll.remote(self.name, generation))
+        if weights is None:
+            self._version, weights = ray.get(self.ps.weights.remote())
+        else:
+            self._version = -1  # not the server's: the next claim must bring its weights
+        unflatten_into(weights.to(self.device), self.params)
+        return None
+
+    def exchange_begin(self, epoch: int) -> None:
+        """Join the collective exchange's ``epoch`` (the runtime calls it on every Trainer and
+        standby at the epoch's start: a standby reduces every step, so it holds the current
+        weights when it switches to training)."""
+        if self.exchange is not None:
+            self.exchange.begin(epoch)
+
+    def exchange_state(self) -> dict[str, Any]:
+        """This Trainer's weights and optimizer state under the collective exchange (the
+        ledger reads them for checkpoints and the final model)."""
+        if self.exchange is None:
+            raise ValueError(f"{self.name} has no collective exchange")
+        return self.exchange.state()
+
     def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
+        if rec.get("deferred"):
+            return None  # the collective exchange acknowledges it once its step is applied
         self.metrics.stage_seconds("extract", rec["extract_s"])
         self.metrics.cache(rec["hits"], rec["misses"], rec["bytes"])
         if "eval_s" not in rec:

@@ -8,7 +8,7 @@ import torch
 
 from fgnn.graph import CSRGraph
 
-__all__ = ["check_fanouts", "check_seeds", "floyd_subsets", "segment_arange", "rand"]
+__all__ = ["check_fanouts", "check_seeds", "seed_value_error", "floyd_subsets", "segment_arange", "rand"]
 
 
 def check_fanouts(fanouts: Sequence[int], name: str = "fanouts") -> tuple[int, ...]:
@@ -24,8 +24,15 @@ def check_fanouts(fanouts: Sequence[int], name: str = "fanouts") -> tuple[int, .
     return out
 
 
-def check_seeds(graph: CSRGraph, seeds: torch.Tensor) -> torch.Tensor:
+def check_seeds(graph: CSRGraph, seeds: torch.Tensor, values: bool = True) -> torch.Tensor:
     """Validate ``seeds`` against ``graph``; return them as int64.
+
+    Args:
+        graph: the graph the seeds index.
+        seeds: ``(B,)`` int32/int64 vertex ids on the graph's device.
+        values: also check range and repeats here (one host sync). The k-hop samplers pass
+            False: their :class:`~fgnn.sampling.remap.Remapper` checks both inside the first
+            hop's own sync.
 
     Raises:
         ValueError: wrong type, dtype, shape or device, an id outside ``[0, N)``, or a
@@ -41,17 +48,22 @@ def check_seeds(graph: CSRGraph, seeds: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
     if seeds.device != graph.device:
         raise ValueError(f"seeds are on device {seeds.device} but the graph is on {graph.device}")
-    if seeds.numel() > 0:  # one host sync for range and repeats (check_seeds is per sample)
+    if values and seeds.numel() > 0:  # one host sync for range and repeats
         srt = seeds.sort().values
-        bad = (srt[0] < 0) | (srt[-1] >= graph.num_nodes) | (srt[1:] == srt[:-1]).any()
-        if bool(bad):
-            lo, hi = int(srt[0]), int(srt[-1])
-            if lo < 0 or hi >= graph.num_nodes:
-                raise ValueError(f"seeds holds vertex {lo if lo < 0 else hi}, outside "
-                                 f"[0, {graph.num_nodes})")
-            rep = int(srt[1:][srt[1:] == srt[:-1]][0])
-            raise ValueError(f"seeds must be distinct, got vertex {rep} more than once")
+        if bool((srt[0] < 0) | (srt[-1] >= graph.num_nodes) | (srt[1:] == srt[:-1]).any()):
+            raise seed_value_error(seeds, graph.num_nodes)
     return seeds.long()
+
+
+def seed_value_error(seeds: torch.Tensor, num_nodes: int) -> ValueError:
+    """The error for ``seeds`` known to hold an id outside ``[0, num_nodes)`` or a repeat (the
+    error path: it syncs freely to name the vertex)."""
+    srt = seeds.sort().values
+    lo, hi = int(srt[0]), int(srt[-1])
+    if lo < 0 or hi >= num_nodes:
+        return ValueError(f"seeds holds vertex {lo if lo < 0 else hi}, outside [0, {num_nodes})")
+    rep = int(srt[1:][srt[1:] == srt[:-1]][0])
+    return ValueError(f"seeds must be distinct, got vertex {rep} more than once")
 
 
 def segment_arange(counts: torch.Tensor, total: Optional[int] = None

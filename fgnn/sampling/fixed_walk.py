@@ -138,7 +138,7 @@ class FixedRandomWalk(Sampler):
         Raises:
             ValueError: on bad ``seeds`` (dtype, shape, device, range, repeats).
         """
-        seeds = check_seeds(graph, seeds)
+        seeds = check_seeds(graph, seeds, values=False)  # range, repeats: in sample_layers
 
         def select(frontier: torch.Tensor, hop: int):
             return self.neighbours(graph, frontier, self.num_layers - 1 - hop)
@@ -147,6 +147,6 @@ class FixedRandomWalk(Sampler):
 
     def sample_layer(self, graph: CSRGraph, seeds: torch.Tensor, layer: int) -> Sample:
         """A one-block sample: ``seeds`` aggregating their model-layer ``layer`` neighbourhood."""
-        seeds = check_seeds(graph, seeds)
+        seeds = check_seeds(graph, seeds, values=False)  # range, repeats: in sample_layers
         return sample_layers(self._remap, seeds, graph.num_nodes, 1,
                              lambda frontier, hop: self.neighbours(graph, frontier, layer))

@@ -285,7 +285,7 @@ class KHop(Sampler):
             ValueError: on bad ``seeds`` (dtype, shape, device, range, repeats) or a graph
                 without weights for a weighted sampler.
         """
-        seeds = check_seeds(graph, seeds)
+        seeds = check_seeds(graph, seeds, values=False)  # range, repeats: in the first hop's sync
         self.check_graph(graph)
         return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers,
                              lambda frontier, hop: self._select(graph, frontier, hop, generator),

@@ -125,7 +125,7 @@ class RandomWalk(Sampler):
         Raises:
             ValueError: on bad ``seeds`` (dtype, shape, device, range, repeats).
         """
-        seeds = check_seeds(graph, seeds)
+        seeds = check_seeds(graph, seeds, values=False)  # range, repeats: in sample_layers
         def select(frontier: torch.Tensor, layer: int):
             visits = random_walks(graph, frontier, self.num_walks, self.walk_length, generator)
             return random_walk_topk(visits, frontier, self.top_k)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import torch
 
 from fgnn.config import FRONTIERS
+from fgnn.sampling._util import seed_value_error
 
 if TYPE_CHECKING:
     from fgnn.sampling.base import Sample
@@ -58,6 +59,7 @@ class Remapper:
         self._parts: list[torch.Tensor] = []
         self._size = 0
         self._active = False
+        self._pending: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # seeds, bad flag
 
     def __getstate__(self) -> dict:
         """Pickle without the scratch array: a sampler shipped to an executor builds its own
@@ -66,6 +68,7 @@ class Remapper:
             raise RuntimeError("cannot pickle a Remapper in the middle of a sample")
         state = dict(self.__dict__)
         state["_scratch"] = None
+        state["_pending"] = None
         return state
 
     @staticmethod
@@ -75,16 +78,18 @@ class Remapper:
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, seeds: torch.Tensor, num_nodes: int, check: bool = True) -> None:
-        """Start a sample whose first local ids are ``seeds`` (int64, distinct, in range).
+        """Start a sample whose first local ids are ``seeds``.
 
         Args:
             seeds: ``(B,)`` int64 vertex ids.
             num_nodes: N of the graph.
-            check: verify that ``seeds`` are distinct (one host sync); callers that validated
-                them already (:func:`~fgnn.sampling._util.check_seeds`) pass ``False``.
+            check: verify that ``seeds`` are in ``[0, N)`` and distinct. The check costs no
+                host sync of its own: its flag is read by the first :meth:`add`'s sync (or by
+                :meth:`end`), and until then the sample runs on the seeds clamped into range.
+                Callers that validated the seeds already pass ``False``.
 
         Raises:
-            ValueError: if ``seeds`` holds a repeated vertex.
+            ValueError: (from that later sync) an id outside ``[0, N)`` or a repeated vertex.
             RuntimeError: if the previous sample was not ended.
         """
         if self._active:
@@ -98,21 +103,31 @@ class Remapper:
             self._empty = _I32_MAX if small else _I64_MAX
             s = torch.full((num_nodes,), self._empty, dtype=dtype, device=seeds.device)
             self._scratch = s
+        self._pending = None
+        if check and seeds.numel() > 0:
+            given, seeds = seeds, seeds.clamp(0, num_nodes - 1)
+            self._pending = (given, (given != seeds).any())
         pos = torch.arange(seeds.numel(), device=seeds.device, dtype=s.dtype)
         s.scatter_reduce_(0, seeds, pos, "amin")
-        if check and bool((s.index_select(0, seeds) != pos).any()):
-            s.index_fill_(0, seeds, self._empty)
-            raise ValueError(f"seeds must be distinct, got vertex {_first_repeat(seeds)} more "
-                             f"than once")
+        if self._pending is not None:  # a repeat: its later copy lost the amin
+            given, out_of_range = self._pending
+            self._pending = (given, out_of_range | (s.index_select(0, seeds) != pos).any())
         self._parts = [seeds]
         self._size = int(seeds.numel())
         self._active = True
+
+    def _raise_if_bad_seeds(self, bad: bool) -> None:
+        given, num_nodes = self._pending[0], self._scratch.numel()
+        self._pending = None
+        if bad:
+            raise seed_value_error(given, num_nodes)
 
     def add(self, cand: torch.Tensor) -> torch.Tensor:
         """Map global ids ``cand`` ``(E,)`` int64 to local ids, appending unseen vertices.
 
         New vertices are numbered ``size, size + 1, ...`` in order of their first position in
-        ``cand``.
+        ``cand``. One host sync: the number of new vertices (with the seed check of
+        :meth:`begin`, when it is still pending).
 
         Returns:
             ``(E,)`` int64 local ids.
@@ -124,18 +139,27 @@ class Remapper:
         s = self._scratch
         e = cand.numel()
         if e == 0:
+            if self._pending is not None:
+                self._raise_if_bad_seeds(bool(self._pending[1]))
             return torch.empty(0, dtype=torch.int64, device=cand.device)
         pos = torch.arange(self._base, self._base + e, device=cand.device, dtype=s.dtype)
         s.scatter_reduce_(0, cand, pos, "amin")
         first = s.index_select(0, cand) == pos  # new vertex, first occurrence
-        new_pos = torch.nonzero(first).squeeze(1)
-        if new_pos.numel() > 0:
+        if self._pending is not None:
+            count, bad = torch.stack([first.sum(), self._pending[1].long()]).tolist()
+            if bad:  # the candidates' entries are not in the sample: reset them here
+                s.index_fill_(0, cand, self._empty)
+            self._raise_if_bad_seeds(bool(bad))
+        else:
+            count = int(first.sum())
+        if count > 0:
+            new_pos = torch.nonzero_static(first, size=count).squeeze(1)
             new_vertices = cand.index_select(0, new_pos)
-            new_ids = torch.arange(self._size, self._size + new_pos.numel(), device=cand.device,
+            new_ids = torch.arange(self._size, self._size + count, device=cand.device,
                                    dtype=s.dtype)
             s.index_copy_(0, new_vertices, new_ids)
             self._parts.append(new_vertices)
-            self._size += int(new_pos.numel())
+            self._size += count
         return s.index_select(0, cand).long()
 
     def nodes(self) -> torch.Tensor:
@@ -150,7 +174,17 @@ class Remapper:
         return self._size
 
     def end(self) -> torch.Tensor:
-        """Finish the sample: reset the scratch entries it touched; return the input nodes."""
+        """Finish the sample: reset the scratch entries it touched; return the input nodes.
+
+        Raises:
+            ValueError: bad seeds (see :meth:`begin`) that no :meth:`add` has reported yet.
+        """
+        if self._pending is not None:  # a sample without any add: read the seed check now
+            if bool(self._pending[1]):
+                given = self._pending[0]
+                self.abort()
+                raise seed_value_error(given, self._scratch.numel())
+            self._pending = None
         nodes = self.nodes()
         self._scratch.index_fill_(0, nodes, self._empty)
         self._parts, self._size, self._active = [], 0, False
@@ -158,13 +192,9 @@ class Remapper:
 
     def abort(self) -> None:
         """Reset after an exception mid-sample (idempotent)."""
+        self._pending = None
         if self._active:
             self.end()
-
-
-def _first_repeat(x: torch.Tensor) -> int:
-    vals, counts = torch.unique(x, return_counts=True)
-    return int(vals[counts > 1][0])
 
 
 #: ``select(frontier, layer) -> (neighbour global ids, dst local ids, edge weights or None)``.
@@ -188,8 +218,8 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
 
     Args:
         remapper: the sampler's scratch-array remapper (reset on success and on error).
-        seeds: int64 seed ids on the graph's device, validated by
-            :func:`~fgnn.sampling._util.check_seeds` (in range, distinct).
+        seeds: int64 seed ids on the graph's device; their range and repeats are checked in
+            the first hop's host sync (:meth:`Remapper.begin`).
         num_nodes: N of the graph.
         num_layers: blocks to produce.
         select: picks the sampled edges of ``frontier`` for layer ``layer`` (0 = seeds' hop);
@@ -203,7 +233,7 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
 
     if frontier not in FRONTIERS:
         raise ValueError(f"frontier must be one of {', '.join(FRONTIERS)}, got {frontier!r}")
-    remapper.begin(seeds, num_nodes, check=False)  # the samplers' check_seeds did it
+    remapper.begin(seeds, num_nodes)
     try:
         blocks: list[Block] = []
         start = 0  # local id of the first vertex that samples at this hop

@@ -1,0 +1,150 @@
+"""A Trainer's hook into the collective gradient exchange (``runtime.exchange="collective"``).
+
+:class:`TrainerExchange` owns the Trainer's :class:`~fgnn.executors.collective.ExchangeMember`
+(its weights and Adam state stay on the Trainer's device), connects it to the job's
+:class:`~fgnn.executors.collective.StepLedger` actor and its rendezvous store, and runs one
+training step the collective way: claim a slot, wait for the step's weights, forward/backward,
+deliver the task id to the ledger (the gradient stays on the device until the step's all-reduce).
+A task is acknowledged to the queue only once the step holding its gradient is applied, so a
+Trainer that dies before that leaves the task leased: it goes back to the queue and its lost
+gradient does not count.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from fgnn.executors.collective import GROUP_TIMEOUT_S, Event, ExchangeMember, ExchangeSpec
+from fgnn.executors.ps import flatten
+
+__all__ = ["TrainerExchange"]
+
+
+class TrainerExchange:
+    """The collective exchange of one Trainer actor.
+
+    Args:
+        spec: the job's :class:`~fgnn.executors.collective.ExchangeSpec`.
+        name: the Trainer's name.
+        model: the Trainer's model on its device (the member steps its parameters in place).
+        ack: ``ack(task_id, record)``: acknowledge a task whose step was applied.
+        crash_after_apply: fault injection: exit right after the first applied step holding a
+            gradient of this Trainer, before its acknowledgement (a restarted incarnation trains
+            normally).
+    """
+
+    def __init__(self, spec: ExchangeSpec, name: str, model: nn.Module,
+                 ack: Callable[[int, dict], Any], crash_after_apply: bool = False) -> None:
+        import ray
+        import torch.distributed as dist
+
+        self.spec, self.name, self.ledger = spec, name, spec.ledger
+        self._ack, self._crash = ack, bool(crash_after_apply)
+        self._epoch: Optional[int] = None
+        # a restarted actor is a new incarnation: what its dead predecessor claimed is void
+        self.incarnation = time.time_ns() % (1 << 62)
+        host, port = ray.get(self.ledger.store_address.remote())
+        store = dist.TCPStore(host, port, is_master=False,
+                              timeout=_timedelta(GROUP_TIMEOUT_S))
+        self.member = ExchangeMember(
+            name, model, spec.lr, spec.weight_decay, spec.optimizer_state,
+            call=lambda method, *a: ray.get(getattr(self.ledger, method).remote(*a)),
+            store=store, on_applied=self._applied, resolve=lambda reply: ray.get(reply)[0],
+            events=self._event)
+        self._store = store
+        self._next: Any = None  # the last delivery's reply, which may carry the next slot
+
+    def begin(self, epoch: int) -> None:
+        """Join the ledger's ``epoch`` (the runtime called ``begin_epoch`` on it); a no-op
+        while this epoch's reducer runs."""
+        import ray
+
+        if self.member.active and self._epoch == epoch:
+            return
+        self.member.finish(GROUP_TIMEOUT_S)  # the last epoch's reducer reaches its end
+        self._epoch, self._next = epoch, None
+        handle = ray.get_runtime_context().current_actor
+        self.member.begin(self.incarnation, handle)
+
+    def _event(self, index: int, version: int) -> Optional[Event]:
+        """The ledger's event ``index`` read from the store (a socket wait, no Ray call on the
+        step's critical path); the progress report goes to the ledger without waiting."""
+        self.ledger.report.remote(self.name, index, version)
+        key = f"fgnn-ev{index}"
+        try:
+            self._store.wait([key], _timedelta(5.0))
+        except RuntimeError:  # not there yet (the store's timeout error)
+            return None
+        return pickle.loads(self._store.get(key))
+
+    def _applied(self, step: int, acks: list) -> None:
+        """The reducer applied ``step``: acknowledge its tasks of this Trainer."""
+        import ray
+
+        if any(ok for _, ok in acks) and self._crash and not ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)  # fault injection: the gradient is applied, the ack never sent
+        for (task_id, rec), ok in acks:
+            self._ack(task_id, {**rec, "applied": ok, "deferred": False})
+
+    def train(self, epoch: int, task_id: int, seeds: int, rec: dict[str, Any],
+              backward: Callable[[], torch.Tensor], stop: threading.Event,
+              delay_s: float = 0.0, has_next: bool = False) -> Optional[dict[str, Any]]:
+        """One task: claim, wait for the step's weights, ``backward()`` (returns the loss),
+        deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
+        applied) or None when stopped before a slot.
+
+        ``has_next``: this Trainer already holds its next task, so the delivery also asks for
+        its slot (the reply is read when that task starts)."""
+        import ray
+
+        t0 = time.perf_counter()
+        got = None if self._next is None else ray.get(self._next)[1]
+        self._next = None
+        while got is None:
+            if stop.is_set() or not self.member.active:
+                return None
+            got = self.member.claim(self.incarnation, 1.0)
+        step, waited = got
+        t1 = time.perf_counter()
+        if not self.member.wait_version(step, stop):
+            return None
+        t2 = time.perf_counter()
+        loss = backward()
+        grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
+                        for p in self.member.params])
+        if delay_s > 0:
+            time.sleep(delay_s)
+        t3 = time.perf_counter()
+        rec = dict(rec)
+        # sync_s: the exchange as the training thread sees it: the claim's round trip less its
+        # wait for a slot, the wait for the previous step's all-reduce and Adam step, sending
+        # the delivery (its reply is read by the reducer); step_wait_s: waiting for a step this
+        # Trainer has no slot in
+        self.member.pending(step)
+        reply = self.ledger.deliver_and_claim.remote(epoch, task_id, self.name, seeds,
+                                                     self.incarnation, has_next)
+        self._next = reply if has_next else None
+        t4 = time.perf_counter()
+        rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
+                   sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
+                   deferred=True)
+        self.member.settle(step, grad, seeds, reply, (task_id, rec))
+        return rec
+
+    def state(self) -> dict[str, Any]:
+        """The member's state (after its reducer reached the epoch's end)."""
+        self.member.finish(GROUP_TIMEOUT_S)
+        return self.member.state()
+
+
+def _timedelta(seconds: float) -> Any:
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)

@@ -1,0 +1,721 @@
+"""Gradient exchange over a collective: weights and optimizer state stay on every Trainer's device.
+
+The step rule is the parameter server's (:mod:`fgnn.executors.ps`): a step averages the gradients
+of R tasks (one mini-batch), weighted by their seed counts, and every gradient of a step is
+computed from the previous step's weights. What moves differs: only gradients, once per step, in
+one all-reduce of ``[sum of seed-weighted gradients, seed count]`` over the Trainers of the current
+group (``torch.distributed`` process groups: gloo on CPU, NCCL on CUDA). Each member then takes
+the same Adam step on its own device, so every member holds the same weights and no weights are
+ever sent back.
+
+Two pieces:
+
+* :class:`StepLedger` -- the coordinator (a small threaded actor; it holds no tensors in the
+  step path). It hands out the R slots of the open step (:meth:`~StepLedger.claim`), keeps the
+  exactly-once ledger (:meth:`~StepLedger.deliver` turns a duplicate task away), closes a step
+  once every slot delivered, and keeps an *event log* every member replays in order: ``form``
+  (a new group generation: rank 0, the member with the newest state, broadcasts weights and
+  optimizer state), ``reduce`` (all-reduce step ``s`` and apply it) and ``end`` (the epoch is
+  over). Membership changes only at step boundaries: joins (a restarted Trainer) wait for a
+  boundary; a death is applied before the next reduce; a death during a reduce re-forms the group
+  once every survivor has reported how far it got, and the steps no survivor completed are
+  reduced again without the dead member's gradients, whose tasks go back to "not applied" (their
+  leases return through the queue and another Trainer trains them).
+* :class:`ExchangeMember` -- one Trainer's side: its device weights and optimizer, the
+  seed-weighted gradient sum of each step it took part in, and a reducer thread that replays the
+  ledger's events. A member with no task in a step contributes zeros and a zero count.
+
+Every member of the epoch's group (standby Trainers included, from the epoch's start) takes part
+in every reduction, so a standby that switches to training mid-epoch already holds the current
+weights: it only starts claiming slots.
+
+Why ``torch.distributed`` rather than Ray's collective API: its process groups can be built per
+generation from a store prefix without global state (``ProcessGroupGloo(store, rank, size)``), so
+a group is rebuilt after a death without tearing the process down, and the unit tests run whole
+groups as threads of one process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+__all__ = ["StepLedger", "Event", "ExchangeMember", "ExchangeSpec", "new_group"]
+
+#: Seconds a collective call waits for its peers before it fails (a peer died or hangs).
+GROUP_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the ledger's event log, replayed in order by every member it names.
+
+    Attributes:
+        kind: ``"form"``, ``"reduce"`` or ``"end"``.
+        generation: the group generation the event runs in (its store prefix).
+        members: the group's members in rank order (rank 0 first).
+        step: the step to reduce (``reduce``); for ``form``, the version every member must
+            reach after the state broadcast: steps from rank 0's version up to it are reduced
+            again with the survivors' retained gradients.
+    """
+
+    kind: str
+    generation: int
+    members: tuple[str, ...]
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class ExchangeSpec:
+    """What a Trainer needs to join the collective exchange (shipped in its constructor
+    arguments, so a restarted Trainer has it again).
+
+    Attributes:
+        ledger: handle of the :class:`StepLedger` actor.
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        optimizer_state: optional optimizer ``state_dict`` to resume from.
+    """
+
+    ledger: Any
+    lr: float
+    weight_decay: float = 0.0
+    optimizer_state: Optional[dict] = None
+
+
+def new_group(store: Any, generation: int, rank: int, size: int, device: torch.device,
+              timeout_s: float = GROUP_TIMEOUT_S) -> Any:
+    """A process group of ``size`` members for one generation: NCCL on CUDA, gloo otherwise,
+    under the store prefix ``fgnn-g<generation>`` (no global ``init_process_group`` state)."""
+    import torch.distributed as dist
+
+    prefixed = dist.PrefixStore(f"fgnn-g{generation}", store)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if device.type == "cuda":
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        return dist.ProcessGroupNCCL(prefixed, rank, size, opts)
+    return dist.ProcessGroupGloo(prefixed, rank, size, timeout)
+
+
+class StepLedger:
+    """The coordinator of the collective exchange: slots, exactly-once ledger, membership.
+
+    Thread-safe: on Ray it runs as a threaded actor (``max_concurrency``), in tests it is called
+    from threads directly. Methods that wait take a ``timeout_s`` and return None when it ends.
+
+    Args:
+        serve_store: start a ``TCPStore`` server the members rendezvous through
+            (:meth:`store_address`); False in-process, where the members share a ``HashStore``.
+    """
+
+    def __init__(self, serve_store: bool = False) -> None:
+        self._cv = threading.Condition()
+        self.epoch, self.group, self.tasks = -1, 1, None
+        self.version = 0  # steps closed over the job (the open step's index)
+        self.generation = 0
+        self._live: dict[str, int] = {}
+        self._log: list[Event] = []
+        self._members: list[str] = []
+        self._at: dict[str, tuple[int, int]] = {}  # member -> (events processed, version)
+        self._handles: dict[str, Any] = {}
+        self._snapshot: Optional[dict[str, Any]] = None
+        self._store: Any = None
+        if serve_store:
+            import torch.distributed as dist
+            from ray.util import get_node_ip_address
+
+            self._store = dist.TCPStore(get_node_ip_address(), 0, is_master=True,
+                                        wait_for_workers=False)
+        self._reset_ledger()
+
+    def _reset_ledger(self) -> None:
+        self._attempts: Counter[int] = Counter()
+        self._applied: Counter[int] = Counter()
+        self._rejected: Counter[int] = Counter()
+        self._by: dict[int, str] = {}
+        self._holders: Counter[str] = Counter()
+        self._open: dict[int, str] = {}  # task -> consumer, delivered in the open step
+        self._closed: dict[int, dict[int, str]] = {}  # step -> its tasks, until settled
+        self._joining: list[str] = []
+        self._expect: set[str] = set()
+        self._dead: set[str] = set()
+        self._claimed = self._received = self._accepted = 0
+        self._steps, self._busy_s, self._wait_s = 0, 0.0, 0.0
+        self._ended = False
+
+    def _append(self, ev: Event) -> None:
+        """Add ``ev`` to the log; with a served store also under the key ``fgnn-ev<index>``,
+        where members wait for it on a socket instead of a Ray call."""
+        self._log.append(ev)
+        if self._store is not None:
+            self._store.set(f"fgnn-ev{len(self._log) - 1}", pickle.dumps(ev))
+
+    def report(self, consumer: str, index: int, version: int) -> None:
+        """A member's reducer processed the events before ``index`` and holds ``version``
+        steps (what :meth:`next_event` records, for members reading events from the store)."""
+        with self._cv:
+            self._note(consumer, index, version)
+
+    def store_address(self) -> Optional[tuple[str, int]]:
+        """``(host, port)`` of the rendezvous store, or None in-process."""
+        return None if self._store is None else (self._store.host, self._store.port)
+
+    # ------------------------------------------------------------------ epoch and members
+    def begin_epoch(self, epoch: int, tasks: Optional[int] = None, group: int = 1) -> None:
+        """Start ``epoch`` (``tasks`` tasks, R = ``group`` per step); the members of the last
+        epoch end (an ``end`` event) and this epoch's members :meth:`join` anew."""
+        if group < 1:
+            raise ValueError(f"group must be >= 1, got {group!r}")
+        if tasks is not None and tasks < 0:
+            raise ValueError(f"tasks must be >= 0, got {tasks!r}")
+        with self._cv:
+            if self._members:
+                self._append(Event("end", self.generation, tuple(self._members)))
+            self.epoch, self.group = int(epoch), int(group)
+            self.tasks = None if tasks is None else int(tasks)
+            self._members, self._at = [], {}
+            self._reset_ledger()
+            self._cv.notify_all()
+
+    def expect(self, consumers: list[str]) -> None:
+        """The members this epoch's first group waits for: joins before they are all in form
+        no group (one group build per epoch, not one per join); :meth:`release` of one of them
+        stops the wait for it."""
+        with self._cv:
+            self._expect = set(consumers)
+            self._reform()
+            self._cv.notify_all()
+
+    def join(self, consumer: str, incarnation: int, version: int, handle: Any = None) -> int:
+        """Enrol ``consumer`` (holding ``version`` steps) for this epoch; it becomes a member
+        at the next step boundary. Returns the index of the first event it must replay."""
+        with self._cv:
+            self._live[consumer] = int(incarnation)
+            self._handles[consumer] = handle
+            self._dead.discard(consumer)
+            start = len(self._log)
+            if consumer in self._members:  # a restarted incarnation: a member no more
+                self._members.remove(consumer)
+                self._dead.add(consumer)
+            self._at[consumer] = (start, int(version))
+            if consumer not in self._joining:
+                self._joining.append(consumer)
+            self._reform()
+            self._cv.notify_all()
+            return start
+
+    def release(self, consumer: str) -> int:
+        """``consumer`` died or stopped: its unused slots go back, gradients it delivered in the
+        open step count as not applied, and the group is re-formed without it. Returns the
+        slots given back."""
+        with self._cv:
+            self._live.pop(consumer, None)
+            self._expect.discard(consumer)
+            n = self._holders.pop(consumer, 0)
+            self._claimed -= n
+            for task in [t for t, c in self._open.items() if c == consumer]:
+                del self._open[task]
+                self._applied[task] -= 1
+                self._by.pop(task, None)
+                self._received -= 1
+                self._claimed -= 1
+                self._accepted -= 1
+            if consumer in self._joining:
+                self._joining.remove(consumer)
+            if consumer in self._members:
+                self._dead.add(consumer)
+            self._maybe_close()
+            self._reform()
+            self._cv.notify_all()
+            return n
+
+    def _stale(self, consumer: str, incarnation: Optional[int]) -> bool:
+        return incarnation is not None and self._live.get(consumer) != incarnation
+
+    def _reform(self) -> None:
+        """Drop dead members and add joiners: a ``form`` event of a new generation, once every
+        surviving member reported how far it got (a death may have cut a reduction short).
+
+        It may come in the middle of a step: rank 0 is a member with the newest state, and a
+        member already at that version keeps its weights (they are equal), so a training thread
+        computing on them is not disturbed."""
+        if not self._dead and not self._joining:
+            return
+        if not self._members and self._expect - set(self._joining):
+            return  # the epoch's first group: wait for every expected member
+        survivors = [m for m in self._members if m not in self._dead]
+        reduced = [e.step for e in self._log if e.kind == "reduce"
+                   and e.generation == self.generation]
+        upto = reduced[-1] + 1 if reduced else self.version
+        last = len(self._log)
+        if self._dead and any(self._at[m][0] < last for m in survivors):
+            return  # a survivor is still inside a reduction: wait for its report
+        done = max([self._at[m][1] for m in survivors], default=upto)
+        for step in [s for s in self._closed if s >= done]:  # no survivor applied it
+            for task, c in list(self._closed[step].items()):
+                if c in self._dead:
+                    self._applied[task] -= 1
+                    self._by.pop(task, None)
+                    self._accepted -= 1
+                    del self._closed[step][task]
+        joined = [m for m in self._joining if m not in self._dead or m in self._live]
+        def newest(ms: list[str]) -> list[str]:
+            return sorted(ms, key=lambda m: -self._at[m][1])
+        members = newest(survivors) + newest(joined)
+        self._dead, self._joining = set(), []
+        self.generation += 1
+        self._members = members
+        if members:
+            self._append(Event("form", self.generation, tuple(members), upto))
+        self._ended_check()
+
+    # ------------------------------------------------------------------ slots and gradients
+    def slots(self) -> int:
+        """Slots of the open step: ``min(R, tasks not yet accepted)``."""
+        if self.tasks is None:
+            return self.group
+        return max(0, min(self.group, self.tasks - self._accepted + self._received))
+
+    def claim(self, consumer: str, timeout_s: float = 1.0,
+              incarnation: Optional[int] = None) -> Optional[tuple[int, float]]:
+        """Take a slot of the open step: ``(step, seconds waited)``, or None when none freed up
+        within ``timeout_s`` (or the caller is not a member's live incarnation). The caller
+        computes its gradient from the weights of ``step`` (its member's version)."""
+        t0 = time.perf_counter()
+        with self._cv:
+            self._cv.wait_for(lambda: self._free(consumer, incarnation), timeout_s)
+            waited = time.perf_counter() - t0
+            self._wait_s += waited
+            got = self._try_claim(consumer, incarnation)
+            return None if got is None else (got, waited)
+
+    def _free(self, consumer: str, incarnation: Optional[int]) -> bool:
+        return (self._claimed < self.slots() and consumer in self._members) or \
+            self._stale(consumer, incarnation)
+
+    def _try_claim(self, consumer: str, incarnation: Optional[int]) -> Optional[int]:
+        """Take a free slot of the open step for a live member (under the lock): its step."""
+        if not self._free(consumer, incarnation) or self._stale(consumer, incarnation):
+            return None
+        self._claimed += 1
+        self._holders[consumer] += 1
+        return self.version
+
+    def deliver_and_claim(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
+                          incarnation: Optional[int] = None, claim_next: bool = True
+                          ) -> tuple[bool, Optional[tuple[int, float]]]:
+        """:meth:`deliver`, then a slot for the caller's next task when one is free right now
+        (one round trip per task; only a caller that already holds its next task may ask, as a
+        slot held while waiting for a task could block the holders of the last tasks)."""
+        ok = self.deliver(epoch, task_id, consumer, seeds, incarnation)
+        if not claim_next:
+            return ok, None
+        with self._cv:
+            step = self._try_claim(consumer, incarnation)
+        return ok, None if step is None else (step, 0.0)
+
+    def deliver(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
+                incarnation: Optional[int] = None) -> bool:
+        """``consumer`` added the gradient of ``task_id`` to its sum of the open step: True when
+        it counts (exactly once per epoch), False for a duplicate, another epoch or a dead
+        incarnation (the caller then drops that gradient). The step closes when every slot
+        delivered.
+
+        Raises:
+            ValueError: when ``consumer`` holds no slot, or ``seeds <= 0``.
+        """
+        t0 = time.perf_counter()
+        with self._cv:
+            self._attempts[task_id] += 1
+            if self._stale(consumer, incarnation):
+                self._rejected[task_id] += 1
+                return False
+            if self._holders[consumer] < 1:
+                raise ValueError(f"{consumer!r} delivered task {task_id} without a slot")
+            if seeds <= 0:
+                raise ValueError(f"seeds must be > 0, got {seeds!r}")
+            self._holders[consumer] -= 1
+            ok = self._admit(epoch, task_id)
+            if ok:
+                self._applied[task_id] += 1
+                self._by.setdefault(task_id, consumer)
+                self._open[task_id] = consumer
+                self._accepted += 1
+                self._received += 1
+            else:
+                self._rejected[task_id] += 1
+                self._claimed -= 1
+            self._maybe_close()
+            self._reform()
+            self._cv.notify_all()
+            self._busy_s += time.perf_counter() - t0
+            return ok
+
+    def _admit(self, epoch: int, task_id: int) -> bool:
+        """The exactly-once rule: a task of this epoch none of whose gradients counted yet."""
+        return epoch == self.epoch and self._applied[task_id] == 0
+
+    def _maybe_close(self) -> None:
+        """Close the open step once every claimed slot delivered and no slot is left: deaths
+        re-form the group first, then a ``reduce`` event, then joins at the boundary."""
+        if self._received == 0 or self._received < self._claimed \
+                or self._received < self.slots():
+            return
+        if self._dead:
+            self._reform()
+            if self._dead:
+                return  # waits for the survivors' reports (next_event closes it then)
+        self._append(Event("reduce", self.generation, tuple(self._members), self.version))
+        self._closed[self.version] = dict(self._open)
+        self.version += 1
+        self._steps += 1
+        self._open = {}
+        self._claimed = self._received = 0
+        self._ended_check()
+
+    def _ended_check(self) -> None:
+        """Append ``end`` once every task is accepted and every member applied every step (a
+        death in the last reduction must still re-form the group and reduce again)."""
+        if (not self._ended and self.tasks is not None and self._accepted >= self.tasks
+                and self._received == 0 and not self._closed and not self._dead
+                and self._members):
+            self._ended = True
+            self._append(Event("end", self.generation, tuple(self._members)))
+
+    # ------------------------------------------------------------------ the event log
+    def next_event(self, consumer: str, index: int, version: int,
+                   timeout_s: float = 1.0) -> Optional[Event]:
+        """The event at ``index`` of the log for ``consumer``'s reducer, which has processed
+        the events before it and holds ``version`` steps (its report); None on timeout."""
+        with self._cv:
+            self._note(consumer, index, version)
+            self._cv.wait_for(lambda: len(self._log) > index, timeout_s)
+            return self._log[index] if len(self._log) > index else None
+
+    def _note(self, consumer: str, index: int, version: int) -> None:
+        """Record a member's progress; settle steps every member applied; re-form after a
+        death once the survivors have all reported (under the lock)."""
+        self._at[consumer] = (int(index), int(version))
+        for s in [s for s in self._closed if s < version]:
+            if all(self._at.get(m, (0, 0))[1] > s for m in self._members):
+                del self._closed[s]  # every member applied it: settled
+        self._ended_check()
+        self._cv.notify_all()
+        if self._dead:
+            self._reform()
+            self._maybe_close()
+            self._cv.notify_all()
+
+    # ------------------------------------------------------------------ reports
+    def ledger(self) -> dict[str, Any]:
+        """This epoch's exactly-once ledger, as :meth:`ParameterServer.ledger
+        <fgnn.executors.ps.ParameterServer.ledger>` reports it (``busy_s``: time inside
+        :meth:`deliver`; ``claim_s``: inside :meth:`claim`, waits included)."""
+        with self._cv:
+            return {"epoch": self.epoch, "attempts": dict(self._attempts),
+                    "applied": {t: n for t, n in self._applied.items() if n},
+                    "rejected": dict(self._rejected), "by": dict(self._by),
+                    "steps": self._steps, "busy_s": self._busy_s, "claim_s": self._wait_s,
+                    "generation": self.generation}
+
+    def _holder_state(self) -> dict[str, Any]:
+        """The state of the newest member that answers (rank 0 first); the last one read when
+        none does (every Trainer died)."""
+        import ray
+
+        with self._cv:
+            names = list(self._members) or sorted(self._at, key=lambda m: -self._at[m][1])
+            handles = [self._handles.get(m) for m in names]
+        for h in handles:
+            if h is None:
+                continue
+            try:
+                self._snapshot = ray.get(h.exchange_state.remote(), timeout=GROUP_TIMEOUT_S)
+                return self._snapshot
+            except (ray.exceptions.RayError, TimeoutError):
+                continue
+        if self._snapshot is None:
+            raise RuntimeError("no Trainer of the collective exchange holds the weights")
+        return self._snapshot
+
+    def weights(self) -> tuple[int, torch.Tensor]:
+        """``(version, flat weights)`` of the newest member (read from its actor)."""
+        st = self._holder_state()
+        return st["version"], st["flat"]
+
+    def state(self) -> dict[str, Any]:
+        """Model and optimizer state dicts of the newest member (CPU), for checkpoints."""
+        st = self._holder_state()
+        return {"model": st["model"], "optimizer": st["optimizer"], "version": st["version"]}
+
+
+def _init_adam(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> None:
+    """Give every parameter Adam's zero state (what its first step would create), so members
+    broadcast optimizer states of one fixed layout from the start."""
+    for p in params:
+        if not optimizer.state[p]:
+            optimizer.state[p] = {"step": torch.tensor(0.0),
+                                  "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                  "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+
+class ExchangeMember:
+    """One Trainer's side of the collective exchange: weights and Adam state on its device.
+
+    The training thread, per task: :meth:`claim` a slot (the step ``s`` to compute), wait for the
+    weights of ``s`` (:meth:`wait_version`), compute the gradient, :meth:`pending` then the
+    ledger's ``deliver`` then :meth:`settle` (the gradient counts only when the ledger accepted
+    it; the reducer reads the verdict, so the training thread does not wait for it). The reducer thread (:meth:`begin`) replays the ledger's events: it builds each
+    generation's process group, receives rank 0's state when it lags, all-reduces every step's
+    ``[seed-weighted gradient sum, seed count]`` and applies the mean with Adam; then
+    ``on_applied(step, acks)`` hands back what :meth:`settle` registered for that step.
+
+    Args:
+        name: the Trainer's name (its identity in the ledger).
+        model: the model on ``device`` (this member steps its trainable parameters).
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        optimizer_state: optional optimizer ``state_dict`` to resume from.
+        call: ``call(method, *args)`` runs a :class:`StepLedger` method (a Ray call, or a
+            direct one in-process).
+        store: the ``torch.distributed`` store the groups rendezvous through.
+        on_applied: ``on_applied(step, [(ack, accepted), ...])`` after each applied step (runs
+            on the reducer thread); None: nothing.
+        resolve: turns the ``answer`` given to :meth:`settle` into the ledger's verdict
+            (``ray.get`` of the delivery's reply on Ray).
+        events: ``events(index, version)``: the ledger's event at ``index`` (None after a short
+            wait), having reported ``version``; None: ``call("next_event", ...)``.
+        timeout_s: seconds a collective waits for its peers before it counts as failed.
+    """
+
+    def __init__(self, name: str, model: nn.Module, lr: float, weight_decay: float = 0.0,
+                 optimizer_state: Optional[dict] = None, *, call: Callable[..., Any],
+                 store: Any, on_applied: Optional[Callable[[int, list], None]] = None,
+                 resolve: Callable[[Any], bool] = bool,
+                 events: Optional[Callable[[int, int], Optional[Event]]] = None,
+                 timeout_s: float = GROUP_TIMEOUT_S) -> None:
+        self.name, self.model = name, model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, weight_decay=weight_decay)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        _init_adam(self.optimizer, self.params)
+        self.version = 0
+        self._call, self._store, self._on_applied = call, store, on_applied
+        self._cv = threading.Condition()
+        self._entries: dict[int, list[tuple[Any, torch.Tensor, float, Any]]] = {}
+        self._resolve = resolve
+        self._events = events or (lambda i, v: call("next_event", name, i, v, 1.0))
+        self._inflight: Counter[int] = Counter()
+        self._pg: Any = None
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+        self.timeout_s = float(timeout_s)
+        self.reduce_s = 0.0
+        self.reductions = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self, incarnation: int, handle: Any = None) -> None:
+        """Join the ledger's current epoch and start the reducer thread (a no-op while one
+        runs)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self.ready.clear()
+        start = self._call("join", self.name, incarnation, self.version, handle)
+        self._thread = threading.Thread(target=self._replay, args=(start,), daemon=True,
+                                        name=f"{self.name}-reducer")
+        self._thread.start()
+
+    def finish(self, timeout_s: Optional[float] = None) -> bool:
+        """Wait for the reducer thread to reach the epoch's end; True when it did."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            return not self._thread.is_alive()
+        return True
+
+    def stop(self) -> None:
+        """Stop the reducer thread at its next event (it leaves the group without a word)."""
+        self._stop.set()
+        with self._cv:
+            self._cv.notify_all()
+
+    @property
+    def active(self) -> bool:
+        """The reducer thread runs (it ends with the epoch)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------------ the training thread
+    def claim(self, incarnation: Optional[int], timeout_s: float = 1.0
+              ) -> Optional[tuple[int, float]]:
+        """A slot of the open step from the ledger: ``(step, seconds waited in the ledger)``;
+        None on timeout (or before this member has joined a group)."""
+        if not self.ready.is_set():
+            self.ready.wait(timeout_s)
+            return None
+        return self._call("claim", self.name, timeout_s, incarnation)
+
+    def wait_version(self, step: int, stop: Optional[threading.Event] = None) -> bool:
+        """Wait until this member holds the weights of ``step``; False when it cannot (the
+        reducer ended, or ``stop`` was set)."""
+        with self._cv:
+            while self.version < step:
+                if self._stop.is_set() or (stop is not None and stop.is_set()) \
+                        or self._thread is None or not self._thread.is_alive():
+                    return False
+                self._cv.wait(0.5)
+            return self.version == step
+
+    def pending(self, step: int) -> None:
+        """A gradient of ``step`` is about to be delivered: its reduction waits for
+        :meth:`settle`."""
+        with self._cv:
+            self._inflight[step] += 1
+
+    def settle(self, step: int, grad: torch.Tensor, seeds: int, answer: Any,
+               ack: Any = None) -> None:
+        """Keep ``grad`` (the mean over ``seeds`` seeds) for ``step`` with the ledger's
+        ``answer`` to its delivery (True/False, or a token ``resolve`` turns into it: the
+        training thread need not wait for the reply) and ``ack`` for ``on_applied``; release
+        the :meth:`pending` mark. Only accepted gradients enter the step's sum."""
+        with self._cv:
+            self._entries.setdefault(step, []).append((answer, grad, float(seeds), ack))
+            self._inflight[step] -= 1
+            self._cv.notify_all()
+
+    # ------------------------------------------------------------------ the reducer thread
+    def _replay(self, index: int) -> None:
+        """Replay the ledger's events from ``index`` until the epoch's end (or a group that no
+        longer holds this member)."""
+        joined = False
+        try:
+            while not self._stop.is_set():
+                ev = self._events(index, self.version)
+                if ev is None or self._stop.is_set():
+                    continue
+                index += 1
+                if ev.kind == "end" or (joined and self.name not in ev.members):
+                    return
+                if self.name not in ev.members:
+                    continue  # before this member's first group
+                try:
+                    if ev.kind == "form":
+                        self._form(ev)
+                        joined = True
+                        self.ready.set()
+                    elif self._pg is not None:
+                        self._reduce_step(ev.step)
+                except RuntimeError:  # a peer died: report (next_event) and wait for a form
+                    self._pg = None
+        finally:
+            self._pg = None
+            self.ready.set()
+            with self._cv:
+                self._cv.notify_all()
+
+    def _form(self, ev: Event) -> None:
+        """Join generation ``ev.generation``: build its group, take rank 0's state when this
+        member lags, then reduce again the steps up to ``ev.step`` it has not applied."""
+        rank = ev.members.index(self.name)
+        self._pg = new_group(self._store, ev.generation, rank, len(ev.members), self.device,
+                             self.timeout_s)
+        state = self._flat_state()
+        self._pg.broadcast(state, 0).wait()
+        theirs = int(state[0].item())
+        if theirs > self.version:
+            self._adopt(state)
+        with self._cv:
+            for s in [s for s in self._entries if s < self.version]:
+                del self._entries[s]  # rank 0 applied it, this member's share included
+            self._cv.notify_all()
+        for step in range(self.version, ev.step):
+            self._reduce_step(step)
+
+    def _reduce_step(self, step: int) -> None:
+        """All-reduce ``[gradient sum, seeds]`` of ``step`` and take its Adam step.
+
+        Raises:
+            RuntimeError: the collective failed (a peer died: the ledger re-forms the group).
+        """
+        with self._cv:
+            self._cv.wait_for(lambda: self._inflight[step] <= 0 or self._stop.is_set())
+            entries = list(self._entries.get(step, []))
+        n = sum(p.numel() for p in self.params)
+        buf = torch.zeros(n + 1, device=self.device)
+        verdicts = []
+        for answer, grad, seeds, ack in entries:
+            ok = bool(self._resolve(answer))
+            if ok:
+                buf[:-1].add_(grad, alpha=seeds)
+                buf[-1] += seeds
+            verdicts.append((ack, ok))
+        t0 = time.perf_counter()
+        self._pg.allreduce([buf]).wait()
+        if buf[-1].item() > 0:
+            mean = buf[:-1] / buf[-1]
+            offset = 0
+            for p in self.params:
+                p.grad = mean[offset:offset + p.numel()].view_as(p).to(p.dtype)
+                offset += p.numel()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        with self._cv:
+            self.version = step + 1
+            self._entries.pop(step, None)
+            self._inflight.pop(step, None)
+            self._cv.notify_all()
+        self.reduce_s += time.perf_counter() - t0
+        self.reductions += 1
+        if self._on_applied is not None:
+            self._on_applied(step, verdicts)
+
+    # ------------------------------------------------------------------ state
+    def _flat_state(self) -> torch.Tensor:
+        """``[version, weights, exp_avg, exp_avg_sq, Adam steps]`` as one flat vector."""
+        st = [self.optimizer.state[p] for p in self.params]
+        parts = [torch.tensor([float(self.version)], device=self.device)]
+        parts += [p.detach().reshape(-1).float() for p in self.params]
+        parts += [s["exp_avg"].reshape(-1).float() for s in st]
+        parts += [s["exp_avg_sq"].reshape(-1).float() for s in st]
+        parts.append(torch.stack([s["step"].float().to(self.device) for s in st])
+                     if st else torch.zeros(0, device=self.device))
+        return torch.cat(parts)
+
+    def _adopt(self, flat: torch.Tensor) -> None:
+        """Take weights, Adam state and version from a :meth:`_flat_state` vector."""
+        st = [self.optimizer.state[p] for p in self.params]
+        offset = 1
+        with torch.no_grad():
+            for group in ([p for p in self.params], [s["exp_avg"] for s in st],
+                          [s["exp_avg_sq"] for s in st]):
+                for t in group:
+                    t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                    offset += t.numel()
+            for i, s in enumerate(st):
+                s["step"].copy_(flat[offset + i])
+        with self._cv:
+            self.version = int(flat[0].item())
+            self._cv.notify_all()
+
+    def state(self) -> dict[str, Any]:
+        """``{"version", "flat", "model", "optimizer"}`` on the CPU: flat weights, model and
+        optimizer state dicts (checkpoints, the final model)."""
+        from fgnn.executors.ps import flatten
+
+        opt = self.optimizer.state_dict()
+        opt["state"] = {k: {n: v.detach().cpu().clone() for n, v in s.items()}
+                        for k, s in opt["state"].items()}
+        return {"version": self.version, "flat": flatten(self.params).cpu(),
+                "model": {k: v.detach().cpu().clone() for k, v in
+                          self.model.state_dict().items()}, "optimizer": opt}

@@ -1,0 +1,243 @@
+"""The collective exchange (fgnn/executors/collective.py) without Ray: members are threads of
+this process, each with its own model copy, grouped by gloo over a shared ``HashStore``.
+
+* a step over R tasks spread among the members is the single-process Adam step on their seeds,
+  and every member ends with the same weights;
+* a duplicate task is never applied (and the check fails with the ledger's rule off);
+* a member that dies is dropped and the group rebuilt, before or inside a reduction;
+* a standby that starts training mid-epoch, and a fresh member that joins mid-epoch, take the
+  group's state and keep the single-process steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Optional
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+dist = pytest.importorskip("torch.distributed")
+
+from fgnn.executors.collective import ExchangeMember, StepLedger  # noqa: E402
+from fgnn.executors.ps import flatten  # noqa: E402
+from fgnn.executors.scheduler import epoch_batches  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+IN, C, LR = 5, 3, 0.05
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(IN, 4), nn.ReLU(), nn.Linear(4, C))
+
+
+def _data(n: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, IN, generator=g), torch.randint(0, C, (n,), generator=g)
+
+
+def _single(x: torch.Tensor, y: torch.Tensor, batches: list[torch.Tensor]) -> torch.Tensor:
+    """The single-process loop: one Adam step per mini-batch."""
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    for b in batches:
+        opt.zero_grad()
+        F.cross_entropy(model(x[b]), y[b]).backward()
+        opt.step()
+    return flatten(list(model.parameters()))
+
+
+class _Group:
+    """A ledger, a shared store and members run as threads on one epoch's tasks."""
+
+    def __init__(self, n: int, tasks: list[torch.Tensor], group: int,
+                 ledger: Optional[StepLedger] = None, timeout_s: float = 30.0) -> None:
+        self.ledger = ledger or StepLedger()
+        self.store = dist.HashStore()
+        self.queue = deque(enumerate(tasks))
+        self.lock = threading.Lock()
+        self.acked: list[int] = []
+        self.again: set[int] = set()
+        self.timeout_s = timeout_s
+        self.members = {f"m{i}": self.member(f"m{i}") for i in range(n)}
+        self.ledger.begin_epoch(0, len(tasks), group)
+
+    def member(self, name: str) -> ExchangeMember:
+        def applied(step: int, acks: list) -> None:
+            with self.lock:
+                self.acked += [t for t, ok in acks if ok]
+        return ExchangeMember(name, _model(), LR, call=lambda m, *a: getattr(self.ledger, m)(*a),
+                              store=self.store, on_applied=applied, timeout_s=self.timeout_s)
+
+    def train(self, m: ExchangeMember, x: torch.Tensor, y: torch.Tensor, limit: int = 10**9,
+              redeliver: bool = False, die_after_deliver: bool = False) -> None:
+        """Take tasks until none is left (or ``limit``); ``redeliver``: put each task this
+        member trained back in the queue once (as a fault re-delivers a task whose
+        acknowledgement was lost); ``die_after_deliver``: stop (as if killed) after delivering
+        the first task."""
+        done = 0
+        while done < limit:
+            with self.lock:
+                if not self.queue:
+                    return
+            got = None
+            while got is None:
+                if not m.active:
+                    return  # the epoch is over
+                got = m.claim(0, 0.5)
+            step, _ = got
+            with self.lock:  # tasks in claim order: a step's tasks are one mini-batch
+                t, idx = self.queue.popleft()
+            assert m.wait_version(step)
+            for p in m.params:
+                p.grad = None
+            F.cross_entropy(m.model(x[idx]), y[idx]).backward()
+            g = flatten([p.grad for p in m.params])
+            m.pending(step)
+            ok = self.ledger.deliver(0, t, m.name, int(idx.numel()), 0)
+            if die_after_deliver:
+                m.stop()
+                return
+            m.settle(step, g, int(idx.numel()), ok, t)
+            if redeliver and t not in self.again and len(self.queue) > 1:
+                self.again.add(t)
+                with self.lock:
+                    self.queue.appendleft((t, idx))
+            done += 1
+
+    def run(self, x: torch.Tensor, y: torch.Tensor, **plans: dict) -> None:
+        for m in self.members.values():
+            m.begin(0)
+        threads = [threading.Thread(target=self.train, args=(m, x, y), kwargs=plans.get(n, {}))
+                   for n, m in self.members.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def finish(self, names: Optional[list[str]] = None) -> list[torch.Tensor]:
+        out = []
+        for n in names or list(self.members):
+            assert self.members[n].finish(30), f"{n}'s reducer did not reach the epoch's end"
+            out.append(flatten(self.members[n].params))
+        return out
+
+
+def _epoch(n_seeds: int = 40, batch: int = 10, parts: int = 4) -> tuple:
+    x, y = _data(n_seeds)
+    tasks = epoch_batches(torch.arange(n_seeds), batch, 0, 0, parts)
+    batches = [torch.cat(tasks[i:i + parts]) for i in range(0, len(tasks), parts)]
+    return x, y, tasks, _single(x, y, batches)
+
+
+def test_collective_steps_are_the_single_process_steps():
+    x, y, tasks, want = _epoch(n_seeds=38)  # 4 mini-batches, the last one smaller
+    g = _Group(3, tasks, group=4)
+    g.run(x, y)
+    weights = g.finish()
+    for w in weights:
+        assert torch.allclose(w, want, atol=1e-6)
+    led = g.ledger.ledger()
+    assert led["steps"] == 4 and led["applied"] == {t: 1 for t in range(len(tasks))}
+    assert sorted(g.acked) == list(range(len(tasks)))  # acknowledged once each, after applying
+    # the optimizer state matches too: each member's state is what a checkpoint saves
+    st = g.members["m0"].state()
+    assert st["version"] == 4 and len(st["optimizer"]["state"]) == 4
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_a_redelivered_task_is_never_applied(monkeypatch, rule):
+    x, y, tasks, want = _epoch(n_seeds=20)
+    if rule == "off":  # the exactly-once check disabled: the duplicate must show
+        monkeypatch.setattr(StepLedger, "_admit", lambda self, epoch, task: epoch == self.epoch)
+    g = _Group(2, tasks, group=4)
+    g.run(x, y, m0={"redeliver": True}, m1={"redeliver": True})
+    weights = g.finish()
+    led = g.ledger.ledger()
+    assert any(n == 2 for n in led["attempts"].values()), led  # duplicates were delivered
+    ok = (all(n == 1 for n in led["applied"].values())
+          and all(torch.allclose(w, want, atol=1e-6) for w in weights))
+    assert ok == (rule == "on"), led
+    if rule == "on":
+        assert set(led["rejected"]) == {t for t, n in led["attempts"].items() if n == 2}
+
+
+def test_a_member_dying_between_steps_is_dropped_and_the_steps_stay_exact():
+    x, y, tasks, want = _epoch(n_seeds=40)
+    g = _Group(3, tasks, group=4)
+    for m in g.members.values():
+        m.begin(0)
+    dead = g.members["m2"]
+    g.train(dead, x, y, die_after_deliver=True)  # delivers task 0 of step 0, then dies
+    g.ledger.release("m2")  # what the runtime does for a dead Trainer
+    g.queue.appendleft((0, tasks[0]))  # its lease goes back to the queue
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for w in g.finish(["m0", "m1"]):
+        assert torch.allclose(w, want, atol=1e-6)
+    led = g.ledger.ledger()
+    assert led["applied"] == {t: 1 for t in range(len(tasks))}
+    assert led["generation"] >= 2  # the group was rebuilt without m2
+
+
+@pytest.mark.parametrize("n_seeds", [40, 10])  # 10: the epoch's one and last step
+def test_a_member_dying_inside_a_reduction_rebuilds_the_group_exactly_once(n_seeds):
+    x, y, tasks, _ = _epoch(n_seeds=n_seeds)
+    g = _Group(3, tasks, group=4, timeout_s=2.0)
+    for m in g.members.values():
+        m.begin(0)
+    dead = g.members["m2"]
+    g.train(dead, x, y, limit=1)  # task 0 of step 0 in its sum
+    dead.stop()  # then it dies: the all-reduce of step 0 waits for it, then fails
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y, k))
+               for n, k in (("m0", 2), ("m1", 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mine = [t for t, c in g.ledger.ledger()["by"].items() if c == "m2"]
+    g.ledger.release("m2")
+    for t in mine:  # its leases go back to the queue
+        g.queue.appendleft((t, tasks[t]))
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w0, w1 = g.finish(["m0", "m1"])
+    assert torch.equal(w0, w1)
+    led = g.ledger.ledger()
+    assert led["applied"] == {t: 1 for t in range(len(tasks))}, led
+    assert mine == [0] and led["attempts"][0] == 2  # its gradient was lost, then re-trained
+    assert not torch.equal(w0, flatten(list(_model().parameters())))  # it trained
+
+
+def test_a_standby_training_mid_epoch_and_a_late_joiner_keep_the_steps_exact():
+    x, y, tasks, want = _epoch(n_seeds=60)  # 6 steps
+    g = _Group(2, tasks, group=4)
+    for m in g.members.values():
+        m.begin(0)
+    # m1 is a standby: a member from the start (it reduces zeros), training from step 2 on
+    first = threading.Thread(target=g.train, args=(g.members["m0"], x, y, 8))
+    first.start()
+    first.join()
+    late = g.member("late")  # e.g. a restarted Trainer: fresh weights and optimizer
+    g.members["late"] = late
+    late.begin(1)
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y))
+               for n in ("m0", "m1", "late")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for w in g.finish():
+        assert torch.allclose(w, want, atol=1e-6)
+    assert g.ledger.ledger()["by"] and {"m1", "late"} & set(g.ledger.ledger()["by"].values())
