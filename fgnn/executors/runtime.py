@@ -187,7 +187,7 @@ class Runtime:
 
     @property
     def ps(self) -> Any:
-        """The parameter server actor."""
+        """The parameter server actor (the step ledger with the collective exchange)."""
         return self.services.ps
 
     @ps.setter
