@@ -101,7 +101,8 @@ def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, datas
     waited = time.monotonic() - stopped[0][1]
     msg = str(info.value)
     print(f"stopped Trainer caught after {waited:.1f}s (stall timeout {STALL_S:g}s): {msg}")
-    assert "epoch 2" in msg and ("did not return" in msg or "no task finished" in msg)
+    assert "epoch 2" in msg and any(m in msg for m in ("did not return", "no task finished",
+                                                      "did not answer"))
     assert info.value.checkpoint == tmp_path / "runtime.pt" and str(tmp_path) in msg
     assert _finished_epoch(info.value.checkpoint) == 0
     assert waited < STALL_S + 120  # generous: the machine is loaded; it was never before
