@@ -103,7 +103,7 @@ def _user_chunks(num_users: int, num_items: int):
 
 
 def user_item_graph(num_users: int = 1 << 16, num_items: int = 1 << 14,
-                    num_interactions: int = 1 << 20, *, dim: int = 16, affinity: float = 4.0,
+                    num_interactions: int = 1 << 20, *, dim: int = 4, affinity: float = 8.0,
                     popularity_exponent: float = 0.8, feat_dim: int = 32,
                     feat_noise: float = 0.5, seed: int = 0) -> UserItemData:
     """Generate the planted user-item graph described in the module docstring.
