@@ -58,15 +58,16 @@ def test_to_homogeneous_offsets():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(edge_index={("user", "rates", "movie"): EDGES_UI}), "known node types"),
-    (dict(edge_index={UI: torch.tensor([[0, 5], [0, 1]])}), r"user-rates->item: edge_index\[0\] "
-                                                           r"holds id 5, outside num_nodes"),
+    (dict(edge_index={UI: torch.tensor([[0, 5], [0, 1]])}),
+     r"user-rates->item: edge_index\[0\] holds id 5, outside num_nodes"),
     (dict(edge_index={UI: torch.tensor([[0], [9]])}), r"edge_index\[1\] holds id 9"),
     (dict(edge_index={UI: torch.zeros(3, 2, dtype=torch.long)}), "user-rates->item: edge_index "
                                                                  "must have shape"),
     (dict(edge_index={UI: EDGES_UI.float()}), "must hold integers"),
     (dict(features={"item": torch.zeros(3, 2)}), r"features\['item'\] has 3 rows, expected"),
     (dict(features={"movie": torch.zeros(3, 2)}), r"features\['movie'\]: unknown node type"),
-    (dict(labels=torch.zeros(4, dtype=torch.long), target_type="movie"), "target_type naming a node type, got 'movie'"),
+    (dict(labels=torch.zeros(4, dtype=torch.long), target_type="movie"),
+     "target_type naming a node type, got 'movie'"),
     (dict(labels=torch.zeros(3, dtype=torch.long), target_type="item"), r"shape \(4,\)"),
     (dict(labels=torch.zeros(4, dtype=torch.long)), "labels need target_type"),
     (dict(num_nodes={"user": -1, "item": 4}), r"num_nodes\['user'\]"),
@@ -81,7 +82,7 @@ def test_bad_input_one_line_naming_the_field(kw, match):
 
 
 def test_bad_relation_csr_is_rejected():
-    square = CSRGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=3)  # spans 3 ids, not max(3, 4)
+    square = CSRGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=3)  # not max(3, 4)
     with pytest.raises(ValueError, match="user-rates->item: CSR spans 3 ids"):
         HeteroGraph(NUM, {UI: square})
     spill = CSRGraph.from_edge_index(torch.tensor([[0], [3]]), num_nodes=4)  # dst 3 of a user

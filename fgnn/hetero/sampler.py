@@ -90,8 +90,9 @@ class HeteroKHop:
                 raise ValueError("HeteroKHop: fanouts dict is empty")
             lengths = {len(v) for v in spec.values()}
             if len(lengths) != 1:
+                got = {format_edge_type(k): list(v) for k, v in spec.items()}
                 raise ValueError(f"HeteroKHop: every relation needs the same number of fanouts "
-                                 f"(one per layer), got {({format_edge_type(k): list(v) for k, v in spec.items()})}")
+                                 f"(one per layer), got {got}")
             self._per_rel: Optional[dict[EdgeType, tuple[int, ...]]] = spec  # type: ignore
             self._all: Optional[tuple[int, ...]] = None
             self.num_layers = lengths.pop()
