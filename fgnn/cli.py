@@ -279,7 +279,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="gradient exchange among Trainers: server (a parameter-server actor "
                         "takes each step on the CPU) or collective (weights and optimizer on "
                         "every Trainer's device, one gloo/NCCL all-reduce of the gradients per "
-                        "step) (default: %(default)s)")
+                        "step; experimental) (default: %(default)s)")
     g.add_argument("--stall-timeout", type=_float_in(0.0, None, lo_open=True),
                    default=rt.stall_timeout_s, metavar="S",
                    help="stop with an error when no task finishes for S seconds (a hung "

@@ -299,12 +299,13 @@ class RuntimeConfig:
     pass finishes for this many seconds: a hung executor or parameter server becomes an error
     naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
     ``train.checkpoint_dir`` resumes it)."""
-    exchange: str = "collective"
-    """How Trainers exchange gradients: ``collective`` (weights and optimizer on every Trainer's
-    device, one all-reduce of the gradients per step over gloo or NCCL,
-    :mod:`fgnn.executors.collective`) or ``server`` (a parameter-server actor holds the weights
-    and takes the Adam step, :mod:`fgnn.executors.ps`). Both take the steps of the
-    single-process loop."""
+    exchange: str = "server"
+    """How Trainers exchange gradients: ``server`` (the default: a parameter-server actor holds
+    the weights and takes the Adam step, :mod:`fgnn.executors.ps`) or ``collective`` (weights
+    and optimizer on every Trainer's device, one all-reduce of the gradients per step over gloo
+    or NCCL, :mod:`fgnn.executors.collective`; experimental: Trainers killed mid-epoch can
+    stall it until the stall guard stops the run). Both take the steps of the single-process
+    loop."""
 
     @property
     def devices_used(self) -> int:

@@ -1,0 +1,17 @@
+"""Heterogeneous graphs: typed topology, conversions from PyG / DGL, typed k-hop sampling and
+the synthetic user-item recommender graph (see docs/own-graph.md and docs/concepts.md)."""
+
+from fgnn.hetero.convert import from_dgl_hetero, from_pyg_hetero
+from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
+from fgnn.hetero.sampler import HeteroBlock, HeteroKHop, HeteroSample
+
+__all__ = [
+    "EdgeType",
+    "HeteroGraph",
+    "format_edge_type",
+    "from_pyg_hetero",
+    "from_dgl_hetero",
+    "HeteroKHop",
+    "HeteroBlock",
+    "HeteroSample",
+]

@@ -1,0 +1,77 @@
+"""PinSAGE as a recommender uses it: item embeddings, not class logits (Ying et al., KDD 2018).
+
+The CONVOLVE layers are :class:`~fgnn.models.pinsage.PinSAGEConv` (importance pooling over the
+random-walk visit counts, concatenation with self, L2 normalisation). After the last layer, two
+dense layers ``G2 · ReLU(G1 z + g)`` give the final embedding (Alg. 2, line 17), L2-normalised so
+that a dot product is a cosine. The embeddings are trained with :func:`max_margin_loss` on
+(query, positive, negative) item triples.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fgnn.models.aggregate import check_hparams, check_inputs
+from fgnn.models.pinsage import PinSAGEConv
+from fgnn.sampling.base import Block
+
+__all__ = ["PinSAGEEmbedder", "max_margin_loss"]
+
+
+class PinSAGEEmbedder(nn.Module):
+    """Stacked PinSAGE convolutions and a two-layer dense head producing unit-norm embeddings.
+
+    Args:
+        in_dim: input feature size.
+        out_dim: embedding size.
+        num_layers: CONVOLVE layers = blocks per sample.
+        hidden: size of the convolution outputs.
+
+    Shapes:
+        x ``(M, in_dim)`` features of ``sample.input_nodes`` -> ``(num_seeds, out_dim)``.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int = 64, num_layers: int = 2,
+                 hidden: int = 128) -> None:
+        super().__init__()
+        check_hparams("PinSAGEEmbedder", in_dim, out_dim, num_layers, hidden, 0.0)
+        self.in_dim, self.out_dim, self.num_layers = in_dim, out_dim, num_layers
+        dims = [in_dim] + [hidden] * num_layers
+        self.layers = nn.ModuleList(PinSAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.g1 = nn.Linear(hidden, hidden)
+        self.g2 = nn.Linear(hidden, out_dim)
+
+    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
+        check_inputs("PinSAGEEmbedder", blocks, x, self.in_dim, self.num_layers)
+        h = x[:blocks[0].num_src]
+        for layer, block in zip(self.layers, blocks):
+            h = layer(block, h)
+        return F.normalize(self.g2(F.relu(self.g1(h))), dim=-1)
+
+
+def max_margin_loss(query: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor,
+                    margin: float = 0.1) -> torch.Tensor:
+    """PinSAGE's max-margin ranking loss (Ying et al., eq. 1), mean over the triples:
+    ``max(0, <z_q, z_n> - <z_q, z_p> + margin)``.
+
+    Args:
+        query, positive: ``(B, D)`` embeddings of the pairs.
+        negatives: ``(B, K, D)`` negatives per query, or ``(K, D)`` shared by all queries.
+        margin: the margin Δ.
+
+    Shapes:
+        -> scalar.
+    """
+    from fgnn.link.losses import max_margin_loss as scores_max_margin_loss
+
+    pos = (query * positive).sum(-1)                               # (B,)
+    if negatives.dim() == 2:
+        neg = query @ negatives.t()                                # (B, K)
+    else:
+        neg = torch.einsum("bd,bkd->bk", query, negatives)
+    owner = torch.arange(neg.shape[0], device=neg.device).repeat_interleave(neg.shape[1])
+    return scores_max_margin_loss(pos, neg.reshape(-1), owner, margin)
