@@ -22,12 +22,13 @@ assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments
 named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Each
 mini-batch is cut into R tasks (R = ``runtime.devices``, 1 in single mode) whose gradients are
 averaged into one step, so training takes the steps of the single-process loop at any device
-count. ``runtime.exchange`` picks how: ``collective`` (the default) keeps weights and optimizer on
-every Trainer's device and all-reduces the gradients once per step, with a ledger actor
-(:class:`~fgnn.executors.collective.StepLedger`, no tensors) handing out slots, keeping the
-exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`); ``server``
-sends every task's gradient to a parameter-server actor (:mod:`fgnn.executors.ps`). Either way
-the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``, ``state``).
+count. ``runtime.exchange`` picks how: ``server`` (the default) sends every task's gradient to a
+parameter-server actor (:mod:`fgnn.executors.ps`); ``collective`` (experimental) keeps weights
+and optimizer on every Trainer's device and all-reduces the gradients once per step, with a
+ledger actor (:class:`~fgnn.executors.collective.StepLedger`, no tensors) handing out slots,
+keeping the exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`).
+Either way the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``,
+``state``).
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
