@@ -133,7 +133,8 @@ def test_trainer_dying_between_apply_and_ack_trains_every_batch_once(ray_cluster
         assert detail["deliveries"][next(iter(detail["rejected"]))] == 2
         assert ledger["exactly_once"] and ledger["tasks"] == ledger["applied"] == total
         assert ledger["rejected"] == sum(detail["rejected"].values())
-        assert ledger["pushed"] == sum(detail["deliveries"].values())
+        # a crashed Trainer's prefetched lease is redelivered without a push: pushes <= deliveries
+        assert total < ledger["pushed"] <= sum(detail["deliveries"].values())
         if exchange == "server":  # one task died between apply and ack: one redelivery
             assert ledger["rejected"] == 1 and ledger["pushed"] == total + 1
     else:  # the same check catches the broken component
