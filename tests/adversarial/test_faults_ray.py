@@ -15,6 +15,7 @@ import glob
 import os
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -76,6 +77,21 @@ def _stop_one(cls: str) -> int:
     raise AssertionError(f"no {cls} process of this test's Ray found")
 
 
+def _stop_all(cls: str) -> list[int]:
+    """SIGSTOP every process of the executor class among this test's Ray's processes."""
+    pids = []
+    for pid in _descendants(os.getpid()):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith(f"ray::{cls}"):
+            os.kill(pid, signal.SIGSTOP)
+            pids.append(pid)
+    assert pids, f"no {cls} process of this test's Ray found"
+    return pids
+
+
 def _finished_epoch(path) -> int:
     return read_checkpoint(path)["extra"]["runtime"]["finished_epoch"]
 
@@ -106,6 +122,40 @@ def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, datas
     assert info.value.checkpoint == tmp_path / "runtime.pt" and str(tmp_path) in msg
     assert _finished_epoch(info.value.checkpoint) == 0
     assert waited < STALL_S + 120  # generous: the machine is loaded; it was never before
+
+
+@pytest.mark.timeout(300)
+def test_a_trainer_stopped_in_an_evaluation_pass_is_caught_within_the_stall_timeout(
+        ray_cluster, dataset, tmp_path):
+    """The same stall guard holds in the validation pass after epoch 1 (evaluation tasks go
+    through the same queue and Trainers): every Trainer is stopped during it."""
+    stopped: list[tuple[int, float]] = []
+
+    def on_eval_batch(splits, done, total):
+        if not stopped and done >= 1:  # the first validation pass is under way
+            now = time.monotonic()
+            stopped.extend((pid, now) for pid in _stop_all("TrainerExecutor"))
+
+    cfg = _job(str(tmp_path))
+    cfg = replace(cfg, train=replace(cfg.train, eval_batch_size=4))  # 13 validation chunks
+    rt = Runtime(cfg, dataset, on_eval_batch=on_eval_batch, evaluate=True)
+    try:
+        with pytest.raises(RuntimeFailure) as info:
+            rt.run()
+    finally:
+        for pid, _ in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+    assert stopped, "no evaluation chunk finished"
+    waited = time.monotonic() - stopped[0][1]
+    msg = str(info.value)
+    print(f"Trainer stopped in evaluation caught after {waited:.1f}s: {msg}")
+    assert "evaluation pass" in msg, msg
+    assert any(m in msg for m in ("did not return", "no task finished", "did not answer")), msg
+    assert info.value.checkpoint is not None and str(tmp_path) in msg
+    assert waited < STALL_S + 120
 
 
 @pytest.mark.parametrize("service,name", [("fgnn-ps", "the parameter server"),
