@@ -31,7 +31,7 @@ __all__ = ["from_pyg", "from_dgl", "from_ogb"]
 _SPLIT_NAMES = ("train", "val", "test")
 
 
-def _tensor(value: Any, what: str) -> torch.Tensor:
+def as_cpu_tensor(value: Any, what: str) -> torch.Tensor:
     """A CPU tensor from a tensor, numpy array or array-like."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
@@ -45,7 +45,7 @@ def _tensor(value: Any, what: str) -> torch.Tensor:
 def _features(x: Any, n: int, what: str) -> torch.Tensor:
     if x is None:
         raise ValueError(f"{what} is missing: fgnn needs (N, F) node features")
-    t = _tensor(x, what)
+    t = as_cpu_tensor(x, what)
     if t.dim() != 2 or t.shape[0] != n:
         raise ValueError(f"{what} must have shape ({n}, F), got {tuple(t.shape)}")
     if t.dtype not in (torch.float32, torch.float16):
@@ -60,7 +60,7 @@ def _labels(y: Any, n: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(labels, unlabelled)``: int64 class ids (0 where unlabelled) and a bool mask."""
     if y is None:
         raise ValueError(f"{what} is missing: fgnn trains node classification and needs labels")
-    t = _tensor(y, what)
+    t = as_cpu_tensor(y, what)
     if t.dim() == 2 and t.shape[1] == 1:
         t = t[:, 0]
     if t.dim() != 1 or t.shape[0] != n:
@@ -107,7 +107,7 @@ def _assemble(name: str, n: int, edge_index: torch.Tensor, weights: Optional[tor
     for s in _SPLIT_NAMES:
         if splits.get(s) is None:
             raise ValueError(f"{what}: no {s} split found; pass {s}=<node ids or boolean mask>")
-        ids[s] = split_ids(_tensor(splits[s], f"{what} {s} split"), n, what=f"{what} {s} split")
+        ids[s] = split_ids(as_cpu_tensor(splits[s], f"{what} {s} split"), n, what=f"{what} {s} split")
         hit = ids[s][(ids[s] >= 0) & (ids[s] < n)]
         if bool(unlabelled[hit].any()):
             bad = int(hit[unlabelled[hit]][0])
@@ -116,8 +116,8 @@ def _assemble(name: str, n: int, edge_index: torch.Tensor, weights: Optional[tor
     if num_classes is None:
         known = labels[~unlabelled]
         num_classes = int(known.max()) + 1 if known.numel() else 1
-    ei = _tensor(edge_index, f"{what} edge_index")
-    w = None if weights is None else _tensor(weights, f"{what} edge weights")
+    ei = as_cpu_tensor(edge_index, f"{what} edge_index")
+    w = None if weights is None else as_cpu_tensor(weights, f"{what} edge weights")
     if w is not None and w.dim() != 1:
         raise ValueError(f"{what} edge weights must be 1-D (one per edge), got shape "
                          f"{tuple(w.shape)}")
@@ -217,8 +217,8 @@ def _dgl_parts(graph: Any, what: str) -> tuple[int, torch.Tensor]:
         raise ValueError(f"{what} is heterogeneous ({len(ntypes)} node types, {len(etypes)} edge "
                          f"types); convert one relation or use dgl.to_homogeneous first")
     src, dst = graph.edges()
-    return int(graph.num_nodes()), torch.stack([_tensor(src, what).long(),
-                                                 _tensor(dst, what).long()])
+    return int(graph.num_nodes()), torch.stack([as_cpu_tensor(src, what).long(),
+                                                 as_cpu_tensor(dst, what).long()])
 
 
 def from_dgl(graph: Any, *, name: str = "dgl", feat_key: str = "feat", label_key: str = "label",

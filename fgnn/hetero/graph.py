@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 
+from fgnn.data.convert import as_cpu_tensor
 from fgnn.graph import CSRGraph
 
 __all__ = ["EdgeType", "HeteroGraph", "format_edge_type"]
@@ -200,7 +201,7 @@ class HeteroGraph:
                 raise ValueError(f"edge_index key {et!r} must be (src_type, rel, dst_type) with "
                                  f"known node types {list(nn_)}")
             name = format_edge_type(et)
-            ei = _as_tensor(ei, f"relation {name} edge_index")
+            ei = as_cpu_tensor(ei, f"relation {name} edge_index")
             ns, nd = nn_[et[0]], nn_[et[2]]
             if ei.dim() != 2 or ei.shape[0] != 2:
                 raise ValueError(f"relation {name}: edge_index must have shape (2, E), got "
@@ -221,7 +222,7 @@ class HeteroGraph:
                  if x is not None}
         y = None
         if labels is not None:
-            y = _as_tensor(labels, "labels")
+            y = as_cpu_tensor(labels, "labels")
             if y.dim() == 2 and y.shape[1] == 1:
                 y = y[:, 0]
             if y.is_floating_point() or y.dtype == torch.bool:
@@ -260,18 +261,8 @@ class HeteroGraph:
         return f"HeteroGraph(num_nodes={self.num_nodes}, relations={{{rels}}})"
 
 
-def _as_tensor(value: Any, what: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    try:
-        return torch.as_tensor(np.asarray(value))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} cannot be read as an array ({type(value).__name__}): "
-                         f"{exc}") from None
-
-
 def _as_float(value: Any, what: str) -> torch.Tensor:
-    x = _as_tensor(value, what)
+    x = as_cpu_tensor(value, what)
     if x.dtype == torch.bool or x.is_complex():
         raise ValueError(f"{what} must be numeric, got dtype {x.dtype}")
     if x.dtype not in (torch.float32, torch.float16):
