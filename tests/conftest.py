@@ -3,6 +3,7 @@ local Ray cluster of logical GPUs shared by the modules that ask for it."""
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 
@@ -103,3 +104,20 @@ def random_graph(num_nodes: int, num_edges: int, seed: int = 0,
     ei = torch.randint(0, num_nodes, (2, num_edges), generator=g)
     w = torch.rand(num_edges, generator=g) + 0.1 if weighted else None
     return CSRGraph.from_edge_index(ei, num_nodes=num_nodes, weights=w)
+
+
+def descendants(root: int) -> list[int]:
+    """Process ids below ``root`` in the process tree (read from /proc; test helper)."""
+    kids: dict[int, list[int]] = {}
+    for f in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            ppid = int(open(f).read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(f.split("/")[2]))
+    out, todo = [], [root]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out

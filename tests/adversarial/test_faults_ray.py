@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import time
@@ -21,6 +20,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from conftest import descendants  # noqa: E402
 from fgnn.checkpoint import read_checkpoint  # noqa: E402
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
@@ -47,45 +47,17 @@ def _job(checkpoint_dir: str) -> JobConfig:
                                            stall_timeout_s=STALL_S))
 
 
-def _descendants(root: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for f in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            ppid = int(open(f).read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(f.split("/")[2]))
-    out, todo = [], [root]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return sorted(out)
-
-
-def _stop_one(cls: str) -> int:
-    """SIGSTOP one process of the executor class (Ray titles them ``ray::Class...``) among the
-    processes of this test's Ray (started by this process: the shared ``ray_cluster``)."""
-    for pid in _descendants(os.getpid()):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
-        except OSError:
-            continue
-        if cmd.startswith(f"ray::{cls}"):
-            os.kill(pid, signal.SIGSTOP)
-            return pid
-    raise AssertionError(f"no {cls} process of this test's Ray found")
-
-
-def _stop_all(cls: str) -> list[int]:
-    """SIGSTOP every process of the executor class among this test's Ray's processes."""
+def _stop_all(cls: str, limit: int | None = None) -> list[int]:
+    """SIGSTOP the processes of the executor class (Ray titles them ``ray::Class...``) among this
+    test's Ray's processes (started by this process: the shared ``ray_cluster``), at most
+    ``limit`` of them."""
     pids = []
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        if cmd.startswith(f"ray::{cls}"):
+        if cmd.startswith(f"ray::{cls}") and (limit is None or len(pids) < limit):
             os.kill(pid, signal.SIGSTOP)
             pids.append(pid)
     assert pids, f"no {cls} process of this test's Ray found"
@@ -102,7 +74,7 @@ def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, datas
 
     def on_epoch(stats):
         if stats.epoch == 0:  # the Trainers are idle between epochs
-            stopped.append((_stop_one("TrainerExecutor"), time.monotonic()))
+            stopped.append((_stop_all("TrainerExecutor", limit=1)[0], time.monotonic()))
 
     rt = Runtime(_job(str(tmp_path)), dataset, on_epoch=on_epoch, evaluate=False)
     try:

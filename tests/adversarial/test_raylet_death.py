@@ -8,7 +8,6 @@ open (docs/cli.md); the test asserts what holds in both cases."""
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import subprocess
@@ -20,29 +19,14 @@ import pytest
 
 pytest.importorskip("ray")
 
+from conftest import descendants  # noqa: E402
 from fgnn.checkpoint import read_checkpoint  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _descendants(root: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for f in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            ppid = int(open(f).read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(f.split("/")[2]))
-    out, todo = [], [root]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _raylet(root: int) -> int | None:
-    for pid in _descendants(root):
+    for pid in descendants(root):
         try:
             exe = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]
         except OSError:
