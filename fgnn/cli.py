@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
+import threading
 import traceback
 from typing import Any, NoReturn, Optional, Sequence
 
@@ -544,6 +546,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     from fgnn.job import Job, JobConfigError
     from fgnn.outputs import OutputsError
     job = Job(config, progress=not args.no_progress)
+    said = threading.Lock()  # held by whoever prints the failure line: this thread or the watcher
+    job.on_node_death = lambda failure: _exit_at_once(parser.prog, str(failure), said)
     try:
         job.run()  # validates first: fast checks before any data is loaded or Ray starts
     except JobConfigError as e:
@@ -559,10 +563,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
         return 130
     except (WriteError, RuntimeFailure) as e:  # a full disk; a death or hang (with checkpoint)
-        return _fail_line(parser.prog, str(e), args.debug)
+        return _fail_line(parser.prog, str(e), args.debug, said)
     except Exception as e:  # anything else: one line too, the traceback with --debug
         return _fail_line(parser.prog, f"{type(e).__name__}: {_first_line(e)} (--debug prints "
-                                       f"the traceback)", args.debug)
+                                       f"the traceback)", args.debug, said)
     return 0
 
 
@@ -576,12 +580,37 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-def _fail_line(prog: str, message: str, debug: bool) -> int:
-    """Print ``PROG: error: MESSAGE`` (after the traceback with ``--debug``); returns 1."""
+def _fail_line(prog: str, message: str, debug: bool,
+               said: Optional[threading.Lock] = None) -> int:
+    """Print ``PROG: error: MESSAGE`` (after the traceback with ``--debug``); returns 1.
+
+    ``said``: taken before printing; when the raylet watcher holds it, its line is the job's
+    and it is ending the process (:func:`_exit_at_once`), so this one is not printed.
+    """
+    if said is not None and not said.acquire(blocking=False):
+        said.acquire(timeout=_WATCHER_EXIT_S)  # the watcher exits the process meanwhile
+        return 1
     if debug:
         traceback.print_exc()
     print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
     return 1
+
+
+#: Most seconds the main thread waits for the raylet watcher to end the process.
+_WATCHER_EXIT_S = 30.0
+
+
+def _exit_at_once(prog: str, message: str, said: threading.Lock) -> None:
+    """The raylet died (:attr:`fgnn.job.Job.on_node_death`): print the job's one line and end
+    the process with status 1 now, before Ray's core worker ends it without a word. The node's
+    other processes share the driver's fate (Ray starts them with ``PR_SET_PDEATHSIG``); the
+    checkpoint in the line is already written. Does nothing when the main thread is printing
+    its own failure line."""
+    if not said.acquire(blocking=False):
+        return
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def _module_main(argv: Optional[Sequence[str]] = None) -> int:

@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional
 
 import torch
 
@@ -139,6 +139,11 @@ class Job:
         model: the trained model (after :meth:`run`).
         result: the :class:`~fgnn.monitor.stats.RunResult` (after :meth:`run`).
         dashboard_url: the Ray dashboard URL, or ``None`` when the dashboard is off.
+        on_node_death: called from a watcher thread, with the job's one-line
+            :class:`~fgnn.executors.RuntimeFailure` (last good checkpoint written), the moment
+            the raylet of a Ray node this job started dies (:mod:`fgnn.raylet_watch`). Without
+            it, :meth:`run` raises that failure once the job's calls fail. The CLI prints the
+            line and exits at once, before Ray's core worker can end the process without one.
     """
 
     def __init__(self, config: Optional[JobConfig] = None, sampler: Optional[Sampler] = None,
@@ -165,6 +170,8 @@ class Job:
         self.result: Optional[RunResult] = None
         self.dashboard_url: Optional[str] = None
         self.device_kind: Optional[str] = None
+        self.on_node_death: Optional[Callable[[Exception], None]] = None
+        self._node_failure: Optional[Exception] = None
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
@@ -258,10 +265,17 @@ class Job:
         progress = Progress(cfg.train.epochs, task, num_train=num_train, enabled=self.progress)
         runtime = self._runtime(progress, from_spec)
         started = self._init_ray()
+        watch = self._watch_raylet(runtime) if started else None
         try:
             result = runtime.run()
             self.model = runtime.model
+        except Exception:
+            if self._node_failure is not None:  # the errors that followed the raylet's death
+                raise self._node_failure from None
+            raise
         finally:
+            if watch is not None:
+                watch.stop()  # ray.shutdown ends the raylet too
             progress.close()
             if started:
                 ray.shutdown()
@@ -306,6 +320,24 @@ class Job:
             self._say(f"fgnn: model {cfg.save_model} (fgnn.load_model reads it)")
         if ("report", "report") in kept:
             self._say(f"fgnn: report {cfg.report}, plot {kept[('report', 'plot')]}")
+
+    def _watch_raylet(self, runtime: Any) -> Any:
+        """Watch the raylet of the node :meth:`_init_ray` started: on its death, build the
+        job's failure at once (:attr:`on_node_death`)."""
+        from fgnn.raylet_watch import RayletWatch, local_raylet_pid
+
+        pid = local_raylet_pid()
+        if pid is None:
+            return None
+
+        def died(death: Any) -> None:
+            self._node_failure = runtime.watchdog.failure(
+                f"{death.describe()}; the job's executors and services died with it, and the "
+                f"job stopped")
+            if self.on_node_death is not None:
+                self.on_node_death(self._node_failure)
+
+        return RayletWatch(pid, died).start()
 
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -80,6 +81,9 @@ class Checkpointer:
         #: whether the file ``_good_path`` holds ``_good``
         self._file_good = False
         self._good_path: Optional[Path] = None
+        #: held while the good state or its file changes: a failure reported from another
+        #: thread (:class:`fgnn.raylet_watch.RayletWatch`) waits for a write under way
+        self._lock = threading.RLock()
 
     @property
     def good_epoch(self) -> int:
@@ -108,33 +112,37 @@ class Checkpointer:
                if v.is_floating_point() and not bool(torch.isfinite(v).all())]
         if bad:
             raise self.failure(f"epoch {epoch + 1}: the weights are not finite ({bad[0]})")
-        self._good = {"epoch": epoch, "model": state["model"], "optimizer": state["optimizer"],
-                      "extra": self.extra(epoch)}
-        self._file_good = False
-        path = self._checkpoint_path(force=False)
-        if path is None:
-            return None
-        self._write_good(path)
-        self._file_good, self._good_path = True, path
-        return path
+        with self._lock:
+            self._good = {"epoch": epoch, "model": state["model"],
+                          "optimizer": state["optimizer"], "extra": self.extra(epoch)}
+            self._file_good = False
+            path = self._checkpoint_path(force=False)
+            if path is None:
+                return None
+            self._write_good(path)
+            self._file_good, self._good_path = True, path
+            return path
 
     def failure(self, text: str) -> RuntimeFailure:
         """The job's stop: ``text; resume from the checkpoint ...`` with the failure checkpoint
-        (:meth:`failure_checkpoint`, written now)."""
-        path = self.failure_checkpoint()
-        return RuntimeFailure(f"{text}; {_resume_hint(path, self.good_epoch)}", path)
+        (:meth:`failure_checkpoint`, written now). Safe from any thread: it waits for a
+        checkpoint write under way."""
+        with self._lock:
+            path = self.failure_checkpoint()
+            return RuntimeFailure(f"{text}; {_resume_hint(path, self.good_epoch)}", path)
 
     def failure_checkpoint(self) -> Path:
         """The checkpoint to resume from after a failure: the last good state (the last
         completed epoch, or the start of the run), never the server's state mid-epoch. The file
         of ``train.checkpoint_dir`` is kept when it already holds that state; without a
         ``checkpoint_dir`` it goes to a new temporary directory."""
-        if self._file_good and self._good_path is not None:
-            return self._good_path
-        path = self._checkpoint_path(force=True)
-        self._write_good(path)
-        self._file_good, self._good_path = True, path
-        return path
+        with self._lock:
+            if self._file_good and self._good_path is not None:
+                return self._good_path
+            path = self._checkpoint_path(force=True)
+            self._write_good(path)
+            self._file_good, self._good_path = True, path
+            return path
 
     def _write_good(self, path: Path) -> Path:
         from fgnn.checkpoint import save_checkpoint
