@@ -7,7 +7,8 @@ before the data is loaded or Ray starts, every set of paths that could destroy a
 not the job's own:
 
 * a file output must be a regular file or absent (never a device, FIFO, socket or directory:
-  ``--report /dev/null`` is refused, as the atomic write would replace the device node);
+  ``--report /dev/null`` is refused, as the atomic write would replace the device node), and
+  must name a file (``--report ./`` or ``--save-model runs/`` name a directory);
 * its nearest existing ancestor must be a directory where a file can really be created (a
   temporary file is created and removed there: ``/proc`` passes ``os.access`` as root, but
   nothing can be created in it);
@@ -74,7 +75,10 @@ def output_paths(report: Optional[str], save_model: Optional[str],
         out.append(OutputPath("save_model", "model", Path(save_model), save_model))
     if report:
         out.append(OutputPath("report", "report", Path(report), report))
-        out.append(OutputPath("report", "plot", png_path_for(report), report))
+        try:
+            out.append(OutputPath("report", "plot", png_path_for(report), report))
+        except ValueError:  # no file name (``.``, ``/``): the report check refuses it
+            pass
     if checkpoint_dir:
         ckpt = "train.checkpoint_dir"
         out.append(OutputPath(ckpt, "checkpoint directory", Path(checkpoint_dir), checkpoint_dir,
@@ -117,13 +121,15 @@ def _check_one(out: OutputPath) -> Optional[str]:
     except OSError as e:
         return f"cannot be checked ({e.strerror or type(e).__name__})"
     who = f"its {out.what} {p} " if out.what in ("plot", "checkpoint") else ""
+    example = {"report": "run.json", "model": "model.pt"}.get(out.what)
+    give = f"; give a file such as {example}" if example else ""
+    if example and (out.value.endswith(("/", os.sep)) or Path(out.value).name in ("", ".", "..")):
+        return f"names a directory, not a file{give}"
     if st is not None:
         if out.is_dir and not stat.S_ISDIR(st.st_mode):
             kind = "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
             return f"is {kind}, not a directory"
         if not out.is_dir and stat.S_ISDIR(st.st_mode):
-            example = {"report": "run.json", "model": "model.pt"}.get(out.what)
-            give = f"; give a file such as {example}" if example else ""
             return f"{who}is a directory{give}"
         if not out.is_dir and not stat.S_ISREG(st.st_mode):
             return (f"{who}is {_kind(st.st_mode)}; fgnn writes only regular files and never "

@@ -103,6 +103,18 @@ def test_unwritable_directory_refused_up_front(capsys, tmp_path):
     assert "--report" in line and "/proc" in line and "writable" in line
 
 
+@pytest.mark.parametrize("value", [".", "./", "..", "/", "newdir/", "{t}/", "{t}/sub/"])
+@pytest.mark.parametrize("flag", ["--report", "--save-model"])
+def test_an_output_that_names_a_directory_is_refused(flag, value, capsys, tmp_path, monkeypatch):
+    """``--report ./`` ended in ``ValueError: PosixPath('.') has an empty name`` (status 1) and
+    ``--save-model newdir/`` wrote a file named ``newdir``: each names a directory."""
+    monkeypatch.chdir(tmp_path)
+    line = _refused([flag, value.format(t=tmp_path)], capsys, tmp_path)
+    assert line.startswith("launch.py: error: argument " + flag), line
+    assert "names a directory, not a file" in line, line
+    assert not (tmp_path / "newdir").exists()
+
+
 def test_checkpoint_dir_that_is_a_file_refused(capsys, tmp_path):
     f = tmp_path / "ck"
     f.write_text("not a directory")
