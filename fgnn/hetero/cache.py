@@ -11,10 +11,13 @@ the budget: bytes are. This module keeps the pieces of :mod:`fgnn.cache` and add
 * :func:`choose_cached_rows` -- which rows to cache under one byte budget. ``split="global"``
   (the default) ranks every row of every type with features by *visits per byte*
   (``hotness / row_bytes``; ties: node-type order, then the smaller id) and walks that order,
-  taking each row that still fits in what is left of the budget. A row is read whole on a miss,
-  so visits per byte is the hit traffic a cached byte saves; the walk is the greedy solution of
-  the knapsack the widths make. ``split="even"`` is the baseline that gives each type with
-  features ``budget // types`` bytes and its own hottest rows.
+  taking each row that still fits in what is left of the budget. A cached row of type ``t``
+  turns ``hotness`` row reads into hits for ``row_bytes[t]`` bytes of cache, so visits per byte
+  is the hits a cached byte buys: the walk is the greedy solution of the knapsack that
+  maximises the (row) hit rate under the budget. (Host *bytes* saved per cached byte are the
+  raw visits instead; with one width per type the two orders agree within a type and differ
+  only across types.) ``split="even"`` is the baseline that gives each type with features
+  ``budget // types`` bytes and its own hottest rows.
 * :class:`HeteroFeatureStore` -- one :class:`~fgnn.cache.feature_store.FeatureStore` per type
   with features, over the chosen rows: :meth:`~HeteroFeatureStore.extract` returns a typed
   sample's inputs per type and advances per-type hit/miss counters
