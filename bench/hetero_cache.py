@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fgnn.hetero import HeteroGraph, HeteroKHop  # noqa: E402
 from fgnn.hetero.bipartite import ITEM, USER, user_item_graph  # noqa: E402
-from fgnn.hetero.cache import (SPLITS, HeteroFeatureStore, hetero_presc_hotness,  # noqa: E402
-                               row_bytes_of)
+from fgnn.hetero.cache import (SPLITS, HeteroFeatureStore, feature_bytes,  # noqa: E402
+                               hetero_presc_hotness, row_bytes_of)
 
 
 def build_graph(args: argparse.Namespace) -> HeteroGraph:
@@ -133,8 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
                                generator=torch.Generator().manual_seed(args.seed + 100))
     t_presc = time.perf_counter() - t0
     samples = record(g, sampler, args.epochs, args.batch_size, args.seed + 200)
-    rb = row_bytes_of(g)
-    total = sum(rb[t] * g.num_nodes[t] for t in g.node_types)
+    rb, total = row_bytes_of(g), feature_bytes(g)
     rows = []
     for name, h in (("presc", hot), ("oracle", oracle_hotness(g, samples))):
         for frac in (float(b) for b in args.budgets.split(",")):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fgnn.hetero import HeteroGraph, HeteroKHop
-from fgnn.hetero.cache import (HeteroFeatureStore, choose_cached_rows, hetero_presample_counts,
-                               hetero_presc_hotness, row_bytes_of)
+from fgnn.hetero.cache import (HeteroFeatureStore, choose_cached_rows, feature_bytes,
+                               hetero_presample_counts, hetero_presc_hotness, row_bytes_of)
 
 # paper <-writes- author, paper -cites-> paper, paper <-has- topic (topic: no features)
 PA = ("author", "writes", "paper")
@@ -213,7 +213,8 @@ def test_whole_budget_hits_everything_and_zero_budget_nothing():
     hot = {t: torch.ones(n) for t, n in NUM.items()}
     sample = HeteroKHop([2, 2]).sample(g, "paper", torch.tensor([0, 4]),
                                        torch.Generator().manual_seed(0))
-    full = HeteroFeatureStore.build(g, hot, 6 * 32 + 5 * 8)
+    assert feature_bytes(g) == 6 * 32 + 5 * 8
+    full = HeteroFeatureStore.build(g, hot, feature_bytes(g))
     none = HeteroFeatureStore.build(g, hot, 0)
     full.extract(sample)
     x = none.extract(sample)

@@ -40,7 +40,7 @@ from fgnn.hetero.graph import HeteroGraph
 from fgnn.hetero.sampler import HeteroKHop, HeteroSample
 
 __all__ = ["SPLITS", "hetero_presample_counts", "hetero_presc_hotness", "choose_cached_rows",
-           "row_bytes_of", "HeteroFeatureStore"]
+           "row_bytes_of", "feature_bytes", "HeteroFeatureStore"]
 
 #: How :func:`choose_cached_rows` shares the budget between types.
 SPLITS = ("global", "even")
@@ -117,6 +117,13 @@ def row_bytes_of(graph: HeteroGraph) -> dict[str, int]:
         x = graph.features.get(t)
         out[t] = 0 if x is None else int(x.shape[1]) * x.element_size()
     return out
+
+
+def feature_bytes(graph: HeteroGraph) -> int:
+    """Bytes of all feature rows of ``graph`` (a budget of ``α`` times this caches a share
+    ``α`` of them, the typed analogue of FGNN's cache ratio)."""
+    rb = row_bytes_of(graph)
+    return sum(rb[t] * graph.num_nodes[t] for t in graph.node_types)
 
 
 def _check_choice_inputs(hotness: Mapping[str, torch.Tensor], row_bytes: Mapping[str, int],
