@@ -34,10 +34,10 @@ def _graph() -> HeteroGraph:
          "author": torch.randn(5, 2, generator=gen)})          # 8-byte rows; topic: none
 
 
-def _reference_walk(hot: dict, width: dict, budget: int) -> dict:
-    """The documented rule, one row at a time: descending visits per byte (ties: type order,
-    then id), each row taken when it still fits."""
-    rows = [(-float(hot[t][v]) / width[t], ti, v, t)
+def _reference_walk(hot: dict, width: dict, budget: int, per_byte: bool = True) -> dict:
+    """The documented rule, one row at a time: descending visits per byte (or visits; ties:
+    type order, then id), each row taken when it still fits."""
+    rows = [(-float(hot[t][v]) / (width[t] if per_byte else 1), ti, v, t)
             for ti, t in enumerate(t for t in width if width[t] > 0)
             for v in range(hot[t].numel())]
     out = {t: [] for t in width if width[t] > 0}
@@ -60,13 +60,21 @@ def test_planted_skew_caches_the_hottest_per_byte():
     # the raw-visits order would take paper0 (40) and paper1 (10) first: 64 bytes, over budget
     got = choose_cached_rows(hot, width, 56)           # author2 (8 B) fits after the 48
     assert got["author"].tolist() == [0, 1, 2] and got["paper"].tolist() == [0]
+    # by bytes saved: paper0 (40 visits), author0 (12), then paper1 (10) no longer fits
+    by_bytes = choose_cached_rows(hot, width, 56, split="global-bytes")
+    assert by_bytes["paper"].tolist() == [0] and by_bytes["author"].tolist() == [0, 1, 2]
+    per_byte = choose_cached_rows(hot, width, 72)     # per byte: 4 authors, 1 paper
+    assert per_byte["paper"].tolist() == [0] and per_byte["author"].tolist() == [0, 1, 2, 3]
+    by_bytes = choose_cached_rows(hot, width, 72, split="global-bytes")   # 2 papers, 1 author
+    assert by_bytes["paper"].tolist() == [0, 1] and by_bytes["author"].tolist() == [0]
     even = choose_cached_rows(hot, width, 48, split="even")   # 24 B each: no paper row fits
     assert even["paper"].tolist() == [] and even["author"].tolist() == [0, 1, 2]
     assert "topic" not in got and "topic" not in even        # no features, no cache space
 
 
+@pytest.mark.parametrize("split", ["global", "global-bytes"])
 @pytest.mark.parametrize("seed", range(6))
-def test_choice_matches_brute_force_walk_and_holds_the_budget(seed):
+def test_choice_matches_brute_force_walk_and_holds_the_budget(seed, split):
     rng = random.Random(seed)
     width = {"a": rng.choice([4, 12, 40]), "b": rng.choice([4, 8, 64]), "c": 0,
              "d": rng.choice([8, 12])}
@@ -74,8 +82,8 @@ def test_choice_matches_brute_force_walk_and_holds_the_budget(seed):
                             range(rng.randint(1, 30))]) for t in width}
     total = sum(width[t] * hot[t].numel() for t in width)
     for budget in (0, 3, 7, 40, total // 3, total // 2, total - 1, total, total + 100):
-        got = choose_cached_rows(hot, width, budget)
-        ref = _reference_walk(hot, width, budget)
+        got = choose_cached_rows(hot, width, budget, split=split)
+        ref = _reference_walk(hot, width, budget, per_byte=split == "global")
         assert {t: v.tolist() for t, v in got.items()} == ref, budget
         used = sum(width[t] * v.numel() for t, v in got.items())
         assert used <= budget
@@ -157,7 +165,7 @@ def test_presc_refuses_bad_seeds():
 
 
 # ---------------------------------------------------------------------------- extraction
-@pytest.mark.parametrize("split", ["global", "even"])
+@pytest.mark.parametrize("split", ["global", "global-bytes", "even"])
 def test_extract_is_exact_and_hits_plus_misses_match_brute_force(split):
     g = _graph()
     sampler = HeteroKHop([2, 2])

@@ -14,10 +14,13 @@ the budget: bytes are. This module keeps the pieces of :mod:`fgnn.cache` and add
   taking each row that still fits in what is left of the budget. A cached row of type ``t``
   turns ``hotness`` row reads into hits for ``row_bytes[t]`` bytes of cache, so visits per byte
   is the hits a cached byte buys: the walk is the greedy solution of the knapsack that
-  maximises the (row) hit rate under the budget. (Host *bytes* saved per cached byte are the
-  raw visits instead; with one width per type the two orders agree within a type and differ
-  only across types.) ``split="even"`` is the baseline that gives each type with features
-  ``budget // types`` bytes and its own hottest rows.
+  maximises the (row) hit rate under the budget. Host *bytes* saved per cached byte are the
+  raw visits instead: ``split="global-bytes"`` walks all rows by descending ``hotness``, which
+  maximises the bytes served from the cache (the host traffic saved). The two orders agree
+  within a type and differ only across types of different widths: a narrow type's rows buy
+  more hits, a wide type's rows save more bytes (docs/benchmarks.md measures both).
+  ``split="even"`` is the baseline that gives each type with features ``budget // types``
+  bytes and its own hottest rows.
 * :class:`HeteroFeatureStore` -- one :class:`~fgnn.cache.feature_store.FeatureStore` per type
   with features, over the chosen rows: :meth:`~HeteroFeatureStore.extract` returns a typed
   sample's inputs per type and advances per-type hit/miss counters
@@ -43,7 +46,7 @@ __all__ = ["SPLITS", "hetero_presample_counts", "hetero_presc_hotness", "choose_
            "row_bytes_of", "feature_bytes", "HeteroFeatureStore"]
 
 #: How :func:`choose_cached_rows` shares the budget between types.
-SPLITS = ("global", "even")
+SPLITS = ("global", "global-bytes", "even")
 
 
 def _check_train(train_idx: torch.Tensor, seed_type: str, n: int) -> torch.Tensor:
@@ -175,12 +178,13 @@ def choose_cached_rows(hotness: Mapping[str, torch.Tensor], row_bytes: Mapping[s
         budget_bytes: bytes of all cached rows together.
         split: ``"global"``: walk every row by descending ``hotness / row_bytes`` (ties:
             ``row_bytes`` order of the type, then the smaller id), taking each row that still
-            fits; ``"even"``: each type with features gets ``budget_bytes // types`` bytes and
-            its hottest rows (ties: smaller id).
+            fits (most row hits); ``"global-bytes"``: the same walk by descending ``hotness``
+            (most bytes hit); ``"even"``: each type with features gets
+            ``budget_bytes // types`` bytes and its hottest rows (ties: smaller id).
 
     Returns:
-        node type (with features) -> ``(C_t,)`` int64 ids, hottest per byte first; their bytes
-        sum to at most ``budget_bytes``.
+        node type (with features) -> ``(C_t,)`` int64 ids in walk order (hottest first);
+        their bytes sum to at most ``budget_bytes``.
 
     Raises:
         ValueError: on a negative budget, an unknown ``split``, a type missing from
@@ -194,7 +198,8 @@ def choose_cached_rows(hotness: Mapping[str, torch.Tensor], row_bytes: Mapping[s
         share = int(budget_bytes) // len(typed)
         return {t: torch.argsort(hot[t], descending=True, stable=True)[
             :min(hot[t].numel(), share // int(row_bytes[t]))] for t in typed}
-    dens = np.concatenate([hot[t].numpy() / float(row_bytes[t]) for t in typed])
+    per = 1.0 if split == "global-bytes" else None
+    dens = np.concatenate([hot[t].numpy() / (per or float(row_bytes[t])) for t in typed])
     tix = np.concatenate([np.full(hot[t].numel(), i) for i, t in enumerate(typed)])
     ids = np.concatenate([np.arange(hot[t].numel()) for t in typed])
     order = np.lexsort((ids, tix, -dens))  # last key first: density desc, type, id
