@@ -236,23 +236,27 @@ class HeteroFeatureStore:
         self.device = torch.device(device)
         self.budget_bytes: Optional[int] = None
         self.stores: dict[str, FeatureStore] = {}
+        self._caches: dict[str, torch.Tensor] = {}
         for t, x in features.items():
             ids = torch.as_tensor(cached.get(t, torch.empty(0, dtype=torch.int64))).long()
-            cache = None
-            if ids.dim() != 1 or torch.unique(ids).numel() != ids.numel():
-                raise ValueError(f"cached[{t!r}] must be 1-D ids without repeats, got shape "
-                                 f"{tuple(ids.shape)}")
-            if ids.numel():
-                n = int(x.shape[0])
-                slot = torch.full((n,), -1, dtype=torch.int64)
-                try:
-                    rows = fill_rows(x, ids, self.device)
-                except ValueError as exc:
-                    raise ValueError(f"cached[{t!r}]: {exc}") from None
-                slot[ids] = torch.arange(ids.numel())
-                cache = FeatureCache(ids, rows, slot)
-            self.stores[t] = FeatureStore.single(x, cache, self.device)
-        self._caches = {t: cached.get(t) for t in features}
+            self.stores[t] = self._store(t, x, ids)
+            self._caches[t] = ids
+
+    def _store(self, t: str, x: torch.Tensor, ids: torch.Tensor) -> FeatureStore:
+        """The one-device store of type ``t`` over rows ``ids`` of ``x``."""
+        if ids.dim() != 1 or torch.unique(ids).numel() != ids.numel():
+            raise ValueError(f"cached[{t!r}] must be 1-D ids without repeats, got shape "
+                             f"{tuple(ids.shape)}")
+        cache = None
+        if ids.numel():
+            try:
+                rows = fill_rows(x, ids, self.device)
+            except ValueError as exc:
+                raise ValueError(f"cached[{t!r}]: {exc}") from None
+            slot = torch.full((int(x.shape[0]),), -1, dtype=torch.int64)
+            slot[ids] = torch.arange(ids.numel())
+            cache = FeatureCache(ids, rows, slot)
+        return FeatureStore.single(x, cache, self.device)
 
     @classmethod
     def build(cls, graph: HeteroGraph, hotness: Mapping[str, torch.Tensor], budget_bytes: int,
@@ -269,7 +273,7 @@ class HeteroFeatureStore:
     def cached_ids(self, ntype: str) -> torch.Tensor:
         """``(C_t,)`` int64 cached ids of ``ntype`` (empty for a type without features)."""
         ids = self._caches.get(ntype)
-        return torch.empty(0, dtype=torch.int64) if ids is None else torch.as_tensor(ids).long()
+        return torch.empty(0, dtype=torch.int64) if ids is None else ids
 
     def cache_bytes(self) -> dict[str, int]:
         """Bytes of cached rows per type with features."""
