@@ -18,6 +18,9 @@ Layout (the disk tier relies on exactly these fields)::
 renames it into place, so a reader never sees a half-written dataset. Features are streamed in
 chunks, so a memory-mapped source larger than RAM can be re-saved. :func:`load_ondisk` loads the
 topology, labels and splits and memory-maps the features (``np.load(..., mmap_mode="r")``).
+A heterogeneous graph has its own manifest format, ``fgnn-ondisk-hetero``
+(:mod:`fgnn.data.ondisk_hetero`), built from the same helpers; :func:`load_ondisk` refuses it
+and names :func:`~fgnn.data.ondisk_hetero.load_ondisk_hetero`.
 """
 
 from __future__ import annotations
