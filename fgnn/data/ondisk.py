@@ -18,6 +18,9 @@ Layout (the disk tier relies on exactly these fields)::
 renames it into place, so a reader never sees a half-written dataset. Features are streamed in
 chunks, so a memory-mapped source larger than RAM can be re-saved. :func:`load_ondisk` loads the
 topology, labels and splits and memory-maps the features (``np.load(..., mmap_mode="r")``).
+A heterogeneous graph has its own manifest format, ``fgnn-ondisk-hetero``
+(:mod:`fgnn.data.ondisk_hetero`), built from the same helpers; :func:`load_ondisk` refuses it
+and names :func:`~fgnn.data.ondisk_hetero.load_ondisk_hetero`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -40,6 +43,8 @@ __all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_np
            "FORMAT", "VERSION", "MANIFEST"]
 
 FORMAT = "fgnn-ondisk"
+#: ``format`` of a heterogeneous graph's manifest (:mod:`fgnn.data.ondisk_hetero`).
+HETERO_FORMAT = "fgnn-ondisk-hetero"
 VERSION = 1
 MANIFEST = "manifest.json"
 FEAT_DTYPES = ("float32", "float16")
@@ -129,12 +134,7 @@ def save_dataset(dataset: Dataset, directory: str | os.PathLike, *,
         ValueError: if the destination exists without ``overwrite`` or the features' dtype is
             not float32/float16.
     """
-    dest = Path(directory)
-    if dest.exists() and not overwrite:
-        raise ValueError(f"on-disk dataset directory {dest} already exists (pass overwrite=True)")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    try:
+    def fill(tmp: Path) -> None:
         g = dataset.graph
         files: dict[str, Optional[str]] = {k: f"{k}.npy" for k in FILE_KEYS}
         write_features_npy_chunked(tmp / "features.npy", dataset.features, dtype=feat_dtype)
@@ -153,10 +153,35 @@ def save_dataset(dataset: Dataset, directory: str | os.PathLike, *,
             "feat_dtype": feat_dtype or str(dataset.features.dtype).replace("torch.", ""),
             "num_classes": int(dataset.num_classes), "files": files,
         }
-        with open(tmp / MANIFEST, "w") as f:
-            json.dump(manifest, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
+        write_manifest(tmp, manifest)
+
+    return write_dir_atomically(directory, fill, overwrite=overwrite)
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    """Write ``directory/manifest.json`` and fsync it."""
+    with open(directory / MANIFEST, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_dir_atomically(directory: str | os.PathLike, fill: Callable[[Path], None], *,
+                         overwrite: bool = False) -> Path:
+    """Have ``fill(tmp)`` write a dataset into a temporary sibling directory, fsync it and
+    rename it onto ``directory`` (a reader sees the old directory or the whole new one).
+
+    Raises:
+        ValueError: if ``directory`` exists without ``overwrite``; whatever ``fill`` raises
+            (nothing is left behind then).
+    """
+    dest = Path(directory)
+    if dest.exists() and not overwrite:
+        raise ValueError(f"on-disk dataset directory {dest} already exists (pass overwrite=True)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        fill(tmp)
         _fsync(tmp)
         old = None
         if dest.exists():
@@ -222,34 +247,36 @@ def _manifest_field(manifest: dict, path: Path, key: str, typ: type) -> Any:
 
 
 def _check_npy(directory: Path, name: str, field: str, shape: tuple[int, ...],
-               dtypes: tuple[str, ...]) -> Path:
-    """Validate one file's header against the manifest and its size against the header."""
+               dtypes: tuple[str, ...], label: Optional[str] = None) -> Path:
+    """Validate one file's header against the manifest and its size against the header;
+    messages call the manifest field ``label`` (default ``files.<field>``)."""
+    label = label or f"files.{field}"
     path = inside_root(directory, directory / name, "on-disk file")
     if not path.is_file():
-        raise ValueError(f"on-disk file {path} (manifest field files.{field}) is missing")
+        raise ValueError(f"on-disk file {path} (manifest field {label}) is missing")
     got_shape, dtype, fortran, offset = read_npy_header(path)
     if fortran and len(got_shape) > 1:
-        raise ValueError(f"on-disk file {path} (files.{field}) must be C-order, got Fortran order")
+        raise ValueError(f"on-disk file {path} ({label}) must be C-order, got Fortran order")
     if dtype.name not in dtypes:
-        raise ValueError(f"on-disk file {path} (files.{field}) has dtype {dtype.name}, expected "
+        raise ValueError(f"on-disk file {path} ({label}) has dtype {dtype.name}, expected "
                          f"{' or '.join(dtypes)}")
     for i, want in enumerate(shape):
         if len(got_shape) != len(shape) or (want >= 0 and got_shape[i] != want):
-            raise ValueError(f"on-disk file {path} (files.{field}) has shape {got_shape}, "
+            raise ValueError(f"on-disk file {path} ({label}) has shape {got_shape}, "
                              f"expected {tuple('?' if s < 0 else s for s in shape)}")
     need = offset + int(np.prod(got_shape, dtype=np.int64)) * dtype.itemsize
     size = path.stat().st_size
     if size < need:
-        raise ValueError(f"on-disk file {path} (files.{field}) is truncated: {size} bytes, "
+        raise ValueError(f"on-disk file {path} ({label}) is truncated: {size} bytes, "
                          f"header needs {need}")
     return path
 
 
-def _scan_features(features: np.ndarray, path: Path) -> None:
+def _scan_features(features: np.ndarray, path: Path, label: str = "files.features") -> None:
     """Refuse NaN/±inf features, reading the memory-mapped file chunk by chunk; a file larger
     than :data:`NAN_CHECK_LIMIT_BYTES` is then dropped from the page cache again, so the scan
     neither holds it in memory nor warms the cache a disk-tier run measures."""
-    check_finite_features(features, f"on-disk file {path} (files.features)", _CHUNK_BYTES)
+    check_finite_features(features, f"on-disk file {path} ({label})", _CHUNK_BYTES)
     if features.size * features.dtype.itemsize > NAN_CHECK_LIMIT_BYTES \
             and hasattr(os, "posix_fadvise"):
         fd = os.open(path, os.O_RDONLY)
@@ -257,6 +284,50 @@ def _scan_features(features: np.ndarray, path: Path) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def read_manifest(root: Path) -> tuple[Path, dict]:
+    """``(path, object)`` of ``root/manifest.json``.
+
+    Raises:
+        ValueError: naming the manifest when it is missing, a symlink out of ``root``,
+            unreadable, not JSON or not a JSON object.
+    """
+    mpath = inside_root(root, root / MANIFEST, "on-disk manifest")
+    if not mpath.is_file():
+        raise ValueError(f"on-disk manifest {mpath} is missing")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except OSError as exc:
+        raise ValueError(f"on-disk manifest {mpath} cannot be read "
+                         f"({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:  # its position, not the text
+        raise ValueError(f"on-disk manifest {mpath} is not valid JSON (line {exc.lineno}, "
+                         f"column {exc.colno})") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"on-disk manifest {mpath} must be a JSON object")
+    return mpath, manifest
+
+
+def check_rows_sorted(indptr: torch.Tensor, indices: torch.Tensor, path: Path,
+                      label: str) -> None:
+    """Refuse CSR ``indices`` not sorted within each row, naming ``path``, ``label`` and the
+    first unsorted row and position."""
+    e = int(indices.numel())
+    if e > 1:
+        # Sorted within each row: a decrease is allowed only where a new row starts.
+        drop = (indices[1:] < indices[:-1]).nonzero().flatten() + 1
+        if drop.numel():
+            row_starts = torch.zeros(e + 1, dtype=torch.bool)
+            row_starts[indptr] = True
+            bad = drop[~row_starts[drop]]
+            if bad.numel():
+                pos = int(bad[0])
+                row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
+                raise ValueError(f"on-disk file {path} ({label}) is not sorted within row "
+                                 f"{row} (position {pos})")
 
 
 def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = None) -> Dataset:
@@ -277,22 +348,12 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
             unsorted CSR, or non-finite (NaN, ±inf) features (naming the row and column).
     """
     root = Path(directory)
-    mpath = inside_root(root, root / MANIFEST, "on-disk manifest")
-    if not mpath.is_file():
-        raise ValueError(f"on-disk manifest {mpath} is missing")
-    try:
-        manifest = json.loads(mpath.read_text())
-    except OSError as exc:
-        raise ValueError(f"on-disk manifest {mpath} cannot be read "
-                         f"({exc.strerror or type(exc).__name__})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"on-disk manifest {mpath} is not valid JSON: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:  # its position, not the text
-        raise ValueError(f"on-disk manifest {mpath} is not valid JSON (line {exc.lineno}, "
-                         f"column {exc.colno})") from None
-    if not isinstance(manifest, dict):
-        raise ValueError(f"on-disk manifest {mpath} must be a JSON object")
+    mpath, manifest = read_manifest(root)
     fmt = _manifest_field(manifest, mpath, "format", str)
+    if fmt == HETERO_FORMAT:
+        raise ValueError(f"on-disk manifest {mpath}: field 'format' is {fmt!r}, a "
+                         f"heterogeneous graph; load it with fgnn.data.load_ondisk_hetero "
+                         f"(launch.py trains homogeneous graphs only)")
     if fmt != FORMAT:
         raise ValueError(f"on-disk manifest {mpath}: field 'format' must be {FORMAT!r}, got "
                          f"{fmt!r}")
@@ -338,18 +399,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     except ValueError as exc:
         raise ValueError(f"on-disk files {ip_path.name}/{ix_path.name} in {root} form an "
                          f"inconsistent CSR graph: {exc}") from exc
-    if e > 1:
-        # Sorted within each row: a decrease is allowed only where a new row starts.
-        drop = (indices[1:] < indices[:-1]).nonzero().flatten() + 1
-        if drop.numel():
-            row_starts = torch.zeros(e + 1, dtype=torch.bool)
-            row_starts[indptr] = True
-            bad = drop[~row_starts[drop]]
-            if bad.numel():
-                pos = int(bad[0])
-                row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
-                raise ValueError(f"on-disk file {ix_path} (files.indices) is not sorted within "
-                                 f"row {row} (position {pos})")
+    check_rows_sorted(indptr, indices, ix_path, "files.indices")
     features = np.load(fpath, mmap_mode="r")
     if check_nan is not False:
         _scan_features(features, fpath)
