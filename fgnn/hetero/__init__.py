@@ -1,6 +1,9 @@
 """Heterogeneous graphs: typed topology, conversions from PyG / DGL, typed k-hop sampling and
-the synthetic user-item recommender graph (see docs/own-graph.md and docs/concepts.md)."""
+the synthetic user-item recommender graph, the typed feature cache (see docs/own-graph.md and
+docs/concepts.md)."""
 
+from fgnn.hetero.cache import (HeteroFeatureStore, choose_cached_rows, hetero_presc_hotness,
+                               row_bytes_of)
 from fgnn.hetero.convert import from_dgl_hetero, from_pyg_hetero
 from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
 from fgnn.hetero.sampler import HeteroBlock, HeteroKHop, HeteroSample
@@ -14,4 +17,8 @@ __all__ = [
     "HeteroKHop",
     "HeteroBlock",
     "HeteroSample",
+    "HeteroFeatureStore",
+    "choose_cached_rows",
+    "hetero_presc_hotness",
+    "row_bytes_of",
 ]
