@@ -67,8 +67,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for d in args.devices:
-            for s in args.seeds:
+        for s in args.seeds:  # seed-major: a cut-short sweep still covers every device count
+            for d in args.devices:
                 rows.append(one_run(args, d, s, Path(tmp)))
     means = {}
     for d in args.devices:
