@@ -259,3 +259,16 @@ def test_link_run_on_four_logical_devices_through_launch(ray_cluster, planetoid_
     rep2 = load_report(resumed)
     assert [e["epoch"] for e in rep2["epochs"]] == [6, 7]
     assert rep2["final"]["test_auc"] > 0.7
+
+
+def test_resuming_a_node_checkpoint_as_a_link_job_fails_before_ray(tmp_path, monkeypatch,
+                                                                    capsys):
+    """A node-classification checkpoint is not a link job's: one line naming both models."""
+    from test_checkpoint import TINY as NODE_TINY
+    from test_checkpoint import _launch_fails, _no_ray, _runtime_checkpoint
+
+    _runtime_checkpoint(tmp_path, model="sage", dataset=NODE_TINY)
+    _no_ray(monkeypatch)
+    line = _launch_fails(["--dataset", NODE_TINY, "--model", "sage", "--task", "link",
+                          "--resume", "--checkpoint-dir", str(tmp_path)], capsys)
+    assert "LinkModel" in line, line
