@@ -247,7 +247,8 @@ class LinkSampling:
         pos = self.train_pos.index_select(1, edge_ids.to(self.device).long())
         ls = self.train_sampler.sample(graph, pos, generator, self.known)
         sample = ls.sample
-        sample.pairs = torch.stack([ls.src, ls.dst, ls.label.long()]).to(sample.seeds.device)
+        dev = sample.seeds.device
+        sample.pairs = torch.stack([ls.src.to(dev), ls.dst.to(dev), ls.label.to(dev).long()])
         return sample
 
     def eval_sample(self, train_graph: CSRGraph, split: str, pair_ids: torch.Tensor,
