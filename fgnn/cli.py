@@ -32,17 +32,21 @@ from fgnn.config import (
     MODES,
     SAMPLE_TRANSPORTS,
     EXCHANGES,
+    LINK_DECODERS,
+    LINK_EXCLUDE,
     REORDERINGS,
+    TASKS,
     PLACEMENTS,
     CacheConfig,
     DiskConfig,
     JobConfig,
+    LinkConfig,
     ModelConfig,
     RuntimeConfig,
     SamplerConfig,
     TrainConfig,
 )
-from fgnn.recipes import FGNN_RECIPE, KIPF_RECIPE, apply_recipe, recipe_for
+from fgnn.recipes import FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, apply_recipe, recipe_for
 
 __all__ = ["build_parser", "config_from_args", "main", "flags_markdown", "FLAG_FIELDS"]
 
@@ -104,11 +108,21 @@ FLAG_FIELDS: dict[str, str] = {
     "--resume": "train.resume",
     "--report": "report",
     "--save-model": "save_model",
+    "--task": "task",
+    "--neg-ratio": "link.neg_ratio",
+    "--eval-neg-ratio": "link.eval_neg_ratio",
+    "--exclude-seed-edges": "link.exclude",
+    "--decoder": "link.decoder",
+    "--embed-dim": "link.embed_dim",
+    "--link-val": "link.val",
+    "--link-test": "link.test",
+    "--hits-k": "link.hits_k",
 }
 _FIELD_FLAGS = {v: k for k, v in FLAG_FIELDS.items()}
 _CLASS_PREFIX = {"SamplerConfig": "sampler", "CacheConfig": "cache", "DiskConfig": "disk",
                  "ModelConfig": "model",
-                 "TrainConfig": "train", "RuntimeConfig": "runtime", "JobConfig": ""}
+                 "TrainConfig": "train", "RuntimeConfig": "runtime", "LinkConfig": "link",
+                 "JobConfig": ""}
 _SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
 
 
@@ -164,6 +178,14 @@ def _fanouts(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def _ks(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    if not text.strip() or not all(re.fullmatch(r"\s*\d+\s*", p) and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated positive integers such as 10,50, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
 def _dashboard_host(text: str) -> Optional[str]:
     if text.lower() in ("off", "none", ""):
         return None
@@ -201,10 +223,17 @@ def _kipf(field: str) -> str:
     return f"; {KIPF_RECIPE.name}: {text}"
 
 
+def _gae(field: str) -> str:
+    """``; gae: V`` for a help text's default, V the GAE link-prediction recipe's value."""
+    value = GAE_RECIPE.values[field]
+    text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    return f"; {GAE_RECIPE.name}: {text}"
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The ``launch.py`` parser; every default shown in ``--help`` comes from the configs."""
     job, smp, cache, disk = JobConfig(), SamplerConfig(), CacheConfig(), DiskConfig()
-    mdl, trn, rt = ModelConfig(), TrainConfig(), RuntimeConfig()
+    mdl, trn, rt, lnk = ModelConfig(), TrainConfig(), RuntimeConfig(), LinkConfig()
     fan = ", ".join(f"{m} {','.join(map(str, f)) or '(random walks)'}"
                     for m, f in DEFAULT_FANOUTS.items())
     p = _Parser(
@@ -212,9 +241,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         description="Train a GNN with the fgnn factored runtime (FGNN/GNNLab design) on Ray. "
                     "With no flags it trains on a small synthetic R-MAT graph. Recipes: "
                     f"--model gcn on cora|citeseer|pubmed uses {KIPF_RECIPE.name} "
-                    f"({KIPF_RECIPE.summary}) for every flag not given; other datasets and "
-                    f"models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}). The defaults "
-                    "below say where the Kipf & Welling recipe differs; the run's output and "
+                    f"({KIPF_RECIPE.summary}) for every flag not given, and --task link on them "
+                    f"(with --model gcn or sage) uses {GAE_RECIPE.name} ({GAE_RECIPE.summary}); "
+                    f"other datasets and models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}). "
+                    "The defaults below say where those recipes differ; the run's output and "
                     "report name the recipe that applied.",
         epilog="Example: python launch.py --dataset cora --data-root ../shared/data/planetoid "
                "--model gcn --devices 4 --epochs 30 --report r.json",
@@ -230,16 +260,52 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     g = p.add_argument_group("model")
     g.add_argument("--model", default=mdl.name, choices=MODELS,
-                   help="GNN model (default: %(default)s)")
+                   help="GNN model; with --task link the encoder (gcn or sage) "
+                        "(default: %(default)s)")
     g.add_argument("--hidden", type=_int_at_least(1), default=mdl.hidden, metavar="H",
-                   help=f"hidden size (default: %(default)s{_kipf('model.hidden')})")
+                   help=f"hidden size (default: %(default)s{_kipf('model.hidden')}"
+                        f"{_gae('model.hidden')})")
     g.add_argument("--dropout", type=_float_in(0.0, 1.0, hi_open=True), default=mdl.dropout,
                    metavar="P", help=f"dropout between layers, in [0, 1) "
-                                     f"(default: %(default)s{_kipf('model.dropout')})")
+                                     f"(default: %(default)s{_kipf('model.dropout')}"
+                                     f"{_gae('model.dropout')})")
     g.add_argument("--input-dropout", type=_float_in(0.0, 1.0, hi_open=True),
                    default=mdl.input_dropout, metavar="P",
                    help=f"dropout on the input features, in [0, 1) "
                         f"(default: %(default)s{_kipf('model.input_dropout')})")
+
+    g = p.add_argument_group("task")
+    g.add_argument("--task", default=job.task, choices=TASKS,
+                   help="node: node classification; link: link prediction on the graph's edges "
+                        "(an edge split; seeds are training edges with uniform negatives, "
+                        "sampled on the Samplers with the seed edges excluded from their own "
+                        "neighbourhood; BCE on the decoder's pair scores; validation and test "
+                        "AUC and AP) (default: %(default)s)")
+    g.add_argument("--neg-ratio", type=_int_at_least(1), default=lnk.neg_ratio, metavar="K",
+                   help="link: uniform negatives per training edge, the destination replaced "
+                        "(default: %(default)s)")
+    g.add_argument("--eval-neg-ratio", type=_int_at_least(1), default=lnk.eval_neg_ratio,
+                   metavar="K", help="link: fixed negatives per validation/test edge "
+                                     "(default: %(default)s)")
+    g.add_argument("--exclude-seed-edges", default=lnk.exclude, choices=LINK_EXCLUDE,
+                   help="link: seed edges removed from their own sampled neighbourhood: "
+                        "reverse (both directions), self (src->dst only), none (the target "
+                        "leaks into its input) (default: %(default)s)")
+    g.add_argument("--decoder", default=lnk.decoder, choices=LINK_DECODERS,
+                   help="link: pair scorer, dot product or an MLP on h_src*h_dst "
+                        "(default: %(default)s)")
+    g.add_argument("--embed-dim", type=_int_at_least(1), default=lnk.embed_dim, metavar="D",
+                   help=f"link: width of the encoder's output embeddings "
+                        f"(default: %(default)s{_gae('link.embed_dim')})")
+    g.add_argument("--link-val", type=_float_in(0.0, 1.0, lo_open=True, hi_open=True),
+                   default=lnk.val, metavar="V",
+                   help="link: share of edges held out for validation (default: %(default)s)")
+    g.add_argument("--link-test", type=_float_in(0.0, 1.0, lo_open=True, hi_open=True),
+                   default=lnk.test, metavar="T",
+                   help="link: share of edges held out for test (default: %(default)s)")
+    g.add_argument("--hits-k", type=_ks, default=lnk.hits_k, metavar="K1,K2,...",
+                   help="link: also report MRR and Hits@K, each validation/test edge ranked "
+                        "against its own --eval-neg-ratio negatives (default: none)")
 
     g = p.add_argument_group("devices and runtime")
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
@@ -347,7 +413,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="sampling algorithm (default: random_walk for pinsage, khop otherwise)")
     g.add_argument("--fanouts", type=_fanouts, default=None, metavar="F1,F2,...",
                    help=f"neighbours per layer, seed hop first (default per model: {fan}"
-                        f"{_kipf('sampler.fanouts')})")
+                        f"{_kipf('sampler.fanouts')}{_gae('sampler.fanouts')})")
     g.add_argument("--frontier", choices=FRONTIERS, default=smp.frontier,
                    help="k-hop samplers: which vertices draw neighbours at each hop: all of the "
                         "sample so far (DGL blocks) or only the new ones, each layer reusing "
@@ -375,16 +441,19 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=_int_at_least(1), default=trn.batch_size, metavar="B",
-                   help="seed vertices per mini-batch = per optimizer step at any device count; "
-                        "each mini-batch is cut into one task per device "
-                        "(default: %(default)s)")
+                   help=f"seed vertices (training edges with --task link) per mini-batch = per "
+                        f"optimizer step at any device count; each mini-batch is cut into one "
+                        f"task per device (default: %(default)s{_gae('train.batch_size')})")
     g.add_argument("--epochs", type=_int_at_least(1), default=trn.epochs, metavar="E",
-                   help=f"training epochs (default: %(default)s{_kipf('train.epochs')})")
+                   help=f"training epochs (default: %(default)s{_kipf('train.epochs')}"
+                        f"{_gae('train.epochs')})")
     g.add_argument("--lr", type=_float_in(0.0, None, lo_open=True), default=trn.lr,
-                   metavar="LR", help=f"learning rate (default: %(default)s{_kipf('train.lr')})")
+                   metavar="LR", help=f"learning rate (default: %(default)s{_kipf('train.lr')}"
+                                      f"{_gae('train.lr')})")
     g.add_argument("--weight-decay", type=_float_in(0.0, None), default=trn.weight_decay,
                    metavar="WD",
-                   help=f"weight decay (default: %(default)s{_kipf('train.weight_decay')})")
+                   help=f"weight decay (default: %(default)s{_kipf('train.weight_decay')}"
+                        f"{_gae('train.weight_decay')})")
     g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
@@ -471,13 +540,17 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               stall_timeout_s=args.stall_timeout),
         report=args.report,
         save_model=args.save_model,
+        task=args.task,
+        link=LinkConfig(val=args.link_val, test=args.link_test, neg_ratio=args.neg_ratio,
+                        eval_neg_ratio=args.eval_neg_ratio, exclude=args.exclude_seed_edges,
+                        decoder=args.decoder, embed_dim=args.embed_dim, hits_k=args.hits_k),
     )
     given = getattr(args, "given_dests", None)
     if given is None:
         return config
     fields = {FLAG_FIELDS[flag] for flag in (f"--{d.replace('_', '-')}" for d in given)
               if flag in FLAG_FIELDS}
-    return apply_recipe(config, recipe_for(args.dataset, args.model), fields)
+    return apply_recipe(config, recipe_for(args.dataset, args.model, args.task), fields)
 
 
 def _auto(v: Any) -> Any:

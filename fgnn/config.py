@@ -17,6 +17,7 @@ __all__ = [
     "ModelConfig",
     "TrainConfig",
     "RuntimeConfig",
+    "LinkConfig",
     "JobConfig",
 ]
 
@@ -34,7 +35,13 @@ PLACEMENTS = ("replicate", "algorithm1", "auto")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
 FRONTIERS = ("all", "new")
 #: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
-RECIPES = ("fgnn-7.1", "kipf-welling")
+RECIPES = ("fgnn-7.1", "kipf-welling", "gae")
+#: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.link.task`).
+TASKS = ("node", "link")
+#: Seed edges kept out of a link sample's neighbourhood (:data:`fgnn.link.sampler.EXCLUDE_MODES`).
+LINK_EXCLUDE = ("none", "self", "reverse")
+#: Link scorers (:data:`fgnn.link.decoders.DECODERS`).
+LINK_DECODERS = ("dot", "mlp")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
@@ -345,6 +352,53 @@ class RuntimeConfig:
 
 
 @dataclass
+class LinkConfig:
+    """Link prediction (``JobConfig.task="link"``): the edge split, the training negatives, the
+    exclusion of seed edges, the decoder and the ranking metrics (:mod:`fgnn.link.task`)."""
+
+    val: float = 0.05
+    """Share of the graph's (undirected) edges held out for validation."""
+    test: float = 0.10
+    """Share held out for test (PyG's ``RandomLinkSplit`` semantics, the GAE 85/5/10 split)."""
+    neg_ratio: int = 1
+    """k: uniform negatives per training positive, the destination replaced (filtered: never a
+    known training edge), drawn on the Samplers."""
+    eval_neg_ratio: int = 1
+    """Fixed negatives per validation and test positive (non-edges of the whole graph)."""
+    exclude: str = "reverse"
+    """Seed edges removed from their own sampled neighbourhood: ``reverse`` (both directions),
+    ``self`` (``src -> dst`` only) or ``none`` (the target leaks into its input)."""
+    decoder: str = "dot"
+    """Pair scorer on the embeddings: ``dot`` (GAE) or ``mlp`` (an MLP on ``h_src * h_dst``)."""
+    embed_dim: int = 16
+    """Width of the encoder's output embeddings."""
+    hits_k: tuple[int, ...] = ()
+    """Also report MRR and Hits@K for these K: each validation/test positive ranked against its
+    own ``eval_neg_ratio`` negatives. Empty: AUC and AP only."""
+
+    def __post_init__(self) -> None:
+        _finite(self, "val", "test")
+        for name in ("val", "test"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                _fail("LinkConfig", name, getattr(self, name), "must lie in (0, 1)")
+        if self.val + self.test >= 1.0:
+            _fail("LinkConfig", "test", self.test, f"with val={self.val} must leave training "
+                                                   f"edges (val + test < 1)")
+        for name in ("neg_ratio", "eval_neg_ratio", "embed_dim"):
+            if getattr(self, name) < 1:
+                _fail("LinkConfig", name, getattr(self, name), "must be >= 1")
+        if self.exclude not in LINK_EXCLUDE:
+            _fail("LinkConfig", "exclude", self.exclude,
+                  f"must be one of {', '.join(LINK_EXCLUDE)}")
+        if self.decoder not in LINK_DECODERS:
+            _fail("LinkConfig", "decoder", self.decoder,
+                  f"must be one of {', '.join(LINK_DECODERS)}")
+        self.hits_k = tuple(int(k) for k in self.hits_k)
+        if any(k < 1 for k in self.hits_k):
+            _fail("LinkConfig", "hits_k", self.hits_k, "must all be >= 1")
+
+
+@dataclass
 class JobConfig:
     """A whole training job."""
 
@@ -364,11 +418,18 @@ class JobConfig:
     read by :func:`fgnn.load_model`)."""
     recipe: str = "fgnn-7.1"
     """Which recipe's defaults the job uses (:mod:`fgnn.recipes`; ``launch.py`` picks it from
-    the dataset and model); a record for the report, it sets no value itself."""
+    the dataset, model and task); a record for the report, it sets no value itself."""
+    task: str = "node"
+    """``node`` classification, or ``link`` prediction on the graph's edges (``link``)."""
+    link: LinkConfig = field(default_factory=LinkConfig)
 
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
             _fail("JobConfig", "recipe", self.recipe, f"must be one of {', '.join(RECIPES)}")
+        if self.task not in TASKS:
+            _fail("JobConfig", "task", self.task, f"must be one of {', '.join(TASKS)}")
+        if self.task == "link":
+            self._check_link()
         d = self.disk
         if (d.feature_tier == "disk" and d.cpu_buffer > 0 and self.cache.policy == "none"
                 and self.runtime.mode != "time-sharing"):
@@ -380,6 +441,22 @@ class JobConfig:
             _fail("SamplerConfig", "kind", self.sampler.kind,
                   "needs a feature cache: its local set is the vertices the Trainers cache "
                   "(set a cache policy other than none)")
+
+    def _check_link(self) -> None:
+        """What link prediction does not support (yet): one line naming the field."""
+        why = "is not supported with task='link'"
+        if self.model.name == "pinsage":
+            _fail("ModelConfig", "name", self.model.name, f"{why} (use gcn or sage)")
+        if self.sampler.kind != "khop":
+            _fail("SamplerConfig", "kind", self.sampler.kind,
+                  f"{why} (link samples use the uniform k-hop sampler)")
+        if self.cache.reorder != "none":
+            _fail("CacheConfig", "reorder", self.cache.reorder, why)
+        if self.train.eval_mode != "sampled":
+            _fail("TrainConfig", "eval_mode", self.train.eval_mode, why)
+        if self.save_model is not None:
+            _fail("JobConfig", "save_model", self.save_model,
+                  f"{why} (fgnn.load_model reads node classifiers)")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view (for the report)."""

@@ -250,20 +250,22 @@ class Job:
             raise JobConfigError("dataset", cfg.dataset, str(e)) from e
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
-        num_train = int(self.dataset.train_idx.numel())
-        self._say(f"fgnn: recipe {cfg.recipe} (defaults for the flags not given)")
-        # Kipf & Welling's recipe trains on the whole training split per step by design.
-        warning = batch_warning(cfg.train.batch_size, num_train)
-        if warning and cfg.recipe != "kipf-welling":
-            self._say(f"fgnn: warning: {warning}")
+        self._say(f"fgnn: task {cfg.task}, recipe {cfg.recipe} (defaults for the flags not "
+                  f"given)")
 
         import ray
 
         from fgnn.executors.scheduler import step_tasks
         from fgnn.monitor.progress import Progress
         task = -(-cfg.train.batch_size // step_tasks(cfg.runtime.mode, cfg.runtime.devices))
-        progress = Progress(cfg.train.epochs, task, num_train=num_train, enabled=self.progress)
+        progress = Progress(cfg.train.epochs, task, enabled=self.progress)
         runtime = self._runtime(progress, from_spec)
+        # training items: vertices, or a link job's training supervision edges
+        num_train = progress.num_train = int(runtime._items("train").numel())
+        # Kipf & Welling's recipe trains on the whole training split per step by design.
+        warning = batch_warning(cfg.train.batch_size, num_train)
+        if warning and cfg.recipe != "kipf-welling":
+            self._say(f"fgnn: warning: {warning}")
         started = self._init_ray()
         watch = self._watch_raylet(runtime) if started else None
         try:
@@ -286,9 +288,12 @@ class Job:
             self._say(f"fgnn: {early_stop_message(result.early_stop)}")
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
-        self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
-                  f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
-                  f"test_acc {fin.get('test_acc', float('nan')):.4f}")
+        if cfg.task == "link":
+            self._say("fgnn: final " + "  ".join(f"{k} {v:.4f}" for k, v in fin.items()))
+        else:
+            self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
+                      f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
+                      f"test_acc {fin.get('test_acc', float('nan')):.4f}")
         self._write_outputs(result, runtime)
         return result
 

@@ -1,6 +1,6 @@
 """Training recipes: the settings a dataset and model get when the user sets nothing else.
 
-Two recipes exist:
+Three recipes exist:
 
 * ``fgnn-7.1`` -- the FGNN §7.1 defaults of :mod:`fgnn.config` (3-layer GCN with fanouts
   15, 10, 5, hidden 256, ...), for every dataset without a published recipe.
@@ -13,6 +13,12 @@ Two recipes exist:
   whole training split (the default batch of 8000 holds 140 / 120 / 60 training vertices). The
   features are row-normalised by the Planetoid loader; the test score is that of the best
   validation epoch.
+* ``gae`` -- the GAE link-prediction setting (Kipf & Welling, 2016) for ``task="link"`` on the
+  Planetoid datasets with ``--model gcn`` (or ``sage``, as the encoder): an 85/5/10 edge split,
+  a 2-layer encoder with hidden 32 and 16-wide embeddings, no dropout, a dot-product decoder, Adam
+  with lr 0.01 and no weight decay, 200 epochs, batches of 512 training edges with one uniform
+  negative each, the full neighbourhood (fanouts 1000,1000) with the batch's seed edges
+  excluded in both directions (``bench/link_gae.py``, which reaches the paper's AUC with these).
 
 A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields.
 :func:`apply_recipe` writes them into a config except for the fields the user set, so a flag
@@ -28,7 +34,8 @@ from typing import Any, Collection, Mapping
 
 from fgnn.config import JobConfig
 
-__all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "FULL_FANOUT", "recipe_for", "apply_recipe"]
+__all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "FULL_FANOUT", "recipe_for",
+           "apply_recipe"]
 
 #: A fanout above the largest degree of Cora (168), CiteSeer (99) and PubMed (171): the k-hop
 #: sampler keeps every neighbour of a vertex whose degree is at most its fanout.
@@ -68,16 +75,43 @@ KIPF_RECIPE = Recipe(
     },
 )
 
-#: Datasets (spec kinds) whose GCN gets :data:`KIPF_RECIPE`.
+GAE_RECIPE = Recipe(
+    "gae",
+    f"GAE link prediction: 85/5/10 edge split, 2 layers, hidden 32, embeddings 16, no dropout, "
+    f"dot decoder, lr 0.01, 200 epochs, batches of 512 edges with 1 negative each, full "
+    f"neighbourhood (fanouts {FULL_FANOUT},{FULL_FANOUT}) without the batch's edges",
+    {
+        "model.hidden": 32,
+        "model.dropout": 0.0,
+        "model.input_dropout": 0.0,
+        "link.embed_dim": 16,
+        "link.val": 0.05,
+        "link.test": 0.10,
+        "link.decoder": "dot",
+        "train.lr": 0.01,
+        "train.weight_decay": 0.0,
+        "train.epochs": 200,
+        "train.batch_size": 512,
+        "sampler.fanouts": (FULL_FANOUT, FULL_FANOUT),
+    },
+)
+
+#: Datasets (spec kinds) whose GCN gets :data:`KIPF_RECIPE` (and link prediction
+#: :data:`GAE_RECIPE`).
 _PLANETOID = ("cora", "citeseer", "pubmed")
 
 
-def recipe_for(dataset: str, model: str) -> Recipe:
-    """The recipe of a dataset spec and a model name: Kipf & Welling's for GCN on a Planetoid
-    spec (``cora``, ``citeseer``, ``pubmed``, with or without ``:key=value`` options), the
+def recipe_for(dataset: str, model: str, task: str = "node") -> Recipe:
+    """The recipe of a dataset spec, a model name and a task: on a Planetoid spec (``cora``,
+    ``citeseer``, ``pubmed``, with or without ``:key=value`` options) Kipf & Welling's for GCN
+    node classification and GAE's for link prediction with a GCN or GraphSAGE encoder; the
     FGNN §7.1 defaults otherwise."""
     kind = dataset.strip().partition(":")[0].strip().lower() if isinstance(dataset, str) else ""
-    return KIPF_RECIPE if model == "gcn" and kind in _PLANETOID else FGNN_RECIPE
+    if kind not in _PLANETOID:
+        return FGNN_RECIPE
+    if task == "link":
+        return GAE_RECIPE if model in ("gcn", "sage") else FGNN_RECIPE
+    return KIPF_RECIPE if model == "gcn" else FGNN_RECIPE
 
 
 def apply_recipe(config: JobConfig, recipe: Recipe, given: Collection[str] = ()) -> JobConfig:

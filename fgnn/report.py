@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from fgnn.atomic import atomic_open
-from fgnn.config import MODES
+from fgnn.config import MODES, TASKS
 from fgnn.executors._ledger import LEDGER_KEYS
 from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
 from fgnn.monitor.summary import cache_text, devices_text, timing_text
@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 _NUM = (int, float)
+#: The ``final`` scores of a link-prediction report (``config.task == "link"``).
+LINK_FINAL = ("val_auc", "val_ap", "test_auc", "test_ap")
 
 
 
@@ -97,12 +99,13 @@ def validate_report(report: Mapping[str, Any]) -> None:
     ``epochs`` (non-empty list; each with ``epoch``, ``time_s``, ``sample_s`` holding ``total``,
     ``S``, ``M``, ``C``, ``extract_s``, ``train_s``, ``hit_rate`` in [0, 1],
     ``bytes_host_to_device``, ``switches``, ``batches``, ``loss`` (number or null)); ``final``
-    (``train_acc``, ``val_acc``, ``test_acc`` in [0, 1]).
+    (``train_acc``, ``val_acc``, ``test_acc`` in [0, 1]; with ``config.task == "link"``
+    :data:`LINK_FINAL` instead, and any other ``final`` entry (MRR, Hits@K) in [0, 1]).
 
     Optional (absent from older reports), checked when present: ``preprocess.startup_s``,
     ``cache_fill_s`` and the older ``cache_build_s`` (seconds); ``allocation.devices_requested``
     (integer >= 1) and ``cache_policy`` (string); per epoch ``eval_s`` (seconds) and ``val_acc``
-    (in [0, 1] or null) and ``ledger`` (null or the exactly-once ledger: integer counts
+    (in [0, 1] or null), ``val_auc`` and ``val_ap`` (link prediction, the same) and ``ledger`` (null or the exactly-once ledger: integer counts
     ``tasks``, ``issued``, ``lost``, ``reissued``, ``pushed``, ``applied``, ``applied_twice``,
     ``missing``, ``rejected`` with ``applied + missing == tasks``, and ``exactly_once``, true
     exactly when ``missing`` and ``applied_twice`` are 0); ``final_eval_s`` (seconds);
@@ -156,12 +159,21 @@ def validate_report(report: Mapping[str, Any]) -> None:
         _number(ep, "loss", p, lo=None, nullable=True)
         _optional_number(ep, "eval_s", p)
         _optional_number(ep, "val_acc", p, hi=1.0, nullable=True)
+        _optional_number(ep, "val_auc", p, hi=1.0, nullable=True)
+        _optional_number(ep, "val_ap", p, hi=1.0, nullable=True)
         if ep.get("ledger") is not None:
             _ledger(ep["ledger"], f"{p}.ledger")
 
     final = _mapping(report, "final")
-    for key in ("train_acc", "val_acc", "test_acc"):
+    task = report["config"].get("task", "node")
+    if task not in TASKS:
+        _fail("config.task", f"must be one of {', '.join(TASKS)}", task)
+    for key in (LINK_FINAL if task == "link" else ("train_acc", "val_acc", "test_acc")):
         _number(final, key, "final", hi=1.0)
+    if task == "link":
+        for key in final:  # MRR and Hits@K when asked for
+            if key not in LINK_FINAL:
+                _number(final, key, "final", hi=1.0)
     _optional_number(report, "final_eval_s", "")
     stop = report.get("early_stop")
     if stop is not None:
@@ -292,7 +304,7 @@ def format_report(report: Mapping[str, Any]) -> str:
     Epochs are shown numbered from 1, as in the progress lines (the JSON ``epoch`` is 0-based).
     The header states the devices used (and what was asked for, when that differs), the cache
     policy in force, and where the wall time went; ``val`` is the per-epoch validation accuracy
-    (``-`` where the epoch was not evaluated).
+    (AUC for link prediction; ``-`` where the epoch was not evaluated).
     """
     cfg = report["config"]
     a, fin = report["allocation"], report["final"]
@@ -318,16 +330,24 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"{e['extract_s']:>8.3f} {e['train_s']:>7.3f} "
             f"{100 * e['hit_rate']:>5.1f}% {_bytes(e['bytes_host_to_device']):>10} "
             f"{e['switches']:>4} {e['batches']:>5} {_fmt(e['loss'], '>8.4f'):>8} "
-            f"{_fmt(e.get('val_acc'), '>6.4f'):>6}")
+            f"{_fmt(_val(e), '>6.4f'):>6}")
     lines += ["-" * len(head), *_COLUMNS_NOTE, ""]
     ledger = _ledger_text(report["epochs"])
     if ledger:
         lines.append(ledger)
     if report.get("early_stop"):
         lines.append(early_stop_message(report["early_stop"]))
-    lines.append(f"final    train {_fmt(fin['train_acc'], '.4f')}   "
-                 f"val {_fmt(fin['val_acc'], '.4f')}   test {_fmt(fin['test_acc'], '.4f')}")
+    if cfg.get("task") == "link":
+        lines.append("final    " + "   ".join(f"{k} {_fmt(v, '.4f')}" for k, v in fin.items()))
+    else:
+        lines.append(f"final    train {_fmt(fin['train_acc'], '.4f')}   "
+                     f"val {_fmt(fin['val_acc'], '.4f')}   test {_fmt(fin['test_acc'], '.4f')}")
     return "\n".join(lines)
+
+
+def _val(epoch: Mapping[str, Any]) -> Any:
+    """An epoch's validation score: accuracy, or a link job's AUC."""
+    return epoch.get("val_acc") if epoch.get("val_acc") is not None else epoch.get("val_auc")
 
 
 def _ledger_text(epochs: Sequence[Mapping[str, Any]]) -> Optional[str]:

@@ -72,9 +72,10 @@ def test_recipe_for_and_apply_recipe_in_python():
 
 def test_help_names_the_recipes_and_the_kipf_values():
     text = " ".join(build_parser().format_help().split())
-    assert "kipf-welling" in text and "fgnn-7.1" in text
+    assert "kipf-welling" in text and "fgnn-7.1" in text and "gae" in text
     assert f"kipf-welling: {FULL_FANOUT},{FULL_FANOUT}" in text                # --fanouts
-    assert "(default: 256; kipf-welling: 64)" in text                          # --hidden
+    assert "(default: 256; kipf-welling: 64; gae: 32)" in text                 # --hidden
+    assert "(default: 16; gae: 16)" in text                                    # --embed-dim
 
 
 def test_the_report_records_and_prints_the_recipe():

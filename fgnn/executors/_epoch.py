@@ -523,6 +523,8 @@ class EvalOutcome:
         batches: chunks scored.
         extract_s: summed Extract seconds of the chunks.
         forward_s: summed forward seconds of the chunks.
+        pairs: link prediction: split name -> ``(scores, labels)`` of its pairs in pair order
+            (the chunks' records joined by task id); empty for node classification.
     """
 
     scores: dict[str, SplitScore]
@@ -530,6 +532,7 @@ class EvalOutcome:
     batches: int
     extract_s: float
     forward_s: float
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def accuracy(self, split: str) -> float:
         """Accuracy of ``split`` (NaN when it was not scored or is empty)."""
@@ -542,8 +545,15 @@ def _eval_outcome(plan: EvalPlan, recs: list[dict[str, Any]], elapsed: float) ->
     scores = {s: SplitScore() for s in plan.splits}
     for r in recs:
         scores[r["split"]].add(SplitScore(r["correct"], r["count"], r["loss_sum"]))
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    linked = sorted((r for r in recs if "pair_scores" in r), key=lambda r: r["task_id"])
+    for s in plan.splits:
+        mine = [r for r in linked if r["split"] == s]
+        if mine:  # chunks cut the split's pairs in order, so task order is pair order
+            pairs[s] = (np.concatenate([r["pair_scores"] for r in mine]),
+                        np.concatenate([r["pair_labels"] for r in mine]))
     return EvalOutcome(scores, elapsed, len(recs), sum(r["extract_s"] for r in recs),
-                       sum(r["eval_s"] for r in recs))
+                       sum(r["eval_s"] for r in recs), pairs)
 
 
 def _sum_counts(dicts: list[dict[str, int]]) -> Optional[dict[str, int]]:

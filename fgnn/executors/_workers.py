@@ -57,7 +57,8 @@ class Services:
     pg: Any = None
     refs: dict[str, Any] = field(default_factory=dict)
     """Object-store refs: ``graph``, ``features``, ``labels``, ``train_idx``, ``eval_idx``,
-    ``hotness``, ``placement``, ``cache_map``."""
+    ``hotness``, ``placement``, ``cache_map``; ``link`` (a link job's
+    :meth:`~fgnn.link.task.LinkTask.payload`, else None)."""
     num_devices: int = 1
     gpus_per_device: float = 1.0
     one_node: bool = True
@@ -128,7 +129,8 @@ class WorkerGroup:
                        cfg.train.batch_size, cfg.train.seed, None, sv.queue, name,
                        sv.torch_device, eval_idx=sv.refs["eval_idx"],
                        transport=cfg.runtime.sample_transport, one_node=sv.one_node,
-                       parts=sp.step_tasks, shared_gpu=sv.shared_gpu)
+                       parts=sp.step_tasks, shared_gpu=sv.shared_gpu,
+                       link=sv.refs.get("link"))
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -139,7 +141,7 @@ class WorkerGroup:
         if cfg.runtime.mode == "time-sharing":
             local = LocalSampling(sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
                                   cfg.train.batch_size, cfg.train.seed, sv.torch_device,
-                                  sv.refs["eval_idx"], sp.step_tasks)
+                                  sv.refs["eval_idx"], sp.step_tasks, sv.refs.get("link"))
         share = (0.5 if standby else 1.0) * sv.gpus_per_device
         h = make_actor(TrainerExecutor, name, sv.pg, device, share,
                        sv.refs["features"], sv.refs["labels"],

@@ -154,11 +154,16 @@ class Runtime:
             config = replace(config, train=replace(config.train, eval_batch_size=chunk))
         self.config = config
         self.sampler = sampler if sampler is not None else _build_sampler(config)
+        #: a link job's split and scores (:mod:`fgnn.link.task`); None for node classification
+        self.link = _link_task(config, dataset, model)
+        if self.link is not None:  # the Samplers sample the training message graph
+            dataset = self.link.training_dataset(dataset)
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else _build_model(config, dataset, self.sampler)
         from fgnn.model_file import job_identity
 
         self.identity = job_identity(config, dataset, self.model, self.sampler)
+        self.identity["task"] = config.task
         self.best: dict[str, Any] = {"val_acc": -1.0, "epoch": None, "state": None, "bad": 0}
         self.on_epoch = on_epoch
         self._eval_passes = 0
@@ -315,11 +320,18 @@ class Runtime:
             "graph": ray.put(graph_payload(ds.graph)),
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
-            "train_idx": ray.put(ds.train_idx.cpu().numpy()),
-            "eval_idx": ray.put({"val": ds.val_idx.cpu().numpy(),
-                                 "test": ds.test_idx.cpu().numpy()}),
+            "train_idx": ray.put(self._items("train").numpy()),
+            "eval_idx": ray.put({s: self._items(s).numpy() for s in ("val", "test")}),
             "hotness": None,
+            "link": None if self.link is None else ray.put(self.link.payload()),
         }
+
+    def _items(self, split: str) -> torch.Tensor:
+        """The ids a split's tasks cut: vertex ids, or for a link job the ids of training
+        supervision edges and of validation / test pairs (:mod:`fgnn.link.task`)."""
+        if self.link is not None:
+            return torch.arange(self.link.size(split), dtype=torch.int64)
+        return getattr(self.dataset, f"{split}_idx").cpu()
 
     def _start_services(self) -> None:
         import ray
@@ -446,7 +458,7 @@ class Runtime:
         """One training epoch through the coordinator; after the run's first, the allocation
         (§5.3) from its T_s and T_t."""
         tc = self.config.train
-        total = len(epoch_batches(self.dataset.train_idx, tc.batch_size, tc.seed, epoch,
+        total = len(epoch_batches(self._items("train"), tc.batch_size, tc.seed, epoch,
                                   self.step_tasks))
         stats = self.coordinator.run(epoch, total, measure=first)
         self.caches.adapt_locality(stats)
@@ -479,13 +491,18 @@ class Runtime:
     def _validate(self, epoch: int, stats: EpochStats) -> None:
         """Score validation after ``epoch`` when due; keep the best weights (patience)."""
         tc, best = self.config.train, self.best
-        if not (self.do_evaluate and self.dataset.val_idx.numel() > 0
+        if not (self.do_evaluate and self._items("val").numel() > 0
                 and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
             return
         scored = self._evaluate(("val",))
-        stats.val_acc, stats.eval_s = scored.accuracy("val"), scored.time_s
-        if stats.val_acc > best["val_acc"]:
-            best.update(val_acc=stats.val_acc, epoch=epoch, bad=0, state={
+        stats.eval_s = scored.time_s
+        if self.link is None:
+            score = stats.val_acc = scored.accuracy("val")
+        else:  # link prediction: the validation AUC picks the weights
+            m = self.link.metrics("val", *scored.pairs["val"])
+            score, stats.val_auc, stats.val_ap = m["auc"], m["auc"], m["ap"]
+        if score > best["val_acc"]:
+            best.update(val_acc=score, epoch=epoch, bad=0, state={
                 k: v.clone() for k, v in self.model.state_dict().items()})
         else:
             best["bad"] += 1
@@ -517,6 +534,8 @@ class Runtime:
             return final
         best = self.best
         weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
+        if self.link is not None:
+            return self._final_link_scores(weights)
         # The best epoch already scored validation with these weights and the same
         # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed.
         known = {} if best["state"] is None else {"val": best["val_acc"]}
@@ -525,6 +544,14 @@ class Runtime:
         self.final_eval_s = scored.time_s
         return {f"{s}_acc": known[s] if s in known else scored.accuracy(s)
                 for s in ("train", "val", "test")}
+
+    def _final_link_scores(self, weights: Any) -> dict[str, float]:
+        """A link job's final ``{val,test}_{auc,ap}`` (and ``_mrr``, ``_hits@K``) with the
+        best-validation ``weights``, scored by every Trainer."""
+        scored = self._evaluate(("val", "test"), weights=weights)
+        self.final_eval_s = scored.time_s
+        return {f"{s}_{k}": v for s in ("val", "test")
+                for k, v in self.link.metrics(s, *scored.pairs[s]).items()}
 
     def _allocation(self) -> dict[str, Any]:
         """The report's ``allocation``: what ran, the caches, the profile."""
@@ -598,11 +625,11 @@ class Runtime:
             splits: split names to score.
             weights: ``ObjectRef`` of flat weights to score; None uses the server's current.
         """
-        ds, tc = self.dataset, self.config.train
+        tc = self.config.train
         if tc.eval_mode == "layerwise":
             return self._evaluate_layerwise(splits, weights)
-        plan = EvalPlan(tuple(splits), tuple(int(getattr(ds, f"{s}_idx").numel())
-                                             for s in splits), tc.eval_batch_size, tc.seed)
+        plan = EvalPlan(tuple(splits), tuple(int(self._items(s).numel()) for s in splits),
+                        tc.eval_batch_size, tc.seed)
         self._eval_passes += 1
         # evaluation passes get ids of their own (negative: training epochs count from 0)
         return self.coordinator.run(-1 - self._eval_passes, plan.num_tasks, plan=plan,
@@ -650,7 +677,27 @@ def _build_sampler(config: JobConfig) -> Sampler:
     return build_sampler(config.sampler)
 
 
+def _link_task(config: JobConfig, dataset: Dataset, model: Optional[nn.Module]) -> Any:
+    """A link job's :class:`~fgnn.link.task.LinkTask` (None for node classification).
+
+    Raises:
+        ValueError: a custom model without ``pair_logits`` (:class:`~fgnn.link.task.LinkModel`).
+    """
+    if config.task != "link":
+        return None
+    from fgnn.link.task import LinkTask
+
+    if model is not None and not callable(getattr(model, "pair_logits", None)):
+        raise ValueError(f"task='link' needs a model with pair_logits(h, pairs) (e.g. "
+                         f"fgnn.link.task.LinkModel), got {type(model).__name__}")
+    return LinkTask.build(config, dataset)
+
+
 def _build_model(config: JobConfig, dataset: Dataset, sampler: Sampler) -> nn.Module:
     from fgnn.models import build_model
 
+    if config.task == "link":
+        from fgnn.link.task import build_link_model
+
+        return build_link_model(config, dataset.feat_dim, sampler.num_layers)
     return build_model(config.model, dataset.feat_dim, dataset.num_classes, sampler.num_layers)

@@ -118,10 +118,13 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
 
 
 def sample_tensors(sample: Sample) -> list[torch.Tensor]:
-    """The tensors of a sample (seeds, input nodes, marks, every block's edges and weights)."""
+    """The tensors of a sample (seeds, input nodes, marks, every block's edges and weights, a
+    link sample's pairs)."""
     ts = [sample.seeds, sample.input_nodes]
     if sample.cached is not None:
         ts.append(sample.cached)
+    if sample.pairs is not None:
+        ts.append(sample.pairs)
     for b in sample.blocks:
         ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
     return ts
@@ -139,7 +142,7 @@ def pack_sample(sample: Sample) -> dict[str, Any]:
         return None if t is None else t.detach().cpu().numpy()
 
     return {"seeds": a(sample.seeds), "input_nodes": a(sample.input_nodes),
-            "cached": a(sample.cached), "task_id": sample.task_id,
+            "cached": a(sample.cached), "task_id": sample.task_id, "pairs": a(sample.pairs),
             "blocks": [(a(b.src), a(b.dst), b.num_src, b.num_dst, a(b.weights))
                        for b in sample.blocks]}
 
@@ -157,7 +160,7 @@ def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
         raise ValueError(f"a sample sent by a tensor transport must have every tensor on one "
                          f"device, got {', '.join(sorted(devices))}")
     return {"seeds": sample.seeds, "input_nodes": sample.input_nodes, "cached": sample.cached,
-            "task_id": sample.task_id,
+            "task_id": sample.task_id, "pairs": sample.pairs,
             "blocks": [(b.src, b.dst, b.num_src, b.num_dst, b.weights) for b in sample.blocks]}
 
 
@@ -175,7 +178,7 @@ def unpack_sample(packed: Any) -> Sample:
     blocks = [Block(t(src), t(dst), int(ns), int(nd), t(w))
               for src, dst, ns, nd, w in packed["blocks"]]
     return Sample(t(packed["seeds"]), blocks, t(packed["input_nodes"]), t(packed["cached"]),
-                  packed["task_id"])
+                  packed["task_id"], t(packed.get("pairs")))
 
 
 class SamplerExecutor:
@@ -203,13 +206,18 @@ class SamplerExecutor:
         eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
             ``train`` is ``train_idx``).
         parts: tasks per mini-batch (R of :mod:`fgnn.executors.ps`).
+        link: a link-prediction job's :meth:`fgnn.link.task.LinkTask.payload`: ``train_idx``
+            are then ids of training supervision edges and the evaluation splits' ids index
+            their pairs; every sample carries its pairs (:class:`fgnn.link.task.LinkSampling`).
+            None: node classification.
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int, seed: int,
                  cache_map: Any = None, queue: Any = None, name: str = "fgnn-sampler-0",
                  device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
                  transport: str = "object_store", one_node: bool = True,
-                 parts: int = 1, shared_gpu: bool = False) -> None:
+                 parts: int = 1, shared_gpu: bool = False,
+                 link: Optional[dict[str, Any]] = None) -> None:
         torch.set_num_threads(1)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -217,6 +225,11 @@ class SamplerExecutor:
         self.transport = choose_transport(transport, self.device.type, one_node, shared_gpu)
         self.graph = graph_from_payload(graph, self.device)
         self.sampler = sampler
+        self.link = None
+        if link is not None:
+            from fgnn.link.task import LinkSampling
+
+            self.link = LinkSampling(link, sampler, self.device)
         self.train_idx = tensor_from(train_idx)
         self.split_idx = {"train": self.train_idx}
         self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})
@@ -295,6 +308,7 @@ class SamplerExecutor:
         With ``plan`` the task is a chunk of an evaluation pass (:mod:`fgnn.evaluation`: the
         split's ids in order, the chunk's own generator); else a training mini-batch.
         """
+        split: Optional[str] = None
         if plan is None:
             seeds = self.seeds_of(epoch, task_id)
             gen = task_generator(self.seed, epoch, task_id, self.device)
@@ -306,7 +320,7 @@ class SamplerExecutor:
             gen = eval_generator(plan.seed, split, chunk, self.device)
         seeds = seeds.to(self.device)
         t0 = self.clock.start()
-        sample = self.sampler.sample(self.graph, seeds, gen)
+        sample = self._draw(seeds, gen, split)
         s_lap = self.clock.stop(t0)
         t1 = self.clock.start()
         if self._visits is not None and plan is None:
@@ -316,6 +330,15 @@ class SamplerExecutor:
         m_lap = self.clock.stop(t1)
         # CUDA: event times of the kernels, resolved once M's end is reached (not launch times)
         return sample, s_lap.seconds(), m_lap.seconds()
+
+    def _draw(self, items: torch.Tensor, gen: torch.Generator, split: Optional[str]) -> Sample:
+        """The S step: sample seed vertices, or for a link job training edges (``split`` None)
+        or evaluation pairs of ``split``."""
+        if self.link is None:
+            return self.sampler.sample(self.graph, items, gen)
+        if split is None:
+            return self.link.train_sample(self.graph, items, gen)
+        return self.link.eval_sample(self.graph, split, items, gen)
 
     def sample_task(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
                     ) -> dict[str, Any]:
@@ -335,7 +358,7 @@ class SamplerExecutor:
         sample, s, m = self.sample(epoch, task_id, plan)
         t0 = time.perf_counter()
         if self.transport == "cuda_ipc":  # the sample stays on this GPU; Trainers read it
-            ref = ray.put(packsample_tensors(sample), _tensor_transport="cuda_ipc")
+            ref = ray.put(pack_sample_tensors(sample), _tensor_transport="cuda_ipc")
         else:
             if self.device.type != "cpu":
                 sample = sample.to("cpu")  # host memory side of the queue

@@ -49,6 +49,7 @@ from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.cache.placement import Placement
+from fgnn.link.task import pair_loss, pair_scores
 from fgnn.sampling.base import Sample
 
 __all__ = ["TrainerExecutor", "build_store"]
@@ -87,6 +88,8 @@ class _Batch:
     def tensors(self) -> list[torch.Tensor]:
         """Every device tensor of the batch."""
         ts = [self.x, self.labels, self.sample.seeds, self.sample.input_nodes]
+        if self.sample.pairs is not None:
+            ts.append(self.sample.pairs)
         for b in self.sample.blocks:
             ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
         return ts
@@ -99,7 +102,8 @@ def _sample_to(sample: Sample, move: Any) -> Sample:
     blocks = [Block(move(b.src), move(b.dst), b.num_src, b.num_dst,
                     None if b.weights is None else move(b.weights)) for b in sample.blocks]
     return Sample(move(sample.seeds), blocks, move(sample.input_nodes),
-                  None if sample.cached is None else move(sample.cached), sample.task_id)
+                  None if sample.cached is None else move(sample.cached), sample.task_id,
+                  None if sample.pairs is None else move(sample.pairs))
 
 
 class TrainerExecutor:
@@ -341,8 +345,12 @@ class TrainerExecutor:
         return _Batch(task_id, sample, x, labels, rec, ready)
 
     def _to_device(self, sample: Sample) -> tuple[torch.Tensor, Sample, Any]:
-        """Labels and sample on the device through the copy stream, and its event."""
-        labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
+        """Labels and sample on the device through the copy stream, and its event; a link
+        sample's labels are its pairs' (:mod:`fgnn.link.task`)."""
+        if sample.pairs is not None:
+            labels = self.copies.h2d(sample.pairs[2])
+        else:
+            labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
         sample = _sample_to(sample, self.copies.h2d)
         return labels, sample, self.copies.record()
 
@@ -377,8 +385,11 @@ class TrainerExecutor:
         for p in self.params:
             p.grad = None
         seed_task_rng(self.seed, epoch, batch.task_id)
-        logits = self.model(batch.sample.blocks, batch.x)
-        loss = F.cross_entropy(logits, batch.labels)
+        out = self.model(batch.sample.blocks, batch.x)
+        if batch.sample.pairs is not None:  # link prediction: BCE of the scored pairs
+            loss = pair_loss(self.model, out, batch.sample.pairs)
+        else:
+            loss = F.cross_entropy(out, batch.labels)
         if not bool(torch.isfinite(loss)):  # either exchange: never deliver its gradient
             raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
         loss.backward()
@@ -432,13 +443,18 @@ class TrainerExecutor:
         self.copies.wait(batch.ready, batch.tensors())
         self.model.eval()
         try:
-            score = score_logits(self.model(batch.sample.blocks, batch.x), batch.labels)
+            out = self.model(batch.sample.blocks, batch.x)
+            if batch.sample.pairs is not None:  # link prediction: the pairs' scores
+                scored = pair_scores(self.model, out, batch.sample.pairs)
+            else:
+                score = score_logits(out, batch.labels)
+                scored = {"correct": score.correct, "count": score.count,
+                          "loss_sum": score.loss_sum}
         finally:
             self.model.train()
         rec = dict(batch.rec)
-        rec.update(split=plan.task(batch.task_id)[0], correct=score.correct, count=score.count,
-                   loss_sum=score.loss_sum, eval_s=time.perf_counter() - t0, train_s=0.0,
-                   sync_s=0.0, step_wait_s=0.0)
+        rec.update(scored, split=plan.task(batch.task_id)[0], eval_s=time.perf_counter() - t0,
+                   train_s=0.0, sync_s=0.0, step_wait_s=0.0)
         return rec
 
     def score_layerwise(self, graph: Any, idx: Any, weights: Optional[torch.Tensor] = None

@@ -195,14 +195,17 @@ def report_figure(report: Mapping[str, Any]) -> Any:
     _epoch_axis(ax_loss, xs)
 
     # validation accuracy, with the final test accuracy
-    pts = [(x, _number(e.get("val_acc"))) for x, e in zip(xs, epochs)]
+    # link prediction: the validation AUC
+    pts = [(x, _number(e.get("val_acc") if e.get("val_acc") is not None else e.get("val_auc")))
+           for x, e in zip(xs, epochs)]
     pts = [(x, v) for x, v in pts if v is not None]
     if pts:
         ax_val.plot([p[0] for p in pts], [p[1] for p in pts], color="#2ca02c", marker="o",
                     markersize=3, label="validation")
     else:
         _nothing(ax_val, "not evaluated")
-    test = _number(report.get("final", {}).get("test_acc"))
+    final = report.get("final", {})
+    test = _number(final.get("test_acc") if "test_acc" in final else final.get("test_auc"))
     if test is not None:
         ax_val.axhline(test, color="0.3", linestyle="--", linewidth=1,
                        label=f"final test {test:.4f}")

@@ -52,6 +52,9 @@ def format_epoch(stats: EpochStats, epochs: Optional[int] = None) -> str:
             f"loss {loss}")
     if stats.val_acc is not None:
         line += f" val {stats.val_acc:.4f} (eval {stats.eval_s:.2f}s)"
+    elif stats.val_auc is not None:
+        line += (f" val AUC {stats.val_auc:.4f} AP {stats.val_ap:.4f} "
+                 f"(eval {stats.eval_s:.2f}s)")
     return line
 
 

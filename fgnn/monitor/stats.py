@@ -77,6 +77,10 @@ class EpochStats:
     queue_depth: list[int] = field(default_factory=list)
     """Global-queue depth sampled over the epoch."""
     val_acc: Optional[float] = None
+    val_auc: Optional[float] = None
+    """Link prediction: validation AUC of the epoch (None otherwise, or when not validated)."""
+    val_ap: Optional[float] = None
+    """Link prediction: validation average precision of the epoch."""
     eval_s: float = 0.0
     """Wall seconds of this epoch's validation pass (0 when not evaluated)."""
     warmup: bool = False
@@ -111,7 +115,9 @@ class RunResult:
     """Wall seconds per preprocessing step, keyed by :data:`PREPROCESS_KEYS`."""
     epochs: list[EpochStats]
     final: dict[str, float]
-    """``train_acc``, ``val_acc``, ``test_acc``."""
+    """``train_acc``, ``val_acc``, ``test_acc``; for link prediction ``val_auc``, ``val_ap``,
+    ``test_auc``, ``test_ap`` (plus ``{val,test}_mrr`` and ``{val,test}_hits@K`` when asked
+    for)."""
     final_eval_s: float = 0.0
     """Wall seconds of the final train/val/test scoring pass."""
     early_stop: Optional[dict[str, Any]] = None

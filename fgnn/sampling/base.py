@@ -60,6 +60,9 @@ class Sample:
         cached: optional ``(M,)`` bool mask, True where the input vertex's feature row is in the
             trainer's device cache (the "M" step of FGNN Table 5, filled by the cache layer).
         task_id: optional id of the mini-batch task within its epoch (set by the runtime).
+        pairs: optional ``(3, P)`` int64 of a link-prediction sample (:mod:`fgnn.link.task`):
+            local ids (positions in ``seeds``) of each scored pair's source and destination,
+            and its 0/1 label.
     """
 
     seeds: torch.Tensor
@@ -67,6 +70,7 @@ class Sample:
     input_nodes: torch.Tensor
     cached: Optional[torch.Tensor] = None
     task_id: Optional[int] = None
+    pairs: Optional[torch.Tensor] = None
 
     @property
     def num_layers(self) -> int:
@@ -82,7 +86,8 @@ class Sample:
         """Copy every tensor to ``device``."""
         return Sample(self.seeds.to(device), [b.to(device) for b in self.blocks],
                       self.input_nodes.to(device),
-                      None if self.cached is None else self.cached.to(device), self.task_id)
+                      None if self.cached is None else self.cached.to(device), self.task_id,
+                      None if self.pairs is None else self.pairs.to(device))
 
 
 class Sampler(ABC):
