@@ -100,6 +100,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--lr": "train.lr",
     "--weight-decay": "train.weight_decay",
     "--seed": "train.seed",
+    "--deterministic": "train.deterministic",
     "--eval-every": "train.eval_every",
     "--eval-batch-size": "train.eval_batch_size",
     "--eval-mode": "train.eval_mode",
@@ -455,6 +456,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help=f"weight decay (default: %(default)s{_kipf('train.weight_decay')}"
                         f"{_gae('train.weight_decay')})")
     g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
+    g.add_argument("--deterministic", action="store_true", default=trn.deterministic,
+                   help="torch's deterministic algorithms in every executor: a CUDA run repeats "
+                        "exactly with its seed, at some speed; a CPU run repeats without it "
+                        "(default: %(default)s)")
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
     g.add_argument("--eval-batch-size", type=_auto_count, default="auto", metavar="auto|B",
@@ -526,7 +531,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                           input_dropout=args.input_dropout),
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           weight_decay=args.weight_decay, seed=args.seed,
-                          eval_every=args.eval_every,
+                          deterministic=args.deterministic, eval_every=args.eval_every,
                           eval_batch_size=_auto(args.eval_batch_size),
                           eval_mode=args.eval_mode, patience=args.patience,
                           checkpoint_dir=args.checkpoint_dir, resume=args.resume),

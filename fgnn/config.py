@@ -240,6 +240,10 @@ class TrainConfig:
     lr: float = 0.003
     weight_decay: float = 0.0
     seed: int = 0
+    deterministic: bool = False
+    """Executors use torch's deterministic algorithms (``torch.use_deterministic_algorithms``):
+    on CUDA, ``index_add_`` adds in a fixed order, so a GPU run repeats exactly with its seed
+    (slower; a CPU run repeats exactly without it)."""
     eval_every: int = 1
     """Evaluate on the validation split every this many epochs."""
     eval_mode: str = "sampled"

@@ -56,3 +56,20 @@ def test_sampler_on_gpu_matches_cpu():
                             torch.Generator("cuda").manual_seed(0))
     assert s.input_nodes.device.type == "cuda"
     assert torch.equal(s.seeds.cpu(), seeds)
+
+
+def test_index_add_repeats_exactly_under_the_deterministic_flag():
+    """``--deterministic`` (docs/gpu.md): with torch's deterministic algorithms on, a CUDA
+    ``index_add_`` with many colliding rows gives the same bits on every run."""
+    from fgnn.executors._common import configure_torch
+
+    was = torch.are_deterministic_algorithms_enabled()
+    configure_torch(deterministic=True)
+    try:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        src = torch.randn(200_000, 64, device="cuda", generator=g)
+        index = torch.randint(0, 64, (200_000,), device="cuda", generator=g)
+        runs = [torch.zeros(64, 64, device="cuda").index_add_(0, index, src) for _ in range(5)]
+        assert all(torch.equal(runs[0], r) for r in runs[1:])
+    finally:
+        torch.use_deterministic_algorithms(was)

@@ -254,3 +254,25 @@ def metrics_for(role: str, device: str) -> Any:
         return RuntimeMetrics(role, device)
     except Exception:  # pragma: no cover - metrics must never stop training
         return NullMetrics(role, device)
+
+
+#: cuBLAS's workspace setting that makes its GEMMs deterministic on CUDA (torch's
+#: reproducibility notes); set in an executor only with ``train.deterministic``.
+CUBLAS_DETERMINISTIC = ":4096:8"
+
+
+def configure_torch(deterministic: bool = False) -> None:
+    """Torch settings of an executor process: one compute thread (executors share the host's
+    cores), and with ``deterministic`` torch's deterministic algorithms.
+
+    On CUDA, ``index_add_`` (every aggregation of :mod:`fgnn.models.aggregate`, and the backward
+    of ``index_select``) adds with atomics whose order varies between runs; under
+    ``torch.use_deterministic_algorithms(True)`` it takes torch's deterministic kernel instead,
+    and cuBLAS uses a fixed workspace (``CUBLAS_WORKSPACE_CONFIG``). ``warn_only``: an op that
+    has no deterministic kernel still runs, with torch's warning, rather than stopping the job.
+    On the CPU every op fgnn uses is deterministic already; the setting changes nothing there.
+    """
+    torch.set_num_threads(1)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
+        torch.use_deterministic_algorithms(True, warn_only=True)

@@ -130,7 +130,7 @@ class WorkerGroup:
                        sv.torch_device, eval_idx=sv.refs["eval_idx"],
                        transport=cfg.runtime.sample_transport, one_node=sv.one_node,
                        parts=sp.step_tasks, shared_gpu=sv.shared_gpu,
-                       link=sv.refs.get("link"))
+                       link=sv.refs.get("link"), deterministic=cfg.train.deterministic)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -150,7 +150,7 @@ class WorkerGroup:
                        sp.slow_trainers.get(index, 0.0),
                        crash_after_apply=not standby and index in sp.crash_after_apply,
                        disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
-                       exchange=sv.exchange)
+                       exchange=sv.exchange, deterministic=cfg.train.deterministic)
         return _Exec(name, role, device, h)
 
     def _wanted(self, n_s: int) -> list[tuple[str, int]]:

@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 import torch
 
-from fgnn.executors._common import (_device_tag, graph_from_payload, metrics_for,
-                                    task_generator, tensor_from)
+from fgnn.executors._common import (_device_tag, configure_torch, graph_from_payload,
+                                    metrics_for, task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
 from fgnn.evaluation import EvalPlan, eval_generator
 from fgnn.executors._device import actor_device
@@ -217,8 +217,8 @@ class SamplerExecutor:
                  device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
                  transport: str = "object_store", one_node: bool = True,
                  parts: int = 1, shared_gpu: bool = False,
-                 link: Optional[dict[str, Any]] = None) -> None:
-        torch.set_num_threads(1)
+                 link: Optional[dict[str, Any]] = None, deterministic: bool = False) -> None:
+        configure_torch(deterministic)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.name, self.device = name, actor_device(device)

@@ -40,7 +40,8 @@ from torch import nn
 
 from fgnn.evaluation import EvalPlan, score_logits
 from fgnn.executors._common import (MemmapFeatures, NonFiniteLoss, _device_tag,
-                                    graph_from_payload, metrics_for, open_disk_tiers,
+                                    configure_torch, graph_from_payload, metrics_for,
+                                    open_disk_tiers,
                                     open_features, seed_task_rng, tensor_from)
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
@@ -140,6 +141,8 @@ class TrainerExecutor:
         exchange: an :class:`~fgnn.executors.collective.ExchangeSpec`: exchange gradients over
             the collective (weights and optimizer on this device,
             :mod:`fgnn.executors._exchange`) instead of through the parameter server ``ps``.
+        deterministic: ``train.deterministic``: torch's deterministic algorithms in this
+            process (:func:`~fgnn.executors._common.configure_torch`).
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
@@ -147,10 +150,10 @@ class TrainerExecutor:
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
                  crash_after_apply: bool = False, disk: Any = None, seed: int = 0,
-                 exchange: Any = None) -> None:
+                 exchange: Any = None, deterministic: bool = False) -> None:
         # one compute thread (executors share the host's cores); host gathers run on the
         # feature store's own pool (fgnn.cache.feature_store.extract_threads)
-        torch.set_num_threads(1)
+        configure_torch(deterministic)
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
         self.name, self.role, self.device = name, role, actor_device(device)
