@@ -261,7 +261,7 @@ class Job:
         progress = Progress(cfg.train.epochs, task, enabled=self.progress)
         runtime = self._runtime(progress, from_spec)
         # training items: vertices, or a link job's training supervision edges
-        num_train = progress.num_train = int(runtime._items("train").numel())
+        num_train = progress.num_train = runtime.num_items("train")
         # Kipf & Welling's recipe trains on the whole training split per step by design.
         warning = batch_warning(cfg.train.batch_size, num_train)
         if warning and cfg.recipe != "kipf-welling":

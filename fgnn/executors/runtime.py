@@ -326,6 +326,11 @@ class Runtime:
             "link": None if self.link is None else ray.put(self.link.payload()),
         }
 
+    def num_items(self, split: str) -> int:
+        """How many ids the tasks of ``split`` cut: vertices, or for a link job training
+        supervision edges and validation / test pairs."""
+        return int(self._items(split).numel())
+
     def _items(self, split: str) -> torch.Tensor:
         """The ids a split's tasks cut: vertex ids, or for a link job the ids of training
         supervision edges and of validation / test pairs (:mod:`fgnn.link.task`)."""

@@ -165,6 +165,9 @@ class _FakeRuntime:
         self.identity = {"model": {"name": None, "class": "torch.nn.Linear"}}
         self.during = during
 
+    def num_items(self, split: str) -> int:
+        return 8
+
     def run(self) -> RunResult:
         self.during()
         return _result()
