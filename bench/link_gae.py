@@ -37,6 +37,7 @@ from fgnn.config import TrainConfig  # noqa: E402
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.link import LinkNeighborSampler, build_decoder, fit_link, random_link_split  # noqa
 from fgnn.models import GCN  # noqa: E402
+from fgnn.monitor.dispatch_count import count_dispatch  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -90,6 +91,10 @@ def sample_cost(args: argparse.Namespace) -> dict:
                     t = _epoch(sampler, graph, split.train_pos, known, args.batch_size, clock)
                     best[mode, c] = min(best[mode, c], t)
         row = {"fanouts": list(fanouts)}
+        for mode, sampler in samplers.items():  # deterministic: tensor ops of the first batch
+            pos = split.train_pos[:, :args.batch_size]
+            row[f"{mode}_ops"] = count_dispatch(sampler.sample, graph, pos,
+                                                torch.Generator().manual_seed(0), known)[1].ops
         for c in ("cpu", "wall"):
             row[f"exclude_{c}_s"], row[f"none_{c}_s"] = best["reverse", c], best["none", c]
             row[f"cost_{c}_pct"] = 100.0 * (best["reverse", c] / best["none", c] - 1.0)
@@ -97,13 +102,14 @@ def sample_cost(args: argparse.Namespace) -> dict:
     print(f"Sample stage of one epoch ({args.dataset}, {split.train_pos.shape[1]} training edges,"
           f" batches of {args.batch_size}, 1 negative each), best of {args.reps}; thread CPU ms")
     head = ("fanouts", "with exclusion", "without", "exclusion cost, % of Sample stage",
-            "(wall ms: with / without / %)")
+            "(wall ms: with / without / %)", "tensor ops per batch: with / without / %")
     print(" | ".join(head))
     for r in rows:
         print(f"{','.join(map(str, r['fanouts']))} | {1e3 * r['exclude_cpu_s']:.2f} | "
               f"{1e3 * r['none_cpu_s']:.2f} | {r['cost_cpu_pct']:+.1f}% | "
               f"{1e3 * r['exclude_wall_s']:.2f} / {1e3 * r['none_wall_s']:.2f} / "
-              f"{r['cost_wall_pct']:+.1f}%")
+              f"{r['cost_wall_pct']:+.1f}% | {r['reverse_ops']} / {r['none_ops']} / "
+              f"{100.0 * (r['reverse_ops'] / r['none_ops'] - 1):+.1f}%")
     return {"bench": "link_exclusion_cost", "dataset": args.dataset,
             "batch_size": args.batch_size, "reps": args.reps, "rows": rows}
 

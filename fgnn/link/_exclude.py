@@ -1,20 +1,20 @@
 """Excluded seed edges as a per-sample lookup, for :class:`fgnn.link.sampler.ExcludingKHop`
 (internal).
 
-An excluded message edge ``u -> v`` sits in the row of ``v``. When ``v`` is a seed its row is
-one of the first ``B`` rows of every hop's frontier (seeds take local ids ``0..B-1``), and the
-sampled edges come out in row order, so only a prefix of each hop's draw needs a look-up
-(:meth:`SeedRowPlan.drop`). Two look-ups, both a fixed handful of tensor operations per hop
-whatever its size (the Sample stage on a CPU or a GPU is bound by the number of operations and
-syncs here, not by their size):
+An excluded message edge ``u -> v`` sits in the row of ``v``, and when ``v`` is a seed that row
+is one of the first ``B`` rows of every hop's frontier (seeds take local ids ``0..B-1``). Each
+hop's draw is filtered by one look-up over all its edges (:meth:`SeedRowPlan.drop`: the look-up,
+one ``nonzero``, a gather of the kept edges), a fixed handful of tensor operations whatever the
+hop's size: the Sample stage, on a CPU or a GPU, is bound by the number of operations and host
+syncs here rather than by their size. Two look-ups:
 
 * :class:`TablePlan` -- every excluded neighbour is a seed too (the link sampler's case: the
   edges join two scored endpoints) and ``B`` is at most :data:`TABLE_ROWS`: a persistent
   ``(N,)`` map from vertex to local seed id (:data:`TABLE_ROWS` for the other vertices) and a
-  table of allowed (neighbour, row) pairs, neighbour-major: ``B`` bools per seed neighbour, and
-  the one block of ``B`` that every other neighbour reads (so the look-ups touch about ``B**2``
-  bools, not the whole ``(TABLE_ROWS + 1) x B`` table); a look-up is two gathers. Only the
-  entries a sample set are reset when it ends.
+  table of allowed (neighbour, row) pairs, neighbour-major, ``B + 1`` bools per seed neighbour
+  (the last for every row off the seeds) and one all-True block that every other neighbour
+  reads, so the look-ups touch about ``B**2`` bools; a look-up is two gathers. Only the entries
+  a sample set are reset when it ends.
 * :class:`HashPlan` -- any other set of excluded edges in seed rows: the keys
   ``row * N + neighbour`` in an open-addressing hash table with linear probing; a look-up is one
   gather per probe (one or two probes in practice). A sorted-key ``torch.searchsorted`` costs a
@@ -29,8 +29,8 @@ import torch
 
 __all__ = ["TABLE_ROWS", "SeedRowPlan", "HashPlan", "TablePlan", "SeedTable"]
 
-#: Most seeds a :class:`TablePlan` serves; its table holds ``B * (TABLE_ROWS + 1)`` bools
-#: (at most 16 MiB).
+#: Most seeds a :class:`TablePlan` serves; its table holds ``(B + 1) * (TABLE_ROWS + 1)``
+#: bools (at most 16 MiB).
 TABLE_ROWS = 4095
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: Fibonacci hashing
 
@@ -47,45 +47,25 @@ class SeedRowPlan:
 
     num_rows: int
 
-    def keep(self, nbr: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        """``(Q,)`` bool: the edges ``nbr[i] -> row dst[i]`` (``dst < num_rows``) to keep."""
+    def keep(self, nbr: torch.Tensor, dst: torch.Tensor, seed_rows_only: bool = False
+             ) -> torch.Tensor:
+        """``(Q,)`` bool: the edges ``nbr[i] -> row dst[i]`` to keep (rows ``>= num_rows``
+        keep all; ``seed_rows_only``: the caller knows there are none)."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Release what the plan holds (called once the sample is done)."""
 
     def drop(self, nbr: torch.Tensor, dst: torch.Tensor, w: Optional[torch.Tensor],
-             num_frontier: int, rows_sorted: bool) -> Edges:
+             num_frontier: int) -> Edges:
         """``(nbr, dst, w)`` without the excluded edges; ``dst`` are positions in a frontier
-        of ``num_frontier`` vertices whose first ``num_rows`` are the seeds; ``rows_sorted``:
-        ``dst`` is non-decreasing (the uniform samplers), so the seed rows' edges are a
-        prefix of the draw and the rest is left as it is."""
-        e = nbr.numel()
-        if not rows_sorted:
-            idx = torch.nonzero(dst < self.num_rows).squeeze(1)
-            if idx.numel() == 0:
-                return nbr, dst, w
-            gone = idx.index_select(0, torch.nonzero(
-                ~self.keep(nbr.index_select(0, idx), dst.index_select(0, idx))).squeeze(1))
-            if gone.numel() == 0:
-                return nbr, dst, w
-            keep = torch.ones(e, dtype=torch.bool, device=nbr.device)
-            keep[gone] = False
-            kept = torch.nonzero(keep).squeeze(1)
-            return tuple(None if t is None else t.index_select(0, kept)  # type: ignore
-                         for t in (nbr, dst, w))
-        m = e if num_frontier <= self.num_rows else int(torch.searchsorted(dst, self.num_rows))
-        if m == 0:
+        of ``num_frontier`` vertices whose first ``num_rows`` are the seeds (the other rows
+        keep every edge)."""
+        kept = torch.nonzero(self.keep(nbr, dst, num_frontier <= self.num_rows)).squeeze(1)
+        if kept.numel() == nbr.numel():
             return nbr, dst, w
-        kept = torch.nonzero(self.keep(nbr, dst) if m == e else
-                             self.keep(nbr[:m], dst[:m])).squeeze(1)
-        if kept.numel() == m:
-            return nbr, dst, w
-        if m == e:
-            return tuple(None if t is None else t.index_select(0, kept)  # type: ignore
-                         for t in (nbr, dst, w))
-        return tuple(None if t is None else torch.cat([t[:m].index_select(0, kept), t[m:]])
-                     for t in (nbr, dst, w))  # type: ignore
+        return tuple(None if t is None else t.index_select(0, kept)  # type: ignore
+                     for t in (nbr, dst, w))
 
 
 class HashPlan(SeedRowPlan):
@@ -108,7 +88,8 @@ class HashPlan(SeedRowPlan):
                                 device=keys.device)
         self.table.index_put_((slot,), keys.index_select(0, order))
 
-    def keep(self, nbr: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def keep(self, nbr: torch.Tensor, dst: torch.Tensor, seed_rows_only: bool = False
+             ) -> torch.Tensor:  # noqa: D102
         keys = torch.add(nbr, dst, alpha=self.num_nodes)
         at = _hash(keys, self.bits)
         miss = self.table.index_select(0, at) != keys
@@ -136,7 +117,7 @@ class SeedTable:
             self.local = torch.full((num_nodes,), TABLE_ROWS, dtype=torch.int32, device=device)
             self.ids = torch.arange(TABLE_ROWS, dtype=torch.int32, device=device)
             self.allowed = None
-        need = num_rows * (TABLE_ROWS + 1)
+        need = (num_rows + 1) * (TABLE_ROWS + 1)
         if self.allowed is None or self.allowed.numel() < need:
             self.allowed = torch.ones(need, dtype=torch.bool, device=device)
 
@@ -144,18 +125,22 @@ class SeedTable:
 class TablePlan(SeedRowPlan):
     """Excluded pairs of seeds (row, neighbour), both as local ids ``< num_rows``, in the
     dense table of a :class:`SeedTable` (which must be :meth:`~SeedTable.ready`), at
-    ``neighbour * num_rows + row``."""
+    ``neighbour * (num_rows + 1) + row``; column ``num_rows`` (every row off the seeds) is
+    always True."""
 
     def __init__(self, scratch: SeedTable, seeds: torch.Tensor, rows: torch.Tensor,
                  nbrs: torch.Tensor) -> None:
         self.scratch, self.seeds, self.num_rows = scratch, seeds, int(seeds.numel())
         scratch.local.index_copy_(0, seeds, scratch.ids[:self.num_rows])
-        self.keys = torch.add(rows, nbrs, alpha=self.num_rows)
+        self.keys = torch.add(rows, nbrs, alpha=self.num_rows + 1)
         scratch.allowed.index_fill_(0, self.keys, False)
 
-    def keep(self, nbr: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def keep(self, nbr: torch.Tensor, dst: torch.Tensor, seed_rows_only: bool = False
+             ) -> torch.Tensor:  # noqa: D102
         local = self.scratch.local.index_select(0, nbr)
-        return self.scratch.allowed.index_select(0, torch.add(dst, local, alpha=self.num_rows))
+        row = dst if seed_rows_only else dst.clamp(max=self.num_rows)  # off the seeds: True
+        return self.scratch.allowed.index_select(0, torch.add(row, local,
+                                                              alpha=self.num_rows + 1))
 
     def close(self) -> None:  # noqa: D102
         self.scratch.allowed.index_fill_(0, self.keys, True)

@@ -9,15 +9,15 @@ sampled subgraph too); the neighbours it keeps are a uniform draw among its othe
 With fanouts of at least the degree (the full neighbourhood) the result equals sampling the
 graph without those edges.
 
-The filter only looks where an excluded edge can be. A message edge ``u -> v`` sits in the row
-of ``v``, and when every excluded row ``v`` is a seed (always so for :class:`LinkNeighborSampler`,
-whose seeds are the endpoints of the scored pairs) those rows are the first ``B`` rows of every
-hop's frontier (seeds take local ids ``0..B-1``, and the sampled edges come out in row order).
-So per hop only the prefix of the draw that belongs to seed rows is checked, with a look-up of
-a fixed handful of tensor operations (:mod:`fgnn.link._exclude`: a dense table of seed pairs,
-or a hash table of ``row * N + neighbour`` keys); with ``frontier="new"`` only the seeds' own
-hop is checked (later frontiers hold no seed). Exclusion sets with rows outside the seeds fall
-back to checking every sampled edge against the sorted keys of the set.
+The filter is a look-up of a fixed handful of tensor operations per hop, whatever the hop's size
+(:mod:`fgnn.link._exclude`). A message edge ``u -> v`` sits in the row of ``v``; when every
+excluded row is a seed (always so for :class:`LinkNeighborSampler`, whose seeds are the endpoints
+of the scored pairs), those rows are the first ``B`` rows of every frontier, so the look-up is a
+dense ``(neighbour, seed row)`` table of the batch (two gathers), or a hash table of
+``row * N + neighbour`` keys beyond :data:`~fgnn.link._exclude.TABLE_ROWS` seeds or when an
+excluded neighbour is off the seeds. With ``frontier="new"`` only the seeds' own hop is looked
+at (later frontiers hold no seed). Exclusion sets with rows outside the seeds fall back to
+checking the sampled edges between endpoints of excluded edges against the set's sorted keys.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class ExcludingKHop(KHop):
         nbr, dst, w = super()._select(graph, rows, hop, generator)
         if self._plan is not None:
             if hop == 0 or self.frontier == "all":  # frontiers holding the seeds, first
-                return self._plan.drop(nbr, dst, w, rows.numel(), rows_sorted=not self.weighted)
+                return self._plan.drop(nbr, dst, w, rows.numel())
             return nbr, dst, w
         if self._exclude is not None and nbr.numel():
             v = rows.index_select(0, dst)
