@@ -9,14 +9,15 @@ training and validation edges. The GAE paper reports AUC 91.0 and AP 92.0 on Cor
 thread.
 
 ``--sample-cost`` times only the Sample stage of one training epoch with and without the
-exclusion of seed edges (the exclusion's cost, a column of issue 20).
+exclusion of seed edges, same batches and seeds, and prints the exclusion's cost as a share of
+the stage (a column of issue 20) for each of ``--cost-fanouts``.
 
 Examples::
 
     PYTHONPATH=. python bench/link_gae.py --dataset cora --data-root ../shared/data/planetoid \\
         --seeds 0,1,2,3,4 --json out.json
     PYTHONPATH=. python bench/link_gae.py --data-root ../shared/data/planetoid --sample-cost \\
-        --fanouts 10,10
+        --cost-fanouts '1000,1000;10,10;15,10,5' --json cost.json
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from fgnn.config import TrainConfig  # noqa: E402
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.link import LinkNeighborSampler, build_decoder, fit_link, random_link_split  # noqa
 from fgnn.models import GCN  # noqa: E402
+from fgnn.monitor.dispatch_count import count_dispatch  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -61,28 +63,55 @@ def run(args: argparse.Namespace) -> dict:
                                               if k != "json"}, "runs": rows, "mean": mean}
 
 
+def _epoch(sampler: LinkNeighborSampler, graph, pos: torch.Tensor, known, batch: int,
+           clock) -> float:
+    gen = torch.Generator().manual_seed(0)  # same negatives and draws in both arms
+    start = clock()
+    for i in range(0, pos.shape[1], batch):
+        sampler.sample(graph, pos[:, i:i + batch], gen, known)
+    return clock() - start
+
+
 def sample_cost(args: argparse.Namespace) -> dict:
-    """Seconds to sample one epoch of training batches (negatives included) with the seed edges
-    excluded and without, interleaved over ``--reps`` rounds; the ratio is the exclusion's cost
-    on the Sample stage."""
+    """The Sample stage of one training epoch (negatives included) with the seed edges
+    excluded (``reverse``) and without, same batches and seeds, interleaved over ``--reps``
+    rounds, best round per arm; the exclusion's cost is the difference as a share of the
+    stage without it. Timed in thread CPU time (the sampler runs on one thread; on a shared
+    machine wall time mostly measures the other tenants), wall time alongside."""
     ds = load_dataset(args.dataset, args.data_root)
     split = random_link_split(ds.graph, val=0.05, test=0.10, seed=0)
     graph, known = split.graph("train"), split.known_edges("train")
-    samplers = {m: LinkNeighborSampler(args.fanouts, exclude=m) for m in ("reverse", "none")}
-    best = {m: float("inf") for m in samplers}
-    for _ in range(args.reps):
-        for mode, sampler in samplers.items():
-            gen = torch.Generator().manual_seed(0)
-            start = time.perf_counter()
-            for i in range(0, split.train_pos.shape[1], args.batch_size):
-                sampler.sample(graph, split.train_pos[:, i:i + args.batch_size], gen, known)
-            best[mode] = min(best[mode], time.perf_counter() - start)
-    ratio = best["reverse"] / best["none"]
-    print(f"sample one epoch, fanouts {','.join(map(str, args.fanouts))}: exclude "
-          f"{best['reverse']:.4f} s, no exclusion {best['none']:.4f} s, ratio {ratio:.3f} "
-          f"(best of {args.reps})")
-    return {"dataset": args.dataset, "fanouts": list(args.fanouts), "exclude_s": best["reverse"],
-            "none_s": best["none"], "ratio": ratio, "reps": args.reps}
+    rows = []
+    for fanouts in args.cost_fanouts:
+        samplers = {m: LinkNeighborSampler(fanouts, exclude=m) for m in ("reverse", "none")}
+        best = {(m, c): float("inf") for m in samplers for c in ("cpu", "wall")}
+        for _ in range(args.reps):
+            for mode, sampler in samplers.items():
+                for c, clock in (("cpu", time.thread_time), ("wall", time.perf_counter)):
+                    t = _epoch(sampler, graph, split.train_pos, known, args.batch_size, clock)
+                    best[mode, c] = min(best[mode, c], t)
+        row = {"fanouts": list(fanouts)}
+        for mode, sampler in samplers.items():  # deterministic: tensor ops of the first batch
+            pos = split.train_pos[:, :args.batch_size]
+            row[f"{mode}_ops"] = count_dispatch(sampler.sample, graph, pos,
+                                                torch.Generator().manual_seed(0), known)[1].ops
+        for c in ("cpu", "wall"):
+            row[f"exclude_{c}_s"], row[f"none_{c}_s"] = best["reverse", c], best["none", c]
+            row[f"cost_{c}_pct"] = 100.0 * (best["reverse", c] / best["none", c] - 1.0)
+        rows.append(row)
+    print(f"Sample stage of one epoch ({args.dataset}, {split.train_pos.shape[1]} training edges,"
+          f" batches of {args.batch_size}, 1 negative each), best of {args.reps}; thread CPU ms")
+    head = ("fanouts", "with exclusion", "without", "exclusion cost, % of Sample stage",
+            "(wall ms: with / without / %)", "tensor ops per batch: with / without / %")
+    print(" | ".join(head))
+    for r in rows:
+        print(f"{','.join(map(str, r['fanouts']))} | {1e3 * r['exclude_cpu_s']:.2f} | "
+              f"{1e3 * r['none_cpu_s']:.2f} | {r['cost_cpu_pct']:+.1f}% | "
+              f"{1e3 * r['exclude_wall_s']:.2f} / {1e3 * r['none_wall_s']:.2f} / "
+              f"{r['cost_wall_pct']:+.1f}% | {r['reverse_ops']} / {r['none_ops']} / "
+              f"{100.0 * (r['reverse_ops'] / r['none_ops'] - 1):+.1f}%")
+    return {"bench": "link_exclusion_cost", "dataset": args.dataset,
+            "batch_size": args.batch_size, "reps": args.reps, "rows": rows}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -101,7 +130,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--exclude", choices=("none", "self", "reverse"), default="reverse")
     p.add_argument("--sample-cost", action="store_true",
                    help="only time the Sample stage with and without seed-edge exclusion")
-    p.add_argument("--reps", type=int, default=5, help="rounds of --sample-cost")
+    p.add_argument("--reps", type=int, default=20, help="rounds of --sample-cost")
+    p.add_argument("--cost-fanouts", default=[(1000, 1000), (10, 10), (15, 10, 5)],
+                   type=lambda s: [tuple(int(x) for x in f.split(",")) for f in s.split(";")],
+                   help="--sample-cost: fanouts to time, ';'-separated (default "
+                        "'1000,1000;10,10;15,10,5')")
     p.add_argument("--json", default=None, help="write the report here")
     args = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -10,8 +10,8 @@ import torch
 
 from fgnn.hetero import HeteroGraph
 from fgnn.hetero.bipartite import IU, UI, user_item_graph
-from fgnn.hetero.recsys import (RecConfig, cooccurrence_pairs, hard_negatives, popularity_recall,
-                                recall_at_k, train_pinsage)
+from fgnn.hetero.recsys import (RecConfig, cooccurrence_pairs, hard_negatives,
+                                history_queries, popularity_recall, recall_at_k, train_pinsage)
 from fgnn.hetero.walks import ItemWalkSampler
 from fgnn.models.pinsage_rec import max_margin_loss
 
@@ -93,6 +93,17 @@ def test_pairs_and_hard_negatives():
     assert bool((neg != q).all()) and bool(((neg < 4) == (q < 4)).all())  # walk-related
 
 
+def test_history_queries_come_from_the_positives_user():
+    g = _two_cliques()
+    q, p = history_queries(g, IU, 300, 3, torch.Generator().manual_seed(0))
+    assert q.shape == (300, 3) and p.shape == (300,)
+    assert bool((q != p.unsqueeze(1)).all())                        # never the positive
+    assert bool(((q < 4) == (p < 4).unsqueeze(1)).all())            # the same user's items
+    # a user of two items: the query is their other item; of three: both others appear
+    assert set(q[p == 0].unique().tolist()) == {1}
+    assert set(q[p == 2].unique().tolist()) == {1, 3}
+
+
 def test_max_margin_loss_exact():
     q = torch.tensor([[1.0, 0.0]])
     p = torch.tensor([[0.6, 0.8]])
@@ -108,7 +119,7 @@ def test_pinsage_recommender_beats_popularity(small):
     d = small
     kw = dict(batch_size=128, easy_negatives=128, num_walks=8, hard_walks=16, hidden=32,
               out_dim=16, lr=1e-2, seed=0)
-    ours = recall_at_k(train_pinsage(d.graph, IU, UI, RecConfig(steps=20, **kw)).embed(),
+    ours = recall_at_k(train_pinsage(d.graph, IU, UI, RecConfig(steps=40, **kw)).embed(),
                        d.history, d.heldout)
     untrained = recall_at_k(train_pinsage(d.graph, IU, UI, RecConfig(steps=0, **kw)).embed(),
                             d.history, d.heldout)

@@ -11,7 +11,8 @@ import torch
 
 from fgnn.config import TrainConfig
 from fgnn.graph import CSRGraph
-from fgnn.link import (DotProductDecoder, EdgeSet, LinkNeighborSampler, MLPDecoder,
+from fgnn.link import (DotProductDecoder, EdgeSet, ExcludingKHop, LinkNeighborSampler,
+                       MLPDecoder,
                        average_precision, bce_loss, fit_link, hits_at_k, max_margin_loss, mrr,
                        random_link_split, recall_at_k, roc_auc, uniform_negatives)
 
@@ -221,6 +222,152 @@ def test_bad_sampler_arguments():
         LinkNeighborSampler((2,), neg_ratio=0)
     with pytest.raises(ValueError, match="positive edges"):
         LinkNeighborSampler((2,)).sample(_graph(), T([[0, 99]]).t())
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a loaded 2-core box, two threads wait on each other (a tiny
+    ``repeat_interleave`` then takes tens of ms)."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
+
+
+def _edges_of(sample) -> set[tuple[int, int]]:
+    nodes = sample.input_nodes
+    return {(u, v) for b in sample.blocks for u, v in zip(nodes[b.src].tolist(),
+                                                             nodes[b.dst].tolist())}
+
+
+def _full_sample_without(graph: CSRGraph, seeds: torch.Tensor, drop: set, hops: int,
+                         frontier: str) -> set[tuple[int, int]]:
+    """Brute force: the edges of a full-neighbourhood sample of ``graph`` minus ``drop``."""
+    adj = {v: [u for u in graph.indices[graph.indptr[v]:graph.indptr[v + 1]].tolist()
+               if (u, v) not in drop] for v in range(graph.num_nodes)}
+    got, seen, rows = set(), set(seeds.tolist()), list(seeds.tolist())
+    for _ in range(hops):
+        new = []
+        for v in rows:
+            for u in adj[v]:
+                got.add((u, v))
+                if u not in seen:
+                    seen.add(u)
+                    new.append(u)
+        rows = sorted(seen) if frontier == "all" else new
+    return got
+
+
+@pytest.mark.parametrize("frontier", ["all", "new"])
+@pytest.mark.parametrize("case", ["seed pairs", "seed pairs, many seeds", "seed rows",
+                                  "other rows"])
+def test_excluding_khop_equals_the_graph_without_the_edges(case, frontier, monkeypatch,
+                                                            one_thread):
+    """Every look-up of ExcludingKHop (a table of seed pairs; its hash table when there are
+    too many seeds or a neighbour off the seeds; the full check when a row is off the seeds)
+    gives, with full fanouts, exactly the sample of the graph without the excluded edges."""
+    from fgnn.link import sampler as link_sampler
+
+    graph = _graph(n=30, m=200, seed=1)
+    ei = graph.edge_index()
+    seeds = torch.tensor([5, 0, 17, 3, 9, 22, 11, 8, 26])                # unsorted on purpose
+    in_seeds = torch.isin(ei[0], seeds) & torch.isin(ei[1], seeds)
+    if case.startswith("seed pairs"):
+        pick = ei[:, in_seeds]
+        if case.endswith("many seeds"):
+            monkeypatch.setattr(link_sampler, "TABLE_ROWS", 3)      # fewer than the seeds
+    elif case == "seed rows":                                       # neighbours off the seeds
+        pick = ei[:, torch.isin(ei[1], seeds) & ~torch.isin(ei[0], seeds)][:, ::2]
+    else:                                                           # rows off the seeds too
+        pick = ei[:, ~torch.isin(ei[1], seeds)][:, ::3]
+    assert pick.shape[1] >= 4
+    drop = {(u, v) for u, v in pick.t().tolist()}
+    khop = ExcludingKHop((1000, 1000), frontier=frontier)
+    s = khop.sample(graph, seeds, torch.Generator().manual_seed(0),
+                    exclude=EdgeSet(pick, graph.num_nodes))
+    want = _full_sample_without(graph, seeds, drop, 2, frontier)
+    assert _edges_of(s) == want and not drop & _edges_of(s)
+    assert drop & _edges_of(khop.sample(graph, seeds))             # the edges are there
+    assert khop._plan is None and khop._exclude is None              # nothing left behind
+    if khop._table is not None:                                      # its scratch is reset
+        assert bool(khop._table.allowed.all())
+        assert bool((khop._table.local == link_sampler.TABLE_ROWS).all())
+
+
+@pytest.mark.parametrize("exclude", ["self", "reverse"])
+@pytest.mark.parametrize("frontier", ["all", "new"])
+def test_no_seed_edge_in_its_own_sample_at_small_fanouts(exclude, frontier, one_thread):
+    """Sampled fanouts (rows drawn partly): no positive seed edge, nor its reverse when asked,
+    in any block; the reverse stays when only ``self`` is excluded."""
+    graph = _graph(n=50, m=400, seed=2)
+    s = random_link_split(graph, val=0.1, test=0.1, seed=0)
+    g = s.graph("train")
+    gen = torch.Generator().manual_seed(0)
+    kept_reverse = 0
+    for start in range(0, s.train_pos.shape[1], 32):
+        pos = s.train_pos[:, start:start + 32]
+        ls = LinkNeighborSampler((4, 3, 2), neg_ratio=2, exclude=exclude,
+                                 frontier=frontier).sample(g, pos, gen)
+        got = _edges_of(ls.sample)
+        fwd = set(map(tuple, pos.t().tolist()))
+        assert not fwd & got
+        rev = {(b, a) for a, b in fwd}
+        if exclude == "reverse":
+            assert not rev & got
+        kept_reverse += len(rev & got)
+    if exclude == "self":
+        assert kept_reverse > 0
+
+
+def test_excluded_rows_keep_a_uniform_draw_of_their_other_neighbours(one_thread):
+    """A star: vertex 0 has 20 leaves and fanout 5; the seed edge (0, 1) is excluded. Leaf 1
+    never appears in row 0, and each other leaf appears with the post-filter's marginal
+    probability 5/20, uniformly (chi-square)."""
+    from scipy import stats
+
+    leaves = torch.arange(1, 21)
+    graph = CSRGraph.from_edge_index(torch.stack([torch.zeros(20, dtype=torch.int64), leaves]),
+                                     num_nodes=21, symmetrize=True)
+    khop = ExcludingKHop((5,))
+    ex = EdgeSet(T([[0], [1]]), 21, undirected=True)
+    gen = torch.Generator().manual_seed(0)
+    trials, counts = 4000, torch.zeros(21)
+    for _ in range(trials):
+        s = khop.sample(graph, T([0, 1]), gen, exclude=ex)
+        b = s.blocks[0]
+        row0 = s.input_nodes[b.src[b.dst == 0]]
+        counts += torch.bincount(row0, minlength=21).float()
+        assert not bool((s.input_nodes[b.src[b.dst == 1]] == 0).any())  # 0 -> 1 dropped too
+    assert counts[1] == 0 and counts[0] == 0
+    other = counts[2:]
+    assert abs(float(other.sum()) / trials - 19 * 5 / 20) < 0.05       # 4.75 per draw
+    assert stats.chisquare(other.numpy()).pvalue > 1e-3
+
+
+def test_exclusion_adds_a_fixed_number_of_ops_per_hop(one_thread):
+    """The exclusion's tensor operations and host syncs do not grow with the batch or the
+    fanout: at most 12 ops and 1 sync per sample plus 14 ops and 2 syncs per hop (deterministic
+    counts, DispatchCounter)."""
+    from fgnn.monitor.dispatch_count import count_dispatch
+
+    graph = _graph(n=400, m=4000, seed=3)
+    s = random_link_split(graph, val=0.1, test=0.1, seed=0)
+    g = s.graph("train")
+
+    def extra(fanouts, batch):
+        pos = s.train_pos[:, :batch]
+        c = {}
+        for mode in ("none", "reverse"):
+            sampler = LinkNeighborSampler(fanouts, exclude=mode)
+            sampler.sample(g, pos, torch.Generator().manual_seed(0))
+            c[mode] = count_dispatch(sampler.sample, g, pos, torch.Generator().manual_seed(0))[1]
+        return c["reverse"].ops - c["none"].ops, c["reverse"].syncs - c["none"].syncs
+
+    for fanouts in ((2, 2), (50, 50), (50, 50, 50)):
+        for batch in (16, 512):
+            ops, syncs = extra(fanouts, batch)
+            assert 0 < ops <= 12 + 14 * len(fanouts), (fanouts, batch, ops)
+            assert syncs <= 1 + 2 * len(fanouts), (fanouts, batch, syncs)
 
 
 # ---------------------------------------------------------------------------- training

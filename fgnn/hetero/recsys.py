@@ -1,16 +1,23 @@
 """Train PinSAGE item embeddings for recommendation and score them on held-out interactions.
 
-The recipe of Ying et al. (KDD 2018, §3.3), single-process on CPU:
+The recipe of Ying et al. (KDD 2018, §3.3), single-process on CPU, with the query taken the way
+it is used at evaluation:
 
-* **Pairs.** A (query, positive) pair is two distinct items one user interacted with (the
-  paper's "user engaged with item q, then with item p"); a mini-batch draws users uniformly.
-* **Negatives.** ``easy_negatives`` uniform random items shared by the mini-batch, plus one
-  *hard* negative per query: an item ranked between ``hard_ranks[0]`` and ``hard_ranks[1]`` by
-  random-walk visit counts from the query (related to it, but less than the positive; the paper
-  ranks by personalised PageRank), used after ``hard_after`` of the steps (curriculum, §3.3).
-* **Loss.** :func:`~fgnn.models.pinsage_rec.max_margin_loss` on both kinds of negatives.
+* **Examples.** A uniformly drawn user's positive item ``p`` and a query. With
+  ``query_items == 1`` the query is one other item of the user (the paper's item-to-item
+  pairs, "engaged with q, then with p", :func:`cooccurrence_pairs`); with ``query_items = k > 1``
+  it is the (re-normalised) mean embedding of ``k`` other items of the user
+  (:func:`history_queries`), which is how a user is represented at evaluation.
+* **Negatives.** ``easy_negatives`` uniform random items shared by the mini-batch; with
+  ``hardest > 0`` each query's hinge runs on its ``hardest`` highest-scoring ones (the model's
+  own hard negatives, chosen afresh each step). Optionally, random-walk hard negatives: one item
+  per query ranked between ``hard_ranks[0]`` and ``hard_ranks[1]`` by walk visits from the
+  (first) query item, used after ``hard_after`` of the steps (the paper's curriculum; off by
+  default: on the planted graph, whose 4096 items leave no "related but not relevant" ranks as
+  the paper's 2000-5000 of billions do, they lowered recall, see docs/benchmarks.md).
+* **Loss.** :func:`~fgnn.models.pinsage_rec.max_margin_loss`.
 * **Inputs.** The item features plus the standardised log item degree, which is observable from
-  the training interactions.
+  the training interactions (optionally a learned id embedding, ``id_dim``).
 
 Evaluation (:func:`recall_at_k`): a user's query embedding is the mean of the embeddings of the
 items in their history; all items not in the history are ranked by dot product with it, and
@@ -25,13 +32,15 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from torch.nn import functional as F
 
 from fgnn.hetero.graph import EdgeType, HeteroGraph
 from fgnn.hetero.walks import ItemWalkSampler
 from fgnn.models.pinsage_rec import PinSAGEEmbedder, max_margin_loss
 
 __all__ = ["RecConfig", "PinSAGERecommender", "train_pinsage", "recall_at_k",
-           "popularity_recall", "cooccurrence_pairs", "hard_negatives"]
+           "popularity_recall", "recall_of_scores", "cooccurrence_pairs", "history_queries",
+           "hard_negatives"]
 
 _EVAL_USERS = 4096  # users scored per chunk
 
@@ -47,13 +56,17 @@ class RecConfig:
     hidden: int = 128
     out_dim: int = 64
     batch_size: int = 512
-    steps: int = 300
+    steps: int = 600
     lr: float = 3e-3
     margin: float = 0.1
     easy_negatives: int = 512
     hard_ranks: tuple[int, int] = (10, 50)
     hard_walks: int = 40
-    hard_after: float = 0.3
+    hard_after: float = 1.0
+    id_dim: int = 0
+    normalize: bool = True
+    query_items: int = 8
+    hardest: int = 10
     seed: int = 0
 
 
@@ -87,7 +100,7 @@ class PinSAGERecommender:
         out = []
         for lo in range(0, items.numel(), chunk):
             s = self.sampler.sample(items[lo:lo + chunk], gen)
-            out.append(self.model(s.blocks, self.inputs[s.input_nodes]))
+            out.append(self.model(s.blocks, self.inputs[s.input_nodes], s.input_nodes))
         return torch.cat(out)
 
 
@@ -129,6 +142,34 @@ def cooccurrence_pairs(graph: HeteroGraph, to_other: EdgeType, batch: int,
     return csr.indices[start + a].long(), csr.indices[start + b].long()
 
 
+def history_queries(graph: HeteroGraph, to_other: EdgeType, batch: int, k: int,
+                    generator: Optional[torch.Generator] = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` (query items, positive) examples: a uniformly drawn user's positive item and
+    ``k`` other items of theirs (drawn with replacement among the others), whose mean
+    embedding is the query, as a user's history is at evaluation.
+
+    Returns:
+        ``(queries (batch, k), positives (batch,))`` item ids.
+
+    Raises:
+        ValueError: when no user interacted with two items.
+    """
+    csr = graph.relations[to_other]
+    n_users = graph.num_nodes[to_other[2]]
+    deg = csr.degrees()[:n_users]
+    users = torch.nonzero(deg >= 2).squeeze(1)
+    if users.numel() == 0:
+        raise ValueError("history_queries: no user interacted with two items")
+    u = users[torch.randint(users.numel(), (batch,), generator=generator)]
+    d = deg[u].unsqueeze(1)
+    b = (torch.rand(batch, 1, generator=generator) * d).long().clamp_max(d - 1)
+    a = (torch.rand(batch, k, generator=generator) * (d - 1)).long().clamp_max(d - 2)
+    a = a + (a >= b).long()
+    start = csr.indptr[u].unsqueeze(1)
+    return csr.indices[start + a].long(), csr.indices[start + b].squeeze(1).long()
+
+
 def hard_negatives(sampler: ItemWalkSampler, queries: torch.Tensor, ranks: tuple[int, int],
                    num_walks: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """One item per query ranked in ``[ranks[0], ranks[1])`` by walk visits from it, uniform
@@ -168,25 +209,38 @@ def train_pinsage(graph: HeteroGraph, to_other: EdgeType, to_item: EdgeType,
     sampler = ItemWalkSampler(graph, to_other, to_item, cfg.num_walks, cfg.hops, cfg.top_k,
                               cfg.num_layers)
     inputs = _item_inputs(graph, sampler.item_type, to_other)
-    model = PinSAGEEmbedder(inputs.shape[1], cfg.out_dim, cfg.num_layers, cfg.hidden)
+    model = PinSAGEEmbedder(inputs.shape[1], cfg.out_dim, cfg.num_layers, cfg.hidden,
+                            sampler.num_items if cfg.id_dim else 0, cfg.id_dim, cfg.normalize)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     losses: list[float] = []
     t0 = time.perf_counter()
     model.train()
     for step in range(cfg.steps):
-        q, p = cooccurrence_pairs(graph, to_other, cfg.batch_size, gen)
-        easy = torch.randint(sampler.num_items, (cfg.easy_negatives,), generator=gen)
+        b, e, k = cfg.batch_size, cfg.easy_negatives, cfg.query_items
+        if k == 1:
+            q, p = cooccurrence_pairs(graph, to_other, b, gen)
+            q = q.unsqueeze(1)
+        else:
+            q, p = history_queries(graph, to_other, b, k, gen)
+        easy = torch.randint(sampler.num_items, (e,), generator=gen)
         use_hard = step >= cfg.hard_after * cfg.steps
-        hard = (hard_negatives(sampler, q, cfg.hard_ranks, cfg.hard_walks, gen) if use_hard
-                else q.new_empty(0))
-        seeds, inv = torch.unique(torch.cat([q, p, easy, hard]), return_inverse=True)
+        hard = (hard_negatives(sampler, q[:, 0], cfg.hard_ranks, cfg.hard_walks, gen)
+                if use_hard else p.new_empty(0))
+        seeds, inv = torch.unique(torch.cat([q.reshape(-1), p, easy, hard]),
+                                  return_inverse=True)
         s = sampler.sample(seeds, gen)
-        z = model(s.blocks, inputs[s.input_nodes])[inv]
-        b, e = cfg.batch_size, cfg.easy_negatives
-        zq, zp, ze = z[:b], z[b:2 * b], z[2 * b:2 * b + e]
-        loss = max_margin_loss(zq, zp, ze, cfg.margin)
+        z = model(s.blocks, inputs[s.input_nodes], s.input_nodes)[inv]
+        zq = z[:b * k].view(b, k, -1).mean(1)
+        if k > 1 and cfg.normalize:
+            zq = F.normalize(zq, dim=-1)
+        zp, ze = z[b * k:b * k + b], z[b * k + b:b * k + b + e]
+        if cfg.hardest:  # each query's highest-scoring shared negatives only
+            top = (zq @ ze.t()).detach().topk(min(cfg.hardest, e), dim=1).indices
+            loss = max_margin_loss(zq, zp, ze[top], cfg.margin)
+        else:
+            loss = max_margin_loss(zq, zp, ze, cfg.margin)
         if use_hard:
-            loss = loss + max_margin_loss(zq, zp, z[2 * b + e:].unsqueeze(1), cfg.margin)
+            loss = loss + max_margin_loss(zq, zp, z[b * k + b + e:].unsqueeze(1), cfg.margin)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -207,6 +261,14 @@ def _hits(scores_of: Callable[[torch.Tensor], torch.Tensor], history: torch.Tens
         top = s.topk(k, dim=1).indices
         hits += int((top == heldout[users].unsqueeze(1)).any(1).sum())
     return hits / max(n, 1)
+
+
+def recall_of_scores(scores_of: Callable[[torch.Tensor], torch.Tensor], history: torch.Tensor,
+                     heldout: torch.Tensor, k: int = 10) -> float:
+    """Recall@k (= Hits@k) of any ranking: ``scores_of(users)`` gives ``(len(users), I)``
+    scores; the history's items are never recommended (``history``, ``heldout`` as in
+    :func:`recall_at_k`)."""
+    return _hits(scores_of, history, heldout, k)
 
 
 def recall_at_k(item_emb: torch.Tensor, history: torch.Tensor, heldout: torch.Tensor,

@@ -4,8 +4,20 @@ edges excluded, so that no target edge leaks into its own input.
 Exclusion is a post-filter on each hop's sampled edges (:class:`ExcludingKHop`): the k-hop
 sampler draws as usual, then every drawn edge that is a seed edge (and, with
 ``exclude="reverse"``, the reverse of one) is dropped. A vertex whose draw held a seed edge
-keeps one neighbour fewer, as with GraphBolt's ``exclude_seed_edges``; with fanouts of at least
-the degree (the full neighbourhood) the result equals sampling the graph without those edges.
+keeps one neighbour fewer, as with GraphBolt's ``exclude_seed_edges`` (a post-filter of the
+sampled subgraph too); the neighbours it keeps are a uniform draw among its other neighbours.
+With fanouts of at least the degree (the full neighbourhood) the result equals sampling the
+graph without those edges.
+
+The filter is a look-up of a fixed handful of tensor operations per hop, whatever the hop's size
+(:mod:`fgnn.link._exclude`). A message edge ``u -> v`` sits in the row of ``v``; when every
+excluded row is a seed (always so for :class:`LinkNeighborSampler`, whose seeds are the endpoints
+of the scored pairs), those rows are the first ``B`` rows of every frontier, so the look-up is a
+dense ``(neighbour, seed row)`` table of the batch (two gathers), or a hash table of
+``row * N + neighbour`` keys beyond :data:`~fgnn.link._exclude.TABLE_ROWS` seeds or when an
+excluded neighbour is off the seeds. With ``frontier="new"`` only the seeds' own hop is looked
+at (later frontiers hold no seed). Exclusion sets with rows outside the seeds fall back to
+checking the sampled edges between endpoints of excluded edges against the set's sorted keys.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from typing import Optional, Sequence
 import torch
 
 from fgnn.graph import CSRGraph
+from fgnn.link._exclude import TABLE_ROWS, HashPlan, SeedRowPlan, SeedTable, TablePlan
 from fgnn.link.edges import EdgeSet, check_pairs
 from fgnn.link.negatives import uniform_negatives
 from fgnn.sampling.base import Sample
@@ -33,10 +46,20 @@ class ExcludingKHop(KHop):
     """:class:`~fgnn.sampling.khop.KHop` whose :meth:`sample` can drop given edges from every
     hop's draw (same arguments as ``KHop``)."""
 
+    #: the fast path (module docstring): excluded edges keyed by seed row, during a call.
+    _plan: Optional[SeedRowPlan] = None
+    _table: Optional[SeedTable] = None
     _exclude: Optional[EdgeSet] = None
-    #: ``(N,)`` bool scratch, True at the endpoints of the excluded edges during a call (only
-    #: edges between two marked vertices are looked up in the set).
+    #: ``(N,)`` bool scratch of the fallback, True at the endpoints of the excluded edges during
+    #: a call (only edges between two marked vertices are looked up in the set).
     _mark: Optional[torch.Tensor] = None
+
+    def __getstate__(self) -> dict:
+        """Pickle without the O(N) scratch arrays (rebuilt on first use)."""
+        state = dict(self.__dict__)
+        state.pop("_table", None)
+        state.pop("_mark", None)
+        return state
 
     def sample(self, graph: CSRGraph, seeds: torch.Tensor,
                generator: Optional[torch.Generator] = None,
@@ -45,6 +68,46 @@ class ExcludingKHop(KHop):
         in ``exclude``, whose pairs are ``(u, v)``."""
         if exclude is None or len(exclude) == 0:
             return super().sample(graph, seeds, generator)
+        n = exclude.num_nodes
+        u, v = exclude.keys // n, exclude.keys % n
+        srt, order = seeds.long().sort()
+        last = max(srt.numel() - 1, 0)
+        at_v = torch.searchsorted(srt, v).clamp_(max=last)
+        at_u = torch.searchsorted(srt, u).clamp_(max=last)
+        if srt.numel() == 0 or not bool((srt[at_v] == v).all()):  # a row off the seeds
+            return self._sample_marked(graph, seeds, generator, exclude)
+        rows = order[at_v]
+        if bool((srt[at_u] == u).all()):
+            return self._sample_seed_pairs(graph, seeds.long(), generator, rows, order[at_u])
+        return self._sample_planned(graph, seeds, generator,
+                                    HashPlan(torch.add(u, rows, alpha=graph.num_nodes),
+                                             seeds.numel(), graph.num_nodes))
+
+    def _sample_seed_pairs(self, graph: CSRGraph, seeds: torch.Tensor,
+                           generator: Optional[torch.Generator], rows: torch.Tensor,
+                           nbrs: torch.Tensor) -> Sample:
+        """Exclude the message edges ``seeds[nbrs[i]] -> seeds[rows[i]]`` (local ids)."""
+        if seeds.numel() <= TABLE_ROWS:
+            if self._table is None:
+                self._table = SeedTable()
+            self._table.ready(graph.num_nodes, seeds.numel(), graph.device)
+            plan: SeedRowPlan = TablePlan(self._table, seeds, rows, nbrs)
+        else:
+            plan = HashPlan(torch.add(seeds.index_select(0, nbrs), rows, alpha=graph.num_nodes),
+                            seeds.numel(), graph.num_nodes)
+        return self._sample_planned(graph, seeds, generator, plan)
+
+    def _sample_planned(self, graph: CSRGraph, seeds: torch.Tensor,
+                        generator: Optional[torch.Generator], plan: SeedRowPlan) -> Sample:
+        self._plan = plan
+        try:
+            return super().sample(graph, seeds, generator)
+        finally:
+            self._plan = None
+            plan.close()
+
+    def _sample_marked(self, graph: CSRGraph, seeds: torch.Tensor,
+                       generator: Optional[torch.Generator], exclude: EdgeSet) -> Sample:
         n = graph.num_nodes
         if self._mark is None or self._mark.numel() != n or self._mark.device != graph.device:
             self._mark = torch.zeros(n, dtype=torch.bool, device=graph.device)
@@ -59,6 +122,10 @@ class ExcludingKHop(KHop):
 
     def _select(self, graph, rows, hop, generator):  # noqa: D102 (KHop's hook, post-filtered)
         nbr, dst, w = super()._select(graph, rows, hop, generator)
+        if self._plan is not None:
+            if hop == 0 or self.frontier == "all":  # frontiers holding the seeds, first
+                return self._plan.drop(nbr, dst, w, rows.numel())
+            return nbr, dst, w
         if self._exclude is not None and nbr.numel():
             v = rows.index_select(0, dst)
             cand = torch.nonzero(self._mark[nbr] & self._mark[v]).squeeze(1)
@@ -141,11 +208,15 @@ class LinkNeighborSampler:
         src = torch.cat([pos[0], neg.src])
         dst = torch.cat([pos[1], neg.dst])
         seeds = torch.unique(torch.cat([src, dst]))          # sorted
-        excluded = None
-        if self.exclude != "none":
-            excluded = EdgeSet(pos, n, undirected=self.exclude == "reverse")
-        sample = self.khop.sample(graph, seeds, generator, exclude=excluded)
-        label = torch.cat([torch.ones(pos.shape[1]), torch.zeros(neg.src.numel())])
-        return LinkSample(sample=sample, src=torch.searchsorted(seeds, src),
-                          dst=torch.searchsorted(seeds, dst), label=label,
-                          num_pos=int(pos.shape[1]), neg_pos_index=neg.pos_index)
+        loc_src, loc_dst = torch.searchsorted(seeds, src), torch.searchsorted(seeds, dst)
+        p = int(pos.shape[1])
+        if self.exclude == "none":
+            sample = self.khop.sample(graph, seeds, generator)
+        else:  # message edge src -> dst: row dst; its reverse: row src
+            rows, nbrs = loc_dst[:p], loc_src[:p]
+            if self.exclude == "reverse":
+                rows, nbrs = torch.cat([rows, nbrs]), torch.cat([nbrs, rows])
+            sample = self.khop._sample_seed_pairs(graph, seeds, generator, rows, nbrs)
+        label = torch.cat([torch.ones(p), torch.zeros(neg.src.numel())])
+        return LinkSample(sample=sample, src=loc_src, dst=loc_dst, label=label,
+                          num_pos=p, neg_pos_index=neg.pos_index)

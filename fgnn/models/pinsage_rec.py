@@ -9,7 +9,7 @@ that a dot product is a cosine. The embeddings are trained with :func:`max_margi
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
@@ -30,27 +30,48 @@ class PinSAGEEmbedder(nn.Module):
         out_dim: embedding size.
         num_layers: CONVOLVE layers = blocks per sample.
         hidden: size of the convolution outputs.
+        num_ids, id_dim: a learned ``id_dim`` embedding per item id (``num_ids`` of them),
+            concatenated to the features (the paper's "features + learned embeddings" of
+            items); 0: features only.
+        normalize: L2-normalise the final embedding (the paper's cosine); without it the
+            norm is free to carry how generally relevant an item is.
 
     Shapes:
-        x ``(M, in_dim)`` features of ``sample.input_nodes`` -> ``(num_seeds, out_dim)``.
+        x ``(M, in_dim)`` features of ``sample.input_nodes`` (and ``ids`` ``(M,)``, those
+        nodes' ids, when ``id_dim > 0``) -> ``(num_seeds, out_dim)``.
     """
 
     def __init__(self, in_dim: int, out_dim: int = 64, num_layers: int = 2,
-                 hidden: int = 128) -> None:
+                 hidden: int = 128, num_ids: int = 0, id_dim: int = 0,
+                 normalize: bool = True) -> None:
         super().__init__()
         check_hparams("PinSAGEEmbedder", in_dim, out_dim, num_layers, hidden, 0.0)
+        if id_dim < 0 or (id_dim > 0) != (num_ids > 0):
+            raise ValueError(f"PinSAGEEmbedder: id_dim and num_ids must both be positive or "
+                             f"both 0, got id_dim={id_dim!r}, num_ids={num_ids!r}")
         self.in_dim, self.out_dim, self.num_layers = in_dim, out_dim, num_layers
-        dims = [in_dim] + [hidden] * num_layers
+        self.normalize = normalize
+        self.ids = nn.Embedding(num_ids, id_dim) if id_dim else None
+        if self.ids is not None:
+            nn.init.normal_(self.ids.weight, std=0.1)
+        dims = [in_dim + id_dim] + [hidden] * num_layers
         self.layers = nn.ModuleList(PinSAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.g1 = nn.Linear(hidden, hidden)
         self.g2 = nn.Linear(hidden, out_dim)
 
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
+    def forward(self, blocks: Sequence[Block], x: torch.Tensor,
+                ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         check_inputs("PinSAGEEmbedder", blocks, x, self.in_dim, self.num_layers)
         h = x[:blocks[0].num_src]
+        if self.ids is not None:
+            if ids is None:
+                raise ValueError("PinSAGEEmbedder: this model has id embeddings; pass the ids "
+                                 "of the input nodes")
+            h = torch.cat([h, self.ids(ids[:blocks[0].num_src])], 1)
         for layer, block in zip(self.layers, blocks):
             h = layer(block, h)
-        return F.normalize(self.g2(F.relu(self.g1(h))), dim=-1)
+        z = self.g2(F.relu(self.g1(h)))
+        return F.normalize(z, dim=-1) if self.normalize else z
 
 
 def max_margin_loss(query: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor,
