@@ -50,6 +50,8 @@ class TrainerExchange:
         self._epoch: Optional[int] = None
         # a restarted actor is a new incarnation: what its dead predecessor claimed is void
         self.incarnation = time.time_ns() % (1 << 62)
+        # a restarted process tells the ledger at once: the member it replaces is gone
+        self.ledger.hello.remote(name, self.incarnation)
         host, port = ray.get(self.ledger.store_address.remote())
         store = dist.TCPStore(host, port, is_master=False,
                               timeout=_timedelta(GROUP_TIMEOUT_S))
@@ -75,11 +77,14 @@ class TrainerExchange:
 
     def _event(self, index: int, version: int) -> Optional[Event]:
         """The ledger's event ``index`` read from the store (a socket wait, no Ray call on the
-        step's critical path); the progress report goes to the ledger without waiting."""
+        step's critical path); the progress report goes to the ledger without waiting.
+
+        The wait is long (``GROUP_TIMEOUT_S``): every step, death and epoch end appends an
+        event, and c10d logs a warning for every timed-out wait (it printed one every 5 s)."""
         self.ledger.report.remote(self.name, index, version)
         key = f"fgnn-ev{index}"
         try:
-            self._store.wait([key], _timedelta(5.0))
+            self._store.wait([key], _timedelta(GROUP_TIMEOUT_S))
         except RuntimeError:  # not there yet (the store's timeout error)
             return None
         return pickle.loads(self._store.get(key))

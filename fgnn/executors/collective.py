@@ -115,10 +115,16 @@ class StepLedger:
     Args:
         serve_store: start a ``TCPStore`` server the members rendezvous through
             (:meth:`store_address`); False in-process, where the members share a ``HashStore``.
+        alive: ``alive(member)``: False once that member's process is gone (the liveness probe
+            :meth:`failed` runs); None: the Ray actor of that name still exists (with
+            ``serve_store``), else every member counts as alive.
     """
 
-    def __init__(self, serve_store: bool = False) -> None:
+    def __init__(self, serve_store: bool = False,
+                 alive: Optional[Callable[[str], bool]] = None) -> None:
         self._cv = threading.Condition()
+        self._alive = alive or (_ray_actor_exists if serve_store else (lambda name: True))
+        self._watching: set[int] = set()
         self.epoch, self.group, self.tasks = -1, 1, None
         self.version = 0  # steps closed over the job (the open step's index)
         self.generation = 0
@@ -237,6 +243,42 @@ class StepLedger:
             self._reform()
             self._cv.notify_all()
             return n
+
+    def hello(self, consumer: str, incarnation: int) -> None:
+        """A Trainer process started as ``consumer`` with ``incarnation``: when a member of
+        that name holds another incarnation, that one died (Ray restarted the actor), so it is
+        released (a standby killed while idle has no call of the runtime's to fail)."""
+        with self._cv:
+            old = self._live.get(consumer)
+            gone = old is not None and old != int(incarnation)
+        if gone:
+            self.release(consumer)
+
+    def failed(self, consumer: str, generation: int) -> None:
+        """``consumer``'s collective of ``generation`` failed (a peer died or hung): probe
+        the members' liveness until one is found gone (it is then released and the group
+        re-formed) or the generation changes; at most ``GROUP_TIMEOUT_S``, in a thread of its
+        own (one per generation), so this call returns at once."""
+        with self._cv:
+            if generation != self.generation or generation in self._watching:
+                return
+            self._watching.add(generation)
+        threading.Thread(target=self._watch, args=(generation,), daemon=True,
+                         name=f"ledger-watch-g{generation}").start()
+
+    def _watch(self, generation: int) -> None:
+        deadline = time.monotonic() + GROUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with self._cv:
+                if self.generation != generation:
+                    return
+                members = list(self._members)
+            gone = [m for m in members if not _probe(self._alive, m)]
+            for m in gone:
+                self.release(m)
+            if gone:
+                return
+            time.sleep(0.25)
 
     def _stale(self, consumer: str, incarnation: Optional[int]) -> bool:
         return incarnation is not None and self._live.get(consumer) != incarnation
@@ -458,6 +500,25 @@ class StepLedger:
         return {"model": st["model"], "optimizer": st["optimizer"], "version": st["version"]}
 
 
+def _ray_actor_exists(name: str) -> bool:
+    """The Ray actor ``name`` exists (alive or being restarted); False once it is dead."""
+    import ray
+
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _probe(alive: Callable[[str], bool], name: str) -> bool:
+    """``alive(name)``; a probe that raises counts as alive (no member is dropped on doubt)."""
+    try:
+        return bool(alive(name))
+    except Exception:  # noqa: BLE001 - a failing probe is no evidence of a death
+        return True
+
+
 def _init_adam(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> None:
     """Give every parameter Adam's zero state (what its first step would create), so members
     broadcast optimizer states of one fixed layout from the start."""
@@ -616,8 +677,9 @@ class ExchangeMember:
                         self.ready.set()
                     elif self._pg is not None:
                         self._reduce_step(ev.step)
-                except RuntimeError:  # a peer died: report (next_event) and wait for a form
-                    self._pg = None
+                except RuntimeError:  # a peer died: the ledger probes the members, and
+                    self._pg = None     # this member reports (next_event) and waits for a form
+                    self._call("failed", self.name, ev.generation)
         finally:
             self._pg = None
             self.ready.set()
