@@ -61,7 +61,9 @@ class TrainerExchange:
             store=store, on_applied=self._applied, resolve=lambda reply: ray.get(reply)[0],
             events=self._event)
         self._store = store
-        self._next: Any = None  # the last delivery's reply, which may carry the next slot
+        self._next: Any = None  # a claim sent while the last task computed, for this one
+        self._lock = threading.Lock()
+        self._claiming = False  # the training thread waits in a claim of its own
 
     def begin(self, epoch: int) -> None:
         """Join the ledger's ``epoch`` (the runtime called ``begin_epoch`` on it); a no-op
@@ -83,9 +85,12 @@ class TrainerExchange:
         event, and c10d logs a warning for every timed-out wait (it printed one every 5 s)."""
         self.ledger.report.remote(self.name, index, version)
         key = f"fgnn-ev{index}"
+        t0 = time.monotonic()
         try:
             self._store.wait([key], _timedelta(GROUP_TIMEOUT_S))
-        except RuntimeError:  # not there yet (the store's timeout error)
+        except RuntimeError:  # not there yet (a timeout), or the store is gone (the ledger
+            if time.monotonic() - t0 < 1.0:  # died): no busy loop until the job stops
+                time.sleep(1.0)
             return None
         return pickle.loads(self._store.get(key))
 
@@ -105,17 +110,12 @@ class TrainerExchange:
         deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
         applied) or None when stopped before a slot.
 
-        ``has_next``: this Trainer already holds its next task, so the delivery also asks for
-        its slot (the reply is read when that task starts)."""
-        import ray
-
+        ``has_next``: unused (the next task's slot is claimed when its fetch completes, see
+        :meth:`prefetched`)."""
         t0 = time.perf_counter()
-        got = None if self._next is None else ray.get(self._next)[1]
-        self._next = None
-        while got is None:
-            if stop.is_set() or not self.member.active:
-                return None
-            got = self.member.claim(self.incarnation, 1.0)
+        got = self._claim(stop)
+        if got is None:
+            return None
         step, waited = got
         t1 = time.perf_counter()
         if not self.member.wait_version(step, stop):
@@ -134,14 +134,55 @@ class TrainerExchange:
         # Trainer has no slot in
         self.member.pending(step)
         reply = self.ledger.deliver_and_claim.remote(epoch, task_id, self.name, seeds,
-                                                     self.incarnation, has_next)
-        self._next = reply if has_next else None
+                                                     self.incarnation, False)
         t4 = time.perf_counter()
         rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
                    sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
                    deferred=True)
         self.member.settle(step, grad, seeds, reply, (task_id, rec))
         return rec
+
+    def prefetched(self, fetch: Any) -> None:
+        """The Trainer's prefetch of its next task completed (a done ``Future``): claim a slot
+        now, while the current task computes, so the claim's round trip is off the next task's
+        path (the reply is read when it starts). Not while the training thread waits in a
+        claim of its own: it would take this one."""
+        if fetch.cancelled() or fetch.exception() is not None or fetch.result() is None:
+            return
+        with self._lock:
+            if self._next is None and not self._claiming and self.member.ready.is_set():
+                self._next = self.ledger.claim.remote(self.name, 1.0, self.incarnation)
+
+    def _claim(self, stop: threading.Event) -> Optional[tuple[int, float]]:
+        """A slot for the task about to compute: ``(step, seconds waited for it)``, or None
+        when stopped first.
+
+        Slots are not tied to tasks: the Trainer's first claim that is granted serves its
+        oldest task. A claim sent ahead (:meth:`prefetched`) is read first; while it is
+        outstanding the thread sends none of its own, so a slot granted to the task behind
+        never leaves this one without one (that deadlocked a step: the last slot held for a
+        task that could not start before this one). Only the part of an ahead claim's wait
+        that this thread saw counts as a wait for a step."""
+        import ray
+
+        while not stop.is_set() and self.member.active:
+            with self._lock:
+                ahead, self._next = self._next, None
+                self._claiming = ahead is None
+            try:
+                if ahead is None:
+                    got = self.member.claim(self.incarnation, 1.0)
+                else:
+                    t0 = time.perf_counter()
+                    got = ray.get(ahead)
+                    got = None if got is None else (
+                        got[0], min(got[1], time.perf_counter() - t0))
+            finally:
+                with self._lock:
+                    self._claiming = False
+            if got is not None:
+                return got
+        return None
 
     def state(self) -> dict[str, Any]:
         """The member's state (after its reducer reached the epoch's end)."""

@@ -543,6 +543,8 @@ class TrainerExecutor:
                 if batch is None:
                     break
                 nxt = pool.submit(self._fetch, epoch, generation, plan)
+                if self.exchange is not None and plan is None:  # its slot, while this computes
+                    nxt.add_done_callback(self.exchange.prefetched)
                 rec = step(batch, nxt.done() and nxt.result() is not None)
                 if rec is None:
                     break
