@@ -3,8 +3,9 @@
 :class:`TrainerExchange` owns the Trainer's :class:`~fgnn.executors.collective.ExchangeMember`
 (its weights and Adam state stay on the Trainer's device), connects it to the job's
 :class:`~fgnn.executors.collective.StepLedger` actor and its rendezvous store, and runs one
-training step the collective way: claim a slot, wait for the step's weights, forward/backward,
-deliver the task id to the ledger (the gradient stays on the device until the step's all-reduce).
+training step the collective way: claim a slot (sent when the prefetch brought the task, while
+the previous one computed), wait for the step's weights, forward/backward, deliver the task id to
+the ledger (the gradient stays on the device until the step's all-reduce).
 A task is acknowledged to the queue only once the step holding its gradient is applied, so a
 Trainer that dies before that leaves the task leased: it goes back to the queue and its lost
 gradient does not count.

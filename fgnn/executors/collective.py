@@ -20,7 +20,11 @@ Two pieces:
   boundary; a death is applied before the next reduce; a death during a reduce re-forms the group
   once every survivor has reported how far it got, and the steps no survivor completed are
   reduced again without the dead member's gradients, whose tasks go back to "not applied" (their
-  leases return through the queue and another Trainer trains them).
+  leases return through the queue and another Trainer trains them). A death nobody reports (a
+  standby killed while idle: no call of the runtime's fails) shows as a failed collective: the
+  member tells the ledger (:meth:`~StepLedger.failed`), which probes its members' liveness and
+  releases the dead one; a restarted Trainer announces its new incarnation
+  (:meth:`~StepLedger.hello`), which releases the one it replaces.
 * :class:`ExchangeMember` -- one Trainer's side: its device weights and optimizer, the
   seed-weighted gradient sum of each step it took part in, and a reducer thread that replays the
   ledger's events. A member with no task in a step contributes zeros and a zero count.
