@@ -24,7 +24,7 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
-from fgnn.executors.collective import ExchangeMember, StepLedger  # noqa: E402
+from fgnn.executors.collective import ExchangeMember, StepLedger, group_sum, new_group  # noqa: E402
 from fgnn.executors.ps import flatten  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 
@@ -312,3 +312,23 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
         assert d["task_ids"] == list(range(total)) and stats.batches == total
         assert d["applied"] == {t: 1 for t in range(total)}
         assert d["steps"] == len(epoch_batches(ds.train_idx, 16, 1, d["epoch"]))
+
+
+def test_group_sum_on_gloo_is_the_same_sum_on_every_member():
+    """gloo sums by all-gather and a rank-order add: every member gets the same bits, the sum
+    of the members' buffers."""
+    store, n = dist.HashStore(), 3
+    bufs = [torch.randn(1001, generator=torch.Generator().manual_seed(r)) for r in range(n)]
+    out: list = [None] * n
+
+    def member(rank: int) -> None:
+        pg = new_group(store, 7, rank, n, torch.device("cpu"), 10.0)
+        out[rank] = group_sum(pg, bufs[rank].clone())
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert all(torch.equal(o, out[0]) for o in out)
+    assert torch.allclose(out[0], bufs[0] + bufs[1] + bufs[2], atol=1e-6)
