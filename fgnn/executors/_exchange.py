@@ -163,26 +163,26 @@ class TrainerExchange:
         outstanding the thread sends none of its own, so a slot granted to the task behind
         never leaves this one without one (that deadlocked a step: the last slot held for a
         task that could not start before this one). Only the part of an ahead claim's wait
-        that this thread saw counts as a wait for a step."""
+        that this thread saw counts as a wait for a step, and so does every attempt that
+        found no free slot within the ledger's wait (the ledger waited for one all along)."""
         import ray
 
+        lost = 0.0  # attempts that found no slot
         while not stop.is_set() and self.member.active:
             with self._lock:
                 ahead, self._next = self._next, None
                 self._claiming = ahead is None
+            t0 = time.perf_counter()
             try:
-                if ahead is None:
-                    got = self.member.claim(self.incarnation, 1.0)
-                else:
-                    t0 = time.perf_counter()
-                    got = ray.get(ahead)
-                    got = None if got is None else (
-                        got[0], min(got[1], time.perf_counter() - t0))
+                got = (self.member.claim(self.incarnation, 1.0) if ahead is None
+                       else ray.get(ahead))
             finally:
                 with self._lock:
                     self._claiming = False
+            seen = time.perf_counter() - t0
             if got is not None:
-                return got
+                return got[0], lost + (got[1] if ahead is None else min(got[1], seen))
+            lost += seen
         return None
 
     def state(self) -> dict[str, Any]:
