@@ -6,12 +6,14 @@ fanouts 25, 10) once per design (``runtime.exchange``) and reads each Trainer's 
 ``sync_s`` is the exchange as the Trainer sees it. With the server: the round trip that claims a
 slot of the step and brings the weights when they changed, plus the push of the gradient, which
 the server adds to the step's sum (the Adam step runs inside the push that completes a step). With
-the collective: the claim's round trip, the wait for the previous step's all-reduce and Adam step
-on the Trainer's own device, and the delivery of the task id to the ledger. Waiting for a step the
-Trainer has no slot in (``step_wait_s``) is synchronisation, not exchange, and is reported on its
-own. Ratios are taken over executor-time: the sum over tasks divided by the sum over training
+the collective: reading the slot's claim (sent while the previous task computed, so usually no
+round trip is left), the wait for the previous step's close, gloo all-reduce and Adam step on the
+Trainer's own device, and sending the delivery of the task id to the ledger. Waiting for a step
+the Trainer has no slot in (``step_wait_s``) is synchronisation, not exchange, and is reported on
+its own. Ratios are taken over executor-time: the sum over tasks divided by the sum over training
 executors of the epoch time. The goal of issue 18: the collective's share at most half the
-server's (``ratio`` <= 0.5).
+server's (``ratio`` <= 0.5). The definition has not changed since the goal was set; the epoch
+times are printed beside the shares, because a share also falls when the epoch gets slower.
 
 Example::
 
@@ -76,6 +78,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--exchange", default="both", choices=("both",) + EXCHANGES,
                     help="the design(s) to measure (default: both, in one run)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the designs this many times, alternating (server, collective, "
+                         "server, ...), and compare the means: load on a shared machine drifts "
+                         "within minutes")
     ap.add_argument("--json", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
 
@@ -83,12 +89,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     designs = EXCHANGES if args.exchange == "both" else (args.exchange,)
     out: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k != "json"},
                            "goal": GOAL, "ratio_goal": RATIO_GOAL}
+    runs: dict[str, list[dict[str, Any]]] = {d: [] for d in designs}
+    for _ in range(max(1, args.rounds)):
+        for design in designs:
+            runs[design].append(run_design(args, ds, design))
     for design in designs:
-        out[design] = run_design(args, ds, design)
+        out[design] = _mean_of(runs[design])
+        print(f"{design}: exchange {100 * out[design]['exchange_share']:.2f}% of epoch time, "
+              f"{out[design]['sync_per_task_ms']:.1f} ms per task, epoch "
+              f"{out[design]['epoch_time_s']:.2f} s (mean of {len(runs[design])} run(s), after "
+              f"the warm-up)")
     if len(designs) == 2:
         ratio = out["collective"]["exchange_share"] / max(out["server"]["exchange_share"], 1e-12)
-        out.update(ratio=ratio, meets_ratio_goal=ratio <= RATIO_GOAL)
-        print(f"collective / server exchange share: {ratio:.2f} (goal <= {RATIO_GOAL})")
+        out.update(ratio=ratio, meets_ratio_goal=ratio <= RATIO_GOAL,
+                   epoch_time_ratio=out["collective"]["epoch_time_s"]
+                   / max(out["server"]["epoch_time_s"], 1e-12))
+        print(f"collective / server exchange share: {ratio:.2f} (goal <= {RATIO_GOAL}); "
+              f"epoch time {out['epoch_time_ratio']:.2f}")
     print(json.dumps(out, default=str))
     if args.json:
         from fgnn.atomic import atomic_open
@@ -125,7 +142,19 @@ def run_design(args: argparse.Namespace, ds: Any, exchange: str) -> dict[str, An
           f"{100 * GOAL:.0f}%), epochs {[r['epoch'] for r in later]}")
     return {"allocation": result.allocation, "epochs": rows, "exchange_share": share,
             "meets_goal": share < GOAL,
-            "step_wait_share": sum(r["step_wait_share"] for r in later) / len(later)}
+            "step_wait_share": sum(r["step_wait_share"] for r in later) / len(later),
+            "sync_per_task_ms": sum(r["sync_per_task_ms"] for r in later) / len(later),
+            "epoch_time_s": sum(r["time_s"] for r in later) / len(later)}
+
+
+def _mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One design's result over its runs: the mean shares, per-task time and epoch time; the
+    runs themselves under ``runs`` (one run: that run's result as it is)."""
+    if len(runs) == 1:
+        return runs[0]
+    keys = ("exchange_share", "step_wait_share", "sync_per_task_ms", "epoch_time_s")
+    mean = {k: sum(r[k] for r in runs) / len(runs) for k in keys}
+    return {**mean, "meets_goal": mean["exchange_share"] < GOAL, "runs": runs}
 
 
 if __name__ == "__main__":

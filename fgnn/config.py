@@ -314,9 +314,9 @@ class RuntimeConfig:
     """How Trainers exchange gradients: ``server`` (the default: a parameter-server actor holds
     the weights and takes the Adam step, :mod:`fgnn.executors.ps`) or ``collective`` (weights
     and optimizer on every Trainer's device, one all-reduce of the gradients per step over gloo
-    or NCCL, :mod:`fgnn.executors.collective`; experimental: Trainers killed mid-epoch can
-    stall it until the stall guard stops the run). Both take the steps of the single-process
-    loop."""
+    or NCCL, :mod:`fgnn.executors.collective`; experimental: it has not run on CUDA/NCCL yet,
+    and on CPU it is not cheaper than the server). Both take the steps of the single-process
+    loop, train every task exactly once and survive a killed Trainer."""
 
     @property
     def devices_used(self) -> int:

@@ -6,7 +6,9 @@ this process, each with its own model copy, grouped by gloo over a shared ``Hash
 * a duplicate task is never applied (and the check fails with the ledger's rule off);
 * a member that dies is dropped and the group rebuilt, before or inside a reduction;
 * a standby that starts training mid-epoch, and a fresh member that joins mid-epoch, take the
-  group's state and keep the single-process steps.
+  group's state and keep the single-process steps;
+* a member that dies while idle (no call of it fails, so nobody releases it) is found by the
+  ledger's liveness probe, in-process and on Ray (a standby killed with and without a restart).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
-from fgnn.executors.collective import ExchangeMember, StepLedger  # noqa: E402
+from fgnn.executors.collective import ExchangeMember, StepLedger, group_sum, new_group  # noqa: E402
 from fgnn.executors.ps import flatten  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 
@@ -241,3 +243,92 @@ def test_a_standby_training_mid_epoch_and_a_late_joiner_keep_the_steps_exact():
     for w in g.finish():
         assert torch.allclose(w, want, atol=1e-6)
     assert g.ledger.ledger()["by"] and {"m1", "late"} & set(g.ledger.ledger()["by"].values())
+
+
+def test_an_idle_member_dying_is_detected_by_the_ledger_and_the_group_rebuilt():
+    """A standby that never trains dies while idle: nobody releases it (the runtime sees no
+    call of it fail), so the survivors' all-reduce fails; the ledger must find the dead member
+    itself (its liveness probe) and re-form the group, and the epoch's steps stay exact.
+    Before the probe the survivors waited for a ``form`` event for ever."""
+    x, y, tasks, want = _epoch(n_seeds=60)  # 6 steps
+    dead: set[str] = set()
+    ledger = StepLedger(alive=lambda name: name not in dead)
+    g = _Group(3, tasks, group=4, ledger=ledger, timeout_s=2.0)
+    for m in g.members.values():
+        m.begin(0)
+    first = threading.Thread(target=g.train, args=(g.members["m0"], x, y, 5))
+    first.start()
+    first.join(20)
+    dead.add("m2")
+    g.members["m2"].stop()  # the idle standby dies; no release() call
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "the survivors hang: the group was not rebuilt"
+    for w in g.finish(["m0", "m1"]):
+        assert torch.allclose(w, want, atol=1e-6)
+    led = g.ledger.ledger()
+    assert led["applied"] == {t: 1 for t in range(len(tasks))}
+    assert led["generation"] >= 2 and "m2" not in led["by"].values()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, restart):
+    """The runtime on Ray with ``runtime.exchange="collective"``: the standby is a member of
+    the group from the epoch's start but trains only late; killed while idle, no ``run_epoch``
+    of it fails. Before the ledger probed its members (and a restarted Trainer said hello) the
+    survivors' all-reduce failed and they waited for a group that never re-formed: the epoch
+    stalled until the stall timeout."""
+    ray = pytest.importorskip("ray")
+    from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,
+                             SamplerConfig, TrainConfig)
+    from fgnn.data.synthetic import rmat_dataset
+    from fgnn.executors.runtime import Runtime
+    from fgnn.executors.scheduler import epoch_batches
+
+    ds = rmat_dataset(scale=9, edge_factor=8, feat_dim=16, num_classes=4, train_frac=0.3125,
+                      val_frac=0.1, test_frac=0.1, seed=0)
+    cfg = JobConfig(model=ModelConfig("sage", hidden=16, dropout=0.0),
+                    sampler=SamplerConfig(fanouts=(4, 4)),
+                    cache=CacheConfig(policy="degree", cache_ratio=0.25),
+                    train=TrainConfig(epochs=2, batch_size=16, lr=0.01, seed=1),
+                    runtime=RuntimeConfig(devices=4, samplers=1, switching=True, queue_size=4,
+                                          stall_timeout_s=60.0, exchange="collective"))
+    killed = []
+
+    def on_batch(epoch, done, total, loss):
+        if epoch == 1 and done == 3 and not killed:
+            ray.kill(ray.get_actor("fgnn-standby-0"), no_restart=not restart)
+            killed.append(done)
+
+    rt = Runtime(cfg, ds, on_batch=on_batch, evaluate=False)
+    result = rt.run()
+    assert killed
+    for d, stats in zip(rt.details, result.epochs):
+        total = len(epoch_batches(ds.train_idx, 16, 1, d["epoch"], rt.step_tasks))
+        assert d["task_ids"] == list(range(total)) and stats.batches == total
+        assert d["applied"] == {t: 1 for t in range(total)}
+        assert d["steps"] == len(epoch_batches(ds.train_idx, 16, 1, d["epoch"]))
+
+
+def test_group_sum_on_gloo_is_the_same_sum_on_every_member():
+    """gloo sums by all-gather and a rank-order add: every member gets the same bits, the sum
+    of the members' buffers."""
+    store, n = dist.HashStore(), 3
+    bufs = [torch.randn(1001, generator=torch.Generator().manual_seed(r)) for r in range(n)]
+    out: list = [None] * n
+
+    def member(rank: int) -> None:
+        pg = new_group(store, 7, rank, n, torch.device("cpu"), 10.0)
+        out[rank] = group_sum(pg, bufs[rank].clone())
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert all(torch.equal(o, out[0]) for o in out)
+    assert torch.allclose(out[0], bufs[0] + bufs[1] + bufs[2], atol=1e-6)

@@ -6,6 +6,8 @@ Ray starts once for the module (4 logical GPUs on CPU); executors take no CPU re
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -19,6 +21,9 @@ from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 from fgnn.monitor.stats import RunResult  # noqa: E402
 
 DEVICES = 4
+#: the gradient exchange the runtime tests run on (``FGNN_TEST_EXCHANGE=collective`` runs the
+#: fault tests against the collective exchange)
+EXCHANGE = os.environ.get("FGNN_TEST_EXCHANGE", "server")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +43,7 @@ def job(mode: str = "factored", devices: int = 3, samplers=None, epochs: int = 2
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=0.01, seed=1,
                           checkpoint_dir=checkpoint_dir),
         runtime=RuntimeConfig(mode=mode, devices=devices, samplers=samplers,
-                              switching=switching, queue_size=4))
+                              switching=switching, queue_size=4, exchange=EXCHANGE))
 
 
 def assert_exactly_once(rt: Runtime, result: RunResult, dataset, cfg: JobConfig) -> None:

@@ -3,8 +3,9 @@
 :class:`TrainerExchange` owns the Trainer's :class:`~fgnn.executors.collective.ExchangeMember`
 (its weights and Adam state stay on the Trainer's device), connects it to the job's
 :class:`~fgnn.executors.collective.StepLedger` actor and its rendezvous store, and runs one
-training step the collective way: claim a slot, wait for the step's weights, forward/backward,
-deliver the task id to the ledger (the gradient stays on the device until the step's all-reduce).
+training step the collective way: claim a slot (sent when the prefetch brought the task, while
+the previous one computed), wait for the step's weights, forward/backward, deliver the task id to
+the ledger (the gradient stays on the device until the step's all-reduce).
 A task is acknowledged to the queue only once the step holding its gradient is applied, so a
 Trainer that dies before that leaves the task leased: it goes back to the queue and its lost
 gradient does not count.
@@ -50,6 +51,8 @@ class TrainerExchange:
         self._epoch: Optional[int] = None
         # a restarted actor is a new incarnation: what its dead predecessor claimed is void
         self.incarnation = time.time_ns() % (1 << 62)
+        # a restarted process tells the ledger at once: the member it replaces is gone
+        self.ledger.hello.remote(name, self.incarnation)
         host, port = ray.get(self.ledger.store_address.remote())
         store = dist.TCPStore(host, port, is_master=False,
                               timeout=_timedelta(GROUP_TIMEOUT_S))
@@ -59,7 +62,9 @@ class TrainerExchange:
             store=store, on_applied=self._applied, resolve=lambda reply: ray.get(reply)[0],
             events=self._event)
         self._store = store
-        self._next: Any = None  # the last delivery's reply, which may carry the next slot
+        self._next: Any = None  # a claim sent while the last task computed, for this one
+        self._lock = threading.Lock()
+        self._claiming = False  # the training thread waits in a claim of its own
 
     def begin(self, epoch: int) -> None:
         """Join the ledger's ``epoch`` (the runtime called ``begin_epoch`` on it); a no-op
@@ -75,12 +80,18 @@ class TrainerExchange:
 
     def _event(self, index: int, version: int) -> Optional[Event]:
         """The ledger's event ``index`` read from the store (a socket wait, no Ray call on the
-        step's critical path); the progress report goes to the ledger without waiting."""
+        step's critical path); the progress report goes to the ledger without waiting.
+
+        The wait is long (``GROUP_TIMEOUT_S``): every step, death and epoch end appends an
+        event, and c10d logs a warning for every timed-out wait (it printed one every 5 s)."""
         self.ledger.report.remote(self.name, index, version)
         key = f"fgnn-ev{index}"
+        t0 = time.monotonic()
         try:
-            self._store.wait([key], _timedelta(5.0))
-        except RuntimeError:  # not there yet (the store's timeout error)
+            self._store.wait([key], _timedelta(GROUP_TIMEOUT_S))
+        except RuntimeError:  # not there yet (a timeout), or the store is gone (the ledger
+            if time.monotonic() - t0 < 1.0:  # died): no busy loop until the job stops
+                time.sleep(1.0)
             return None
         return pickle.loads(self._store.get(key))
 
@@ -100,17 +111,12 @@ class TrainerExchange:
         deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
         applied) or None when stopped before a slot.
 
-        ``has_next``: this Trainer already holds its next task, so the delivery also asks for
-        its slot (the reply is read when that task starts)."""
-        import ray
-
+        ``has_next``: unused (the next task's slot is claimed when its fetch completes, see
+        :meth:`prefetched`)."""
         t0 = time.perf_counter()
-        got = None if self._next is None else ray.get(self._next)[1]
-        self._next = None
-        while got is None:
-            if stop.is_set() or not self.member.active:
-                return None
-            got = self.member.claim(self.incarnation, 1.0)
+        got = self._claim(stop)
+        if got is None:
+            return None
         step, waited = got
         t1 = time.perf_counter()
         if not self.member.wait_version(step, stop):
@@ -129,14 +135,55 @@ class TrainerExchange:
         # Trainer has no slot in
         self.member.pending(step)
         reply = self.ledger.deliver_and_claim.remote(epoch, task_id, self.name, seeds,
-                                                     self.incarnation, has_next)
-        self._next = reply if has_next else None
+                                                     self.incarnation, False)
         t4 = time.perf_counter()
         rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
                    sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
                    deferred=True)
         self.member.settle(step, grad, seeds, reply, (task_id, rec))
         return rec
+
+    def prefetched(self, fetch: Any) -> None:
+        """The Trainer's prefetch of its next task completed (a done ``Future``): claim a slot
+        now, while the current task computes, so the claim's round trip is off the next task's
+        path (the reply is read when it starts). Not while the training thread waits in a
+        claim of its own: it would take this one."""
+        if fetch.cancelled() or fetch.exception() is not None or fetch.result() is None:
+            return
+        with self._lock:
+            if self._next is None and not self._claiming and self.member.ready.is_set():
+                self._next = self.ledger.claim.remote(self.name, 1.0, self.incarnation)
+
+    def _claim(self, stop: threading.Event) -> Optional[tuple[int, float]]:
+        """A slot for the task about to compute: ``(step, seconds waited for it)``, or None
+        when stopped first.
+
+        Slots are not tied to tasks: the Trainer's first claim that is granted serves its
+        oldest task. A claim sent ahead (:meth:`prefetched`) is read first; while it is
+        outstanding the thread sends none of its own, so a slot granted to the task behind
+        never leaves this one without one (that deadlocked a step: the last slot held for a
+        task that could not start before this one). Only the part of an ahead claim's wait
+        that this thread saw counts as a wait for a step, and so does every attempt that
+        found no free slot within the ledger's wait (the ledger waited for one all along)."""
+        import ray
+
+        lost = 0.0  # attempts that found no slot
+        while not stop.is_set() and self.member.active:
+            with self._lock:
+                ahead, self._next = self._next, None
+                self._claiming = ahead is None
+            t0 = time.perf_counter()
+            try:
+                got = (self.member.claim(self.incarnation, 1.0) if ahead is None
+                       else ray.get(ahead))
+            finally:
+                with self._lock:
+                    self._claiming = False
+            seen = time.perf_counter() - t0
+            if got is not None:
+                return got[0], lost + (got[1] if ahead is None else min(got[1], seen))
+            lost += seen
+        return None
 
     def state(self) -> dict[str, Any]:
         """The member's state (after its reducer reached the epoch's end)."""

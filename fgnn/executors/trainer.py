@@ -373,12 +373,15 @@ class TrainerExecutor:
             self._adopt(self._next_claim)
             self._next_claim = None
             return 0.0
+        lost = 0.0  # attempts that found no slot within the server's wait: waits as well
         while not self._stop.is_set():
+            t0 = time.perf_counter()
             got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S,
                                                self._incarnation))
             if got is not None:
                 self._adopt(got)
-                return got.waited_s
+                return got.waited_s + lost
+            lost += time.perf_counter() - t0
         return None
 
     def _backward(self, epoch: int, batch: _Batch) -> torch.Tensor:
@@ -562,6 +565,8 @@ class TrainerExecutor:
                 if batch is None:
                     break
                 nxt = pool.submit(self._fetch, epoch, generation, plan)
+                if self.exchange is not None and plan is None:  # its slot, while this computes
+                    nxt.add_done_callback(self.exchange.prefetched)
                 rec = step(batch, nxt.done() and nxt.result() is not None)
                 if rec is None:
                     break

@@ -28,6 +28,8 @@ from fgnn.data.synthetic import rmat_dataset  # noqa: E402
 from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
 
 STALL_S = 8.0
+#: the gradient exchange (``FGNN_TEST_EXCHANGE=collective`` runs these faults on the collective)
+EXCHANGE = os.environ.get("FGNN_TEST_EXCHANGE", "server")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def _job(checkpoint_dir: str) -> JobConfig:
                      train=TrainConfig(epochs=2, batch_size=16, lr=0.01, seed=1,
                                        checkpoint_dir=checkpoint_dir),
                      runtime=RuntimeConfig(devices=3, samplers=1, switching=False, queue_size=4,
-                                           stall_timeout_s=STALL_S))
+                                           stall_timeout_s=STALL_S, exchange=EXCHANGE))
 
 
 def _stop_all(cls: str, limit: int | None = None) -> list[int]:
