@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.nn import functional as F
@@ -114,6 +114,24 @@ def _item_inputs(graph: HeteroGraph, item_type: str, to_other: EdgeType) -> torc
     return torch.cat([x.float(), deg.unsqueeze(1)], 1)
 
 
+def _draw_users(graph: HeteroGraph, to_other: EdgeType, batch: int,
+                generator: Optional[torch.Generator], who: str
+                ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """``(csr, users, degrees)``: ``batch`` users drawn uniformly (with replacement) among those
+    with at least two items, the user -> item CSR ``to_other`` and their item counts.
+
+    Raises:
+        ValueError: naming ``who`` when no user interacted with two items.
+    """
+    csr = graph.relations[to_other]
+    deg = csr.degrees()[:graph.num_nodes[to_other[2]]]
+    users = torch.nonzero(deg >= 2).squeeze(1)
+    if users.numel() == 0:
+        raise ValueError(f"{who}: no user interacted with two items")
+    u = users[torch.randint(users.numel(), (batch,), generator=generator)]
+    return csr, u, deg[u]
+
+
 def cooccurrence_pairs(graph: HeteroGraph, to_other: EdgeType, batch: int,
                        generator: Optional[torch.Generator] = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,14 +145,7 @@ def cooccurrence_pairs(graph: HeteroGraph, to_other: EdgeType, batch: int,
     Raises:
         ValueError: when no user has two items.
     """
-    csr = graph.relations[to_other]
-    n_users = graph.num_nodes[to_other[2]]
-    deg = csr.degrees()[:n_users]
-    users = torch.nonzero(deg >= 2).squeeze(1)
-    if users.numel() == 0:
-        raise ValueError("cooccurrence_pairs: no user interacted with two items")
-    u = users[torch.randint(users.numel(), (batch,), generator=generator)]
-    d = deg[u]
+    csr, u, d = _draw_users(graph, to_other, batch, generator, "cooccurrence_pairs")
     a = (torch.rand(batch, generator=generator) * d).long().clamp_max(d - 1)
     b = (torch.rand(batch, generator=generator) * (d - 1)).long().clamp_max(d - 2)
     b = b + (b >= a).long()
@@ -155,14 +166,8 @@ def history_queries(graph: HeteroGraph, to_other: EdgeType, batch: int, k: int,
     Raises:
         ValueError: when no user interacted with two items.
     """
-    csr = graph.relations[to_other]
-    n_users = graph.num_nodes[to_other[2]]
-    deg = csr.degrees()[:n_users]
-    users = torch.nonzero(deg >= 2).squeeze(1)
-    if users.numel() == 0:
-        raise ValueError("history_queries: no user interacted with two items")
-    u = users[torch.randint(users.numel(), (batch,), generator=generator)]
-    d = deg[u].unsqueeze(1)
+    csr, u, d = _draw_users(graph, to_other, batch, generator, "history_queries")
+    d = d.unsqueeze(1)
     b = (torch.rand(batch, 1, generator=generator) * d).long().clamp_max(d - 1)
     a = (torch.rand(batch, k, generator=generator) * (d - 1)).long().clamp_max(d - 2)
     a = a + (a >= b).long()
