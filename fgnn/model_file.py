@@ -218,7 +218,7 @@ def save_model(path: Union[str, os.PathLike], model: nn.Module, identity: Mappin
     Raises:
         WriteError: the file could not be written; nothing is left behind.
     """
-    meta = {k: dict(v) for k, v in identity.items()}
+    meta = {k: dict(v) if isinstance(v, Mapping) else v for k, v in identity.items()}
     meta["final"] = {k: float(v) for k, v in (final or {}).items()}
     meta["best"] = dict(best or {})
     payload = {"format": _FORMAT, "version": _VERSION, "signature": model_signature(model),
