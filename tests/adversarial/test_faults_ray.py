@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -70,15 +71,9 @@ def _finished_epoch(path) -> int:
     return read_checkpoint(path)["extra"]["runtime"]["finished_epoch"]
 
 
-@pytest.mark.timeout(300)  # the runtime before the fix waits here for ever
-def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, dataset, tmp_path):
-    stopped: list[tuple[int, float]] = []
-
-    def on_epoch(stats):
-        if stats.epoch == 0:  # the Trainers are idle between epochs
-            stopped.append((_stop_all("TrainerExecutor", limit=1)[0], time.monotonic()))
-
-    rt = Runtime(_job(str(tmp_path)), dataset, on_epoch=on_epoch, evaluate=False)
+def _fails_then_resumes(rt: Runtime, stopped: list[tuple[int, float]]) -> Any:
+    """Run ``rt`` expecting its :class:`RuntimeFailure`; the processes in ``stopped`` (pid,
+    time) are continued afterwards, whatever happened."""
     try:
         with pytest.raises(RuntimeFailure) as info:
             rt.run()
@@ -88,6 +83,19 @@ def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, datas
                 os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
+    return info
+
+
+@pytest.mark.timeout(300)  # the runtime before the fix waits here for ever
+def test_a_stopped_trainer_is_caught_within_the_stall_timeout(ray_cluster, dataset, tmp_path):
+    stopped: list[tuple[int, float]] = []
+
+    def on_epoch(stats):
+        if stats.epoch == 0:  # the Trainers are idle between epochs
+            stopped.append((_stop_all("TrainerExecutor", limit=1)[0], time.monotonic()))
+
+    rt = Runtime(_job(str(tmp_path)), dataset, on_epoch=on_epoch, evaluate=False)
+    info = _fails_then_resumes(rt, stopped)
     waited = time.monotonic() - stopped[0][1]
     msg = str(info.value)
     print(f"stopped Trainer caught after {waited:.1f}s (stall timeout {STALL_S:g}s): {msg}")
@@ -113,15 +121,7 @@ def test_a_trainer_stopped_in_an_evaluation_pass_is_caught_within_the_stall_time
     cfg = _job(str(tmp_path))
     cfg = replace(cfg, train=replace(cfg.train, eval_batch_size=4))  # 13 validation chunks
     rt = Runtime(cfg, dataset, on_eval_batch=on_eval_batch, evaluate=True)
-    try:
-        with pytest.raises(RuntimeFailure) as info:
-            rt.run()
-    finally:
-        for pid, _ in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                pass
+    info = _fails_then_resumes(rt, stopped)
     assert stopped, "no evaluation chunk finished"
     waited = time.monotonic() - stopped[0][1]
     msg = str(info.value)
