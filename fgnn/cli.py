@@ -457,9 +457,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         f"{_gae('train.weight_decay')})")
     g.add_argument("--seed", type=int, default=trn.seed, help="random seed (default: %(default)s)")
     g.add_argument("--deterministic", action="store_true", default=trn.deterministic,
-                   help="torch's deterministic algorithms in every executor: a CUDA run repeats "
-                        "exactly with its seed, at some speed; a CPU run repeats without it "
-                        "(default: %(default)s)")
+                   help="torch's deterministic algorithms in every executor: a single-mode CUDA "
+                        "run repeats exactly with its seed, at some speed; a single-mode CPU run "
+                        "repeats without it; with several Trainers a run repeats only "
+                        "statistically (default: %(default)s)")
     g.add_argument("--eval-every", type=_int_at_least(1), default=trn.eval_every, metavar="E",
                    help="validate every E epochs (default: %(default)s)")
     g.add_argument("--eval-batch-size", type=_auto_count, default="auto", metavar="auto|B",

@@ -242,8 +242,9 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     """Executors use torch's deterministic algorithms (``torch.use_deterministic_algorithms``):
-    on CUDA, ``index_add_`` adds in a fixed order, so a GPU run repeats exactly with its seed
-    (slower; a CPU run repeats exactly without it)."""
+    on CUDA, ``index_add_`` adds in a fixed order, so a single-mode GPU run repeats exactly with
+    its seed (slower; a single-mode CPU run repeats exactly without it). A factored run with
+    several Trainers repeats only statistically either way (docs/concepts.md, Seeds)."""
     eval_every: int = 1
     """Evaluate on the validation split every this many epochs."""
     eval_mode: str = "sampled"

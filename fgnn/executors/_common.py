@@ -193,8 +193,8 @@ def _task_seed(seed: int, epoch: int, task_id: int, salt: int = 0) -> int:
 
 def seed_task_rng(seed: int, epoch: int, task_id: int) -> None:
     """Seed this process's global torch RNG (CPU and CUDA) for one task's training step, so its
-    dropout masks depend only on ``(seed, epoch, task_id)``: a run repeats exactly with the same
-    seed, and a task re-run after a fault draws the same masks. Salted apart from
+    dropout masks depend only on ``(seed, epoch, task_id)``: a single-mode run repeats exactly
+    with the same seed, and a task re-run after a fault draws the same masks. Salted apart from
     :func:`task_generator`'s sampling stream."""
     torch.manual_seed(_task_seed(seed, epoch, task_id, salt=0x5EED))
 
