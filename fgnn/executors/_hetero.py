@@ -41,7 +41,7 @@ from fgnn.hetero.dataset import HeteroDataset
 from fgnn.hetero.graph import HeteroGraph
 from fgnn.hetero.sampler import HeteroKHop
 
-__all__ = ["is_hetero", "check_job", "check_homogeneous", "build_sampler", "build_model",
+__all__ = ["is_hetero", "TypedJobError", "check_job", "check_homogeneous", "build_sampler", "build_model",
            "graph_payload", "features_payload", "degree_hotness", "HeteroCachePlanner",
            "POLICIES"]
 
@@ -54,51 +54,66 @@ def is_hetero(dataset: Any) -> bool:
     return isinstance(dataset, HeteroDataset)
 
 
+class TypedJobError(ValueError):
+    """A setting a typed job cannot use: ``field`` (dotted, ``sampler.relation_fanouts``), its
+    ``value`` and ``why`` (:class:`fgnn.job.Job` turns it into a ``JobConfigError``, the CLI
+    into ``argument --flag: ...``)."""
+
+    def __init__(self, field: str, value: Any, why: str) -> None:
+        self.field, self.value, self.why = field, value, why
+        super().__init__(f"JobConfig.{field}: {why}")
+
+
 def check_job(config: JobConfig, dataset: HeteroDataset) -> None:
     """Refuse what a typed job does not support, in one line naming the field.
 
     Raises:
-        ValueError: ``"<Config>.<field>: <value> is not supported on the typed dataset ..."``.
+        TypedJobError: naming the field, e.g. ``JobConfig.model.name: 'gcn' is not supported on
+            the typed dataset ...``, or an unknown relation in ``sampler.relation_fanouts``.
     """
     from fgnn.cache.hotness import parse_policy
 
-    on = f"on the typed dataset {dataset.name!r}"
-    bad = [("JobConfig.task", config.task, config.task != "node", "(node classification only)"),
-           ("SamplerConfig.kind", config.sampler.kind, config.sampler.kind != "khop",
+    c = config
+    bad = [("task", c.task, c.task != "node", "(node classification only)"),
+           ("sampler.kind", c.sampler.kind, c.sampler.kind != "khop",
             "(typed samples are uniform k-hop, per relation)"),
-           ("SamplerConfig.frontier", config.sampler.frontier, config.sampler.frontier != "all",
-            "(use all)"),
-           ("RuntimeConfig.mode", config.runtime.mode, config.runtime.mode == "time-sharing",
+           ("sampler.frontier", c.sampler.frontier, c.sampler.frontier != "all", "(use all)"),
+           ("runtime.mode", c.runtime.mode, c.runtime.mode == "time-sharing",
             "(use factored or single)"),
-           ("CacheConfig.reorder", config.cache.reorder, config.cache.reorder != "none", ""),
-           ("DiskConfig.feature_tier", config.disk.feature_tier,
-            config.disk.feature_tier != "memory", ""),
-           ("TrainConfig.eval_mode", config.train.eval_mode, config.train.eval_mode != "sampled",
-            ""),
-           ("CacheConfig.policy", config.cache.policy,
-            parse_policy(config.cache.policy)[0] not in POLICIES,
+           ("runtime.sample_transport", c.runtime.sample_transport,
+            c.runtime.sample_transport == "cuda_ipc", "(use object_store)"),
+           ("cache.reorder", c.cache.reorder, c.cache.reorder != "none", ""),
+           ("disk.feature_tier", c.disk.feature_tier, c.disk.feature_tier != "memory", ""),
+           ("train.eval_mode", c.train.eval_mode, c.train.eval_mode != "sampled", ""),
+           ("cache.policy", c.cache.policy, parse_policy(c.cache.policy)[0] not in POLICIES,
             f"(typed caches rank by {', '.join(POLICIES)})"),
-           ("JobConfig.save_model", config.save_model, config.save_model is not None,
+           ("save_model", c.save_model, c.save_model is not None,
             "(fgnn.load_model rebuilds homogeneous models)"),
-           ("ModelConfig.name", config.model.name, config.model.name != "sage",
+           ("model.name", c.model.name, c.model.name != "sage",
             "(typed graphs train the relational GraphSAGE of fgnn.models.hetero_sage: "
             "--model sage)")]
     for field, value, wrong, hint in bad:
         if wrong:
-            raise ValueError(f"{field}: {value!r} is not supported {on} {hint}".rstrip())
-    dataset.resolve_fanouts(config.sampler.fanouts, config.sampler.relation_fanouts)
+            raise TypedJobError(field, value, f"{value!r} is not supported on the typed dataset "
+                                              f"{dataset.name!r} {hint}".rstrip())
+    try:
+        dataset.resolve_fanouts(c.sampler.fanouts, c.sampler.relation_fanouts)
+    except ValueError as exc:
+        why = str(exc).split(": ", 1)[-1]
+        raise TypedJobError("sampler.relation_fanouts", c.sampler.relation_fanouts,
+                            why) from None
 
 
 def check_homogeneous(config: JobConfig, dataset: Dataset) -> None:
     """Per-relation fanouts need relations.
 
     Raises:
-        ValueError: ``relation_fanouts`` set for a homogeneous dataset.
+        TypedJobError: ``relation_fanouts`` set for a homogeneous dataset.
     """
     if config.sampler.relation_fanouts:
-        raise ValueError(f"SamplerConfig.relation_fanouts: {config.sampler.relation_fanouts!r} "
-                         f"needs a typed dataset; {dataset.name!r} has one relation (use "
-                         f"--fanouts)")
+        raise TypedJobError("sampler.relation_fanouts", config.sampler.relation_fanouts,
+                            f"needs a typed dataset; {dataset.name!r} has one relation (use "
+                            f"--fanouts)")
 
 
 def build_sampler(config: JobConfig, dataset: HeteroDataset) -> HeteroKHop:
