@@ -264,8 +264,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=job.dataset, metavar="SPEC",
                    help="dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, "
-                        "ondisk:DIR, rmat:key=value,..., uniform:key=value,... "
-                        "(default: %(default)s)")
+                        "ondisk:DIR (homogeneous or typed), rmat:key=value,..., "
+                        "uniform:key=value,..., hetero:key=value,... (a typed synthetic graph; "
+                        "typed datasets train with --model sage) (default: %(default)s)")
     g.add_argument("--data-root", default=job.data_root, metavar="DIR",
                    help="directory holding the dataset files; relative DIRs in the spec are "
                         "resolved against it (default: %(default)s)")

@@ -62,8 +62,9 @@ class HeteroDataset(Dataset):
                    num_classes: Optional[int] = None,
                    fracs: tuple[float, float, float] = (0.5, 0.2, 0.3), seed: int = 0,
                    check_features: bool = True) -> "HeteroDataset":
-        """A dataset over ``graph``: splits from ``splits``, else ``graph.meta["splits"]`` when it
-        holds all three, else a seeded random split of the target type by ``fracs``.
+        """A dataset over ``graph``: splits from ``splits``, else ``graph.meta["splits"]`` (what
+        :func:`~fgnn.data.load_ondisk_hetero` puts there; a split left out is empty), else a
+        seeded random split of the target type by ``fracs``.
 
         Raises:
             ValueError: one line when the graph has no labelled target type, or a split or
@@ -75,11 +76,10 @@ class HeteroDataset(Dataset):
         y = graph.labels
         k = num_classes or graph.meta.get("num_classes") or (int(y.max()) + 1 if y.numel()
                                                              else 1)
-        got = dict(splits or {})
-        if not got and all(s in graph.meta.get("splits", {}) for s in _SPLITS):
-            got = dict(graph.meta["splits"])
-        if not all(s in got for s in _SPLITS):
+        got = dict(splits or graph.meta.get("splits") or {})
+        if not got:
             got = random_splits(graph.num_nodes[graph.target_type], fracs, seed)
+        got = {s: got.get(s, torch.empty(0, dtype=torch.int64)) for s in _SPLITS}
         return cls(title, graph, graph.features, y, got["train_idx"], got["val_idx"],
                    got["test_idx"], int(k), dict(graph.meta), check_features)
 
