@@ -205,3 +205,17 @@ def test_a_typed_dataset_refuses_other_models_in_one_line(capsys):
 def test_a_bad_hetero_spec_key_is_one_line(capsys):
     line = _one_line_error(["--dataset", "hetero:papers=200,wings=2", "--model", "sage"], capsys)
     assert "unknown key 'wings' for hetero" in line, line
+
+
+@pytest.mark.parametrize("policy, want", [("none", "none"), ("presc", "presc"),
+                                          ("degree", "degree")])
+def test_the_cache_planner_reads_every_cache_policy(policy, want):
+    """``--cache-policy none`` reached ``parse_policy``, which knows only rankings, and every
+    factored job with it failed in ``policy_hotness`` (homogeneous and typed alike)."""
+    from types import SimpleNamespace
+
+    from fgnn.executors._caches import CachePlanner
+
+    cfg = JobConfig(cache=CacheConfig(policy=policy))
+    planner = CachePlanner(cfg, None, None, 1, True, None, SimpleNamespace(), None)
+    assert planner.policy == want
