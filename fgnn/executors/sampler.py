@@ -199,7 +199,10 @@ class SamplerExecutor:
     """Samples mini-batch tasks and feeds the global queue.
 
     Args:
-        graph: topology, a :class:`~fgnn.graph.CSRGraph` or its numpy payload; kept on ``device``.
+        graph: topology, a :class:`~fgnn.graph.CSRGraph` or its numpy payload, or a typed
+            graph's payload (:func:`fgnn.executors._typed.graph_payload`: ``sampler`` is then a
+            :class:`~fgnn.hetero.sampler.HeteroKHop` and the seeds are of the target type);
+            kept on ``device``.
         sampler: the sampling algorithm.
         train_idx: ``(T,)`` training ids; task ``i`` of an epoch is
             ``epoch_batches(train_idx, batch_size, seed, epoch, parts)[i]``.

@@ -117,7 +117,10 @@ class TrainerExecutor:
     Args:
         features: ``(N, F)`` host feature matrix (tensor, numpy or memmap), or a
             :class:`~fgnn.executors._common.MemmapFeatures` naming a file that this Trainer maps
-            itself (its host tier then reads rows from the file, not from the object store).
+            itself (its host tier then reads rows from the file, not from the object store),
+            or for a typed dataset node type -> ``(N_t, F_t)`` matrix (``placement`` is then
+            node type -> cached ids, and the store a
+            :class:`~fgnn.hetero.cache.HeteroFeatureStore`).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
         placement: the job's cache placement over its devices
