@@ -8,7 +8,8 @@
   and node type, hits + misses equals the rows of that type the epoch's samples hold, recomputed
   here from the task generators; a type that got no bytes of the budget has no hit; the type
   without features (learned embeddings) is never counted.
-* ``launch.py`` on a typed ``ondisk:DIR`` dataset exits 0 and writes a valid report; bad typed
+* ``launch.py`` on a typed ``ondisk:DIR`` dataset exits 0 and writes a valid report, and resumes
+  from its checkpoint; bad typed
   specs fail with one line naming the flag (an unknown relation in ``--relation-fanouts``, a
   typed graph without labels, a model other than ``sage``).
 """
@@ -91,7 +92,8 @@ def _config(devices: int, ratio: float) -> JobConfig:
 
 # Thresholds (measured 2026-11-25 on 2 shared CPU cores, bench/hetero_runtime.py, this spec and
 # job): test accuracy 0.980 on 2 devices and 0.986 on 4; the majority class holds 0.252 of the
-# test papers. The test asks for at least 0.6 and 0.25 above the majority share.
+# test papers, and a logistic regression on the paper features alone reaches 0.74. The test
+# asks for at least 0.85 (the relations must be used) and 0.25 above the majority share.
 @pytest.mark.parametrize("devices, ratio", [(2, 0.3), (4, 0.008)])
 def test_runtime_learns_the_planted_graph_and_counts_typed_hits_exactly(ray_cluster, devices,
                                                                          ratio):
@@ -102,7 +104,7 @@ def test_runtime_learns_the_planted_graph_and_counts_typed_hits_exactly(ray_clus
     res = Runtime(cfg, ds).run().to_dict()
     majority = Counter(ds.labels[ds.test_idx].tolist()).most_common(1)[0][1] / len(ds.test_idx)
     acc = res["final"]["test_acc"]
-    assert acc >= 0.6 and acc >= majority + 0.25, (acc, majority)
+    assert acc >= 0.85 and acc >= majority + 0.25, (acc, majority)
     typed = res["allocation"]["typed_cache"]
     cached = typed["cached_rows"]
     assert cached["author"] == 0  # no features: learned embeddings, never cached
@@ -142,9 +144,9 @@ def test_launch_trains_a_typed_ondisk_dataset_and_writes_a_report(ray_cluster, t
     report = tmp_path / "r.json"
     argv = ["--dataset", f"ondisk:{root}", "--model", "sage", "--hidden", "32",
             "--fanouts", "5,5", "--relation-fanouts", "cites=5,3", "written_by=3,0",
-            "--devices", "2", "--epochs", "3", "--batch-size", "128", "--cache-ratio", "0.3",
-            "--no-progress", "--dashboard-host", "off", "--report", str(report)]
-    assert main(argv) == 0
+            "--devices", "2", "--batch-size", "128", "--cache-ratio", "0.3",
+            "--no-progress", "--dashboard-host", "off", "--checkpoint-dir", str(tmp_path / "ck")]
+    assert main(argv + ["--epochs", "3", "--report", str(report)]) == 0
     rep = load_report(report)  # validates the schema
     assert rep["config"]["sampler"]["relation_fanouts"] == {"cites": [5, 3],
                                                            "written_by": [3, 0]}
@@ -153,6 +155,10 @@ def test_launch_trains_a_typed_ondisk_dataset_and_writes_a_report(ray_cluster, t
     assert rep["allocation"]["typed_cache"]["cached_rows"]["author"] == 0
     assert "HeteroDataset(" in capsys.readouterr().out
     json.dumps(rep)
+    # the same job resumed from its checkpoint runs only the epoch left
+    resumed = tmp_path / "r2.json"
+    assert main(argv + ["--epochs", "4", "--resume", "--report", str(resumed)]) == 0
+    assert [e["epoch"] for e in load_report(resumed)["epochs"]] == [3]
 
 
 def _one_line_error(argv: list[str], capsys) -> str:
