@@ -159,6 +159,7 @@ class HeteroCachePlanner(CachePlanner):
         self.cached: Optional[dict[str, torch.Tensor]] = None
         self.resident_cached: Optional[dict[str, torch.Tensor]] = None
         self.typed_budget = {"full": 0, "resident": 0}
+        self._model_bytes: Optional[int] = None
 
     def policy_hotness(self, presample: bool = False) -> None:
         """Degree or random hotness per type on the driver (PreSC counts visits instead)."""
@@ -226,8 +227,6 @@ class HeteroCachePlanner(CachePlanner):
         self.sizing_s = time.perf_counter() - t0
         self.chosen = True
         self.fill(self.workers.execs)
-
-    _model_bytes: Optional[int] = None
 
     def install(self, execs: list[Any]) -> list[tuple[Any, Any]]:
         """Trainers fill their typed stores (a standby the resident rows); Samplers count
