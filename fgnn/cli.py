@@ -87,6 +87,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--peer-cost": "cache.peer_cost",
     "--sampler": "sampler.kind",
     "--fanouts": "sampler.fanouts",
+    "--relation-fanouts": "sampler.relation_fanouts",
     "--frontier": "sampler.frontier",
     "--num-walks": "sampler.num_walks",
     "--walk-length": "sampler.walk_length",
@@ -179,6 +180,16 @@ def _fanouts(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def _relation_fanout(text: str) -> tuple[str, tuple[int, ...]]:
+    rel, eq, fan = text.partition("=")
+    parts = fan.split(",")
+    if not eq or not rel.strip() or not all(re.fullmatch(r"\s*\d+\s*", p) for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"must be REL=F1,F2,... (a relation, rel or src:rel:dst, and one fanout >= 0 per "
+            f"layer) such as cites=10,5, got {text!r}")
+    return rel.strip(), tuple(int(p) for p in parts)
+
+
 def _ks(text: str) -> tuple[int, ...]:
     parts = text.split(",")
     if not text.strip() or not all(re.fullmatch(r"\s*\d+\s*", p) and int(p) >= 1 for p in parts):
@@ -253,8 +264,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=job.dataset, metavar="SPEC",
                    help="dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, "
-                        "ondisk:DIR, rmat:key=value,..., uniform:key=value,... "
-                        "(default: %(default)s)")
+                        "ondisk:DIR (homogeneous or typed), rmat:key=value,..., "
+                        "uniform:key=value,..., hetero:key=value,... (a typed synthetic graph; "
+                        "typed datasets train with --model sage) (default: %(default)s)")
     g.add_argument("--data-root", default=job.data_root, metavar="DIR",
                    help="directory holding the dataset files; relative DIRs in the spec are "
                         "resolved against it (default: %(default)s)")
@@ -415,6 +427,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--fanouts", type=_fanouts, default=None, metavar="F1,F2,...",
                    help=f"neighbours per layer, seed hop first (default per model: {fan}"
                         f"{_kipf('sampler.fanouts')}{_gae('sampler.fanouts')})")
+    g.add_argument("--relation-fanouts", type=_relation_fanout, nargs="+", default=None,
+                   metavar="REL=F1,F2", help="typed datasets: fanouts of one relation in place "
+                   "of --fanouts, named rel (when unique) or src:rel:dst, one fanout per layer "
+                   "(0 skips the relation at that hop), e.g. --relation-fanouts cites=10,5 "
+                   "written_by=5,0; relations left out use --fanouts (default: none)")
     g.add_argument("--frontier", choices=FRONTIERS, default=smp.frontier,
                    help="k-hop samplers: which vertices draw neighbours at each hop: all of the "
                         "sample so far (DGL blocks) or only the new ones, each layer reusing "
@@ -520,7 +537,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                               num_layers=args.num_layers, locality_lt=args.locality_lt,
                               locality_ut=args.locality_ut,
                               locality_max_scale=args.locality_max_scale,
-                              frontier=args.frontier),
+                              frontier=args.frontier,
+                              relation_fanouts=_relation_fanouts(
+                                  getattr(args, "relation_fanouts", None))),
         cache=CacheConfig(policy=args.cache_policy, presample_epochs=args.presample_epochs,
                           cache_ratio=_auto(args.cache_ratio),
                           device_memory_gib=_auto(args.device_memory), reorder=args.reorder,
@@ -557,6 +576,20 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     fields = {FLAG_FIELDS[flag] for flag in (f"--{d.replace('_', '-')}" for d in given)
               if flag in FLAG_FIELDS}
     return apply_recipe(config, recipe_for(args.dataset, args.model, args.task), fields)
+
+
+def _relation_fanouts(pairs: Optional[list[tuple[str, tuple[int, ...]]]]
+                      ) -> Optional[dict[str, tuple[int, ...]]]:
+    """``--relation-fanouts`` as ``SamplerConfig.relation_fanouts`` (a relation named twice is
+    refused)."""
+    if not pairs:
+        return None
+    out: dict[str, tuple[int, ...]] = {}
+    for rel, fan in pairs:
+        if rel in out:
+            raise ValueError(f"SamplerConfig.relation_fanouts: relation {rel!r} is given twice")
+        out[rel] = fan
+    return out
 
 
 def _auto(v: Any) -> Any:

@@ -69,6 +69,10 @@ class SamplerConfig:
     or ``locality`` (Song & Jiang locality-aware k-hop)."""
     fanouts: tuple[int, ...] = (15, 10, 5)
     """Neighbours per vertex per layer, input layer last (the paper's order: seed hop first)."""
+    relation_fanouts: Optional[dict[str, tuple[int, ...]]] = None
+    """Typed datasets: relation -> its own fanouts (one per layer, seed hop first) in place of
+    ``fanouts``; a relation is named by ``rel`` when that is unique, else ``src:rel:dst``.
+    Relations left out use ``fanouts``; a fanout of 0 skips the relation at that hop."""
     num_walks: int = 4
     """Random walks per vertex (PinSAGE)."""
     walk_length: int = 3
@@ -94,6 +98,8 @@ class SamplerConfig:
             _fail("SamplerConfig", "kind", self.kind,
                   "must be one of khop, weighted, random_walk, locality")
         self.fanouts = tuple(int(f) for f in self.fanouts)
+        if self.relation_fanouts is not None:
+            self._check_relation_fanouts()
         if self.kind != "random_walk":
             if not self.fanouts:
                 _fail("SamplerConfig", "fanouts", self.fanouts, "must not be empty")
@@ -116,6 +122,28 @@ class SamplerConfig:
         if self.frontier == "new" and self.kind not in ("khop", "weighted"):
             _fail("SamplerConfig", "frontier", self.frontier,
                   f"'new' is for the k-hop samplers (khop, weighted), not kind={self.kind!r}")
+
+
+    def _check_relation_fanouts(self) -> None:
+        rf = self.relation_fanouts
+        if not isinstance(rf, dict) or not rf:
+            _fail("SamplerConfig", "relation_fanouts", rf, "must be a non-empty dict "
+                  "relation -> fanouts (or None)")
+        out = {}
+        for k, v in rf.items():
+            if not isinstance(k, str) or not k:
+                _fail("SamplerConfig", "relation_fanouts", rf, f"names relation {k!r}; "
+                      f"relations are rel or src:rel:dst strings")
+            try:
+                fan = tuple(int(f) for f in v)
+            except (TypeError, ValueError):
+                fan = ()
+            if len(fan) != len(self.fanouts) or any(f < 0 for f in fan):
+                _fail("SamplerConfig", "relation_fanouts", rf,
+                      f"gives {k!r} {v!r}; each relation needs {len(self.fanouts)} fanouts >= 0 "
+                      f"(one per layer, as fanouts={list(self.fanouts)})")
+            out[k] = fan
+        self.relation_fanouts = out
 
 
 @dataclass

@@ -248,6 +248,7 @@ class Job:
             self.dataset.check_trainable()
         except ValueError as e:
             raise JobConfigError("dataset", cfg.dataset, str(e)) from e
+        _check_typed(cfg, self.dataset)
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
         self._say(f"fgnn: task {cfg.task}, recipe {cfg.recipe} (defaults for the flags not "
@@ -454,6 +455,24 @@ class Job:
         alloc = dict(result.allocation or {})
         alloc.setdefault("device_kind", self.device_kind)
         result.allocation = alloc
+
+
+def _check_typed(cfg: JobConfig, dataset: Dataset) -> None:
+    """What a typed dataset cannot train with, and per-relation fanouts on a homogeneous one
+    (:func:`fgnn.executors._hetero.check_job`), before Ray starts.
+
+    Raises:
+        JobConfigError: naming the field and value.
+    """
+    from fgnn.executors import _hetero
+
+    try:
+        if _hetero.is_hetero(dataset):
+            _hetero.check_job(cfg, dataset)
+        else:
+            _hetero.check_homogeneous(cfg, dataset)
+    except _hetero.TypedJobError as e:
+        raise JobConfigError(e.field, e.value, e.why) from e
 
 
 def _check_data_spec(spec: str, data_root: Optional[str]) -> None:

@@ -70,7 +70,8 @@ def model_identity(model: nn.Module, dropout: Optional[float] = None) -> dict[st
 def dataset_fingerprint(dataset: "Dataset", spec: Optional[str] = None) -> dict[str, Any]:
     """The dataset's spec, name and sizes (nodes, edges, feature dim, classes)."""
     return {"spec": spec, "name": dataset.name, "num_nodes": int(dataset.num_nodes),
-            "num_edges": int(dataset.graph.num_edges), "feat_dim": int(dataset.feat_dim),
+            "num_edges": int(getattr(dataset, "num_edges", None) or dataset.graph.num_edges),
+            "feat_dim": int(dataset.feat_dim),
             "num_classes": int(dataset.num_classes)}
 
 

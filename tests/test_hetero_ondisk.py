@@ -126,8 +126,10 @@ def test_formats_point_at_each_other(saved, tmp_path):
     with pytest.raises(ValueError, match="a heterogeneous graph; load it with "
                                          "fgnn.data.load_ondisk_hetero"):
         load_ondisk(saved)
-    with pytest.raises(ValueError, match="load_ondisk_hetero"):
-        load_dataset(f"ondisk:{saved}")
+    typed = load_dataset(f"ondisk:{saved}")    # the dataset spec reads both formats
+    assert type(typed).__name__ == "HeteroDataset" and typed.target_type == "item"
+    assert typed.train_idx.tolist() == [0, 1] and typed.test_idx.tolist() == [3]
+    assert typed.val_idx.numel() == 0 and torch.equal(typed.labels, _graph().labels)
     homo = save_dataset(rmat_dataset(5, 2, feat_dim=2, num_classes=2), tmp_path / "homo")
     _refused(homo, "field 'format' is 'fgnn-ondisk', a homogeneous dataset: load it with "
                    "fgnn.data.load_ondisk")

@@ -353,7 +353,8 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     if fmt == HETERO_FORMAT:
         raise ValueError(f"on-disk manifest {mpath}: field 'format' is {fmt!r}, a "
                          f"heterogeneous graph; load it with fgnn.data.load_ondisk_hetero "
-                         f"(launch.py trains homogeneous graphs only)")
+                         f"(or fgnn.data.load_dataset / launch.py --dataset ondisk:DIR, which read "
+                         f"both formats)")
     if fmt != FORMAT:
         raise ValueError(f"on-disk manifest {mpath}: field 'format' must be {FORMAT!r}, got "
                          f"{fmt!r}")

@@ -4,11 +4,20 @@ Grammar::
 
     cora | citeseer | pubmed [":normalize_features=true|false"]   Planetoid, files under root
     ogb:DIR                                                       OGB raw directory
-    ondisk:DIR                                                    fgnn on-disk directory
+    ondisk:DIR                fgnn on-disk directory, homogeneous or typed
+                              (``fgnn-ondisk-hetero``, :mod:`fgnn.data.ondisk_hetero`)
     rmat[:key=value,...]      keys: scale, edge_factor, feat_dim, feat_dtype, num_classes,
                                     train_frac, val_frac, test_frac, seed, a, b, c,
                                     dedup, self_loops, weighted
     uniform[:key=value,...]   the same keys minus a, b, c
+    hetero[:key=value,...]    typed synthetic graph with planted labels on ``paper``
+                              (:mod:`fgnn.hetero.synthetic`); keys: papers, authors, fields,
+                              classes, feat_dim, field_dim, authors_per_paper,
+                              cites_per_paper, homophily, signal, train_frac, val_frac,
+                              test_frac, seed
+
+A typed dataset (``hetero``, or an ``ondisk:DIR`` in the typed format) loads as a
+:class:`~fgnn.hetero.dataset.HeteroDataset`, which the runtime trains with a relational model.
 
 Example: ``rmat:scale=20,edge_factor=16,feat_dim=128,train_frac=0.01,seed=0``. Omitted keys take
 the defaults of :func:`~fgnn.data.synthetic.rmat_dataset`. A relative ``DIR`` is resolved
@@ -36,7 +45,7 @@ from fgnn.data.synthetic import estimate_bytes, rmat_dataset, uniform_dataset
 __all__ = ["load_dataset", "parse_spec", "planetoid_root", "estimate_spec_bytes",
            "check_spec_memory", "SPEC_KINDS"]
 
-SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform")
+SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform", "hetero")
 PLANETOID_ENV = "FGNN_PLANETOID_ROOT"
 
 
@@ -65,6 +74,11 @@ _SYNTH_KEYS: dict[str, Callable[[str], Any]] = {
 _KEYS: dict[str, dict[str, Callable[[str], Any]]] = {
     "rmat": {**_SYNTH_KEYS, "a": float, "b": float, "c": float},
     "uniform": dict(_SYNTH_KEYS),
+    "hetero": {**{k: _int for k in ("papers", "authors", "fields", "classes", "feat_dim",
+                                    "field_dim", "authors_per_paper", "cites_per_paper",
+                                    "seed")},
+               **{k: float for k in ("homophily", "signal", "train_frac", "val_frac",
+                                     "test_frac")}},
     **{name: {"normalize_features": _bool} for name in PLANETOID_NAMES},
 }
 
@@ -185,10 +199,32 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
         path = Path(params["path"]).expanduser()
         if not path.is_absolute() and root is not None:
             path = Path(root) / path
-        return load_ogb(path) if kind == "ogb" else load_ondisk(path)
+        return load_ogb(path) if kind == "ogb" else _load_ondisk_any(path)
+    if kind == "hetero":
+        from fgnn.hetero.synthetic import typed_synthetic
+
+        try:
+            return typed_synthetic(**params)
+        except ValueError as exc:
+            raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
     check_spec_memory(spec)
     make = rmat_dataset if kind == "rmat" else uniform_dataset
     try:
         return make(**params)
     except ValueError as exc:
         raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
+
+
+def _load_ondisk_any(path: Path) -> Dataset:
+    """``ondisk:DIR``: the homogeneous format, or the typed one as a
+    :class:`~fgnn.hetero.dataset.HeteroDataset` (its manifest's ``format`` decides)."""
+    from fgnn.data.ondisk import HETERO_FORMAT, read_manifest
+
+    _, manifest = read_manifest(path)
+    if manifest.get("format") != HETERO_FORMAT:
+        return load_ondisk(path)
+    from fgnn.data.ondisk_hetero import load_ondisk_hetero
+    from fgnn.hetero.dataset import HeteroDataset
+
+    graph = load_ondisk_hetero(path)
+    return HeteroDataset.from_graph(graph, check_features=False)  # the loader scanned them

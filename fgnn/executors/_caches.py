@@ -105,6 +105,8 @@ class CachePlanner:
         degree; ``presc#K`` is ``presc`` with ``cache.presample_epochs = K``."""
         if self.config.runtime.mode == "time-sharing":
             return "degree"
+        if self.config.cache.policy == "none":  # no cache (parse_policy knows only rankings)
+            return "none"
         from fgnn.cache.hotness import parse_policy
 
         return parse_policy(self.config.cache.policy)[0]

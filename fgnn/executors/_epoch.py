@@ -24,6 +24,7 @@ from fgnn.evaluation import EvalPlan, SplitScore
 from fgnn.executors._common import metrics_for
 from fgnn.executors._faults import _RESTART_TIMEOUT_S, RuntimeFailure, Watchdog, pass_name
 from fgnn.executors._ledger import epoch_ledger
+from fgnn.executors._typed import sum_typed
 from fgnn.executors._workers import Services, WorkerGroup, _Exec
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler
 from fgnn.monitor.stats import EpochStats, SampleTimes
@@ -476,6 +477,7 @@ class EpochCoordinator:
             queue_wait_s=sum(r["wait_s"] for r in recs),
             queue_depth=acc.depth,
             disk=_sum_counts([r["disk"] for r in recs if "disk" in r]),
+            typed_cache=sum_typed(recs),
             ledger=acc.ledger,
         )
 

@@ -33,7 +33,12 @@ def batch_bytes(batch: Any) -> int:
     """Bytes of a fetched batch on the device: features, labels and the sample's tensors."""
     from fgnn.executors.sampler import sample_nbytes
 
-    return int(resident_bytes(batch.x, batch.labels) + sample_nbytes(batch.sample))
+    return int(resident_bytes(*_inputs(batch), batch.labels) + sample_nbytes(batch.sample))
+
+
+def _inputs(batch: Any) -> list[Any]:
+    """The batch's input tensors: ``x``, or a typed batch's per node type."""
+    return list(batch.x.values()) if isinstance(batch.x, dict) else [batch.x]
 
 
 class StepMemoryMeter:
@@ -61,7 +66,7 @@ class StepMemoryMeter:
             return step(batch)
         from fgnn.executors.sampler import sample_tensors
 
-        meter = TensorAllocationMeter([self.model, batch.x, batch.labels,
+        meter = TensorAllocationMeter([self.model, *_inputs(batch), batch.labels,
                                        sample_tensors(batch.sample)])
         out: list = []
         peak = meter.measure(lambda: out.append(step(batch)))
@@ -69,7 +74,7 @@ class StepMemoryMeter:
             in_flight = batch_bytes(batch) if self.pipelined else 0
             self.step_peak = max(0, int(peak) - resident_bytes(self.model)) + in_flight
             # gather's temporary of local-cache rows: at most the batch's input rows
-            self.gather_bytes = int(resident_bytes(batch.x))
+            self.gather_bytes = int(resident_bytes(*_inputs(batch)))
         return out[0]
 
     def report(self) -> dict[str, Any]:

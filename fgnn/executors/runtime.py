@@ -78,6 +78,7 @@ from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore
+from fgnn.executors import _hetero
 from fgnn.executors._caches import CachePlanner
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
@@ -153,7 +154,14 @@ class Runtime:
             chunk = eval_chunk(config.train, dataset.feature_row_bytes)
             config = replace(config, train=replace(config.train, eval_batch_size=chunk))
         self.config = config
-        self.sampler = sampler if sampler is not None else _build_sampler(config)
+        #: a typed dataset (:mod:`fgnn.executors._hetero`): typed samples, caches and model
+        self.hetero = _hetero.is_hetero(dataset)
+        if self.hetero:
+            _hetero.check_job(config, dataset)
+        else:
+            _hetero.check_homogeneous(config, dataset)
+        self.sampler = sampler if sampler is not None else (
+            _hetero.build_sampler(config, dataset) if self.hetero else _build_sampler(config))
         #: a link job's split and scores (:mod:`fgnn.link.task`); None for node classification
         self.link = _link_task(config, dataset, model)
         if self.link is not None:  # the Samplers sample the training message graph
@@ -180,8 +188,9 @@ class Runtime:
                             config.disk.feature_tier == "disk", dict(slow_trainers or {}),
                             set(crash_after_apply or ()))
         self.workers = WorkerGroup(spec, self.services, self.watchdog)
-        self.caches = CachePlanner(config, dataset, self.sampler, self.step_tasks,
-                                   self.do_evaluate, self.services, self.workers, self.watchdog)
+        planner = _hetero.HeteroCachePlanner if self.hetero else CachePlanner
+        self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
+                              self.services, self.workers, self.watchdog)
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
 
@@ -312,12 +321,14 @@ class Runtime:
         ds = self.dataset
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
-        feats = features_payload(ds.features)
+        feats = (_hetero.features_payload(ds) if self.hetero
+                 else features_payload(ds.features))
         if self.caches.disk_tier and not isinstance(feats, MemmapFeatures):
             raise ValueError(f"disk.feature_tier='disk' reads the features.npy of an ondisk:DIR "
                              f"dataset; {ds.name!r} holds its features in memory")
         self.services.refs = {
-            "graph": ray.put(graph_payload(ds.graph)),
+            "graph": ray.put(_hetero.graph_payload(ds.graph) if self.hetero
+                             else graph_payload(ds.graph)),
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
             "train_idx": ray.put(self._items("train").numpy()),
@@ -578,6 +589,8 @@ class Runtime:
             allocation["reorder"] = {k: v for k, v in c.reorder_info.items() if k != "seconds"}
         if c.disk_tier:
             allocation["disk"] = c.disk_layout()
+        if self.hetero:
+            allocation["typed_cache"] = c.typed_allocation()
         return allocation
 
     def _preprocess(self) -> dict[str, float]:
@@ -701,6 +714,8 @@ def _link_task(config: JobConfig, dataset: Dataset, model: Optional[nn.Module]) 
 def _build_model(config: JobConfig, dataset: Dataset, sampler: Sampler) -> nn.Module:
     from fgnn.models import build_model
 
+    if _hetero.is_hetero(dataset):
+        return _hetero.build_model(config, dataset, sampler.num_layers)
     if config.task == "link":
         from fgnn.link.task import build_link_model
 

@@ -28,10 +28,12 @@ from fgnn.executors._common import (_device_tag, configure_torch, graph_from_pay
                                     metrics_for, task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
 from fgnn.evaluation import EvalPlan, eval_generator
+from fgnn.executors import _typed
 from fgnn.executors._device import actor_device
 from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
+from fgnn.hetero.sampler import HeteroSample
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.locality import LocalityAwareKHop
 
@@ -98,7 +100,10 @@ def choose_transport(requested: str, device_type: str, one_node: bool,
 def mark_sample(sample: Sample, cache_map: Optional[torch.Tensor]) -> Sample:
     """The M step: ``sample.cached = cache_map[input_nodes]``, the holder bits of each input
     vertex (``(N,)`` integer map, bit ``d`` = device ``d`` caches the row; None: nothing is
-    cached, every mark 0)."""
+    cached, every mark 0). A typed sample is left unmarked: every Trainer caches the same rows
+    and its typed store knows them (:mod:`fgnn.executors._hetero`)."""
+    if isinstance(sample, HeteroSample):
+        return sample
     if cache_map is None:  # on the sample's device: one RDT object holds one device's tensors
         sample.cached = torch.zeros(sample.input_nodes.numel(), dtype=torch.uint8,
                                     device=sample.input_nodes.device)
@@ -119,7 +124,9 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
 
 def sample_tensors(sample: Sample) -> list[torch.Tensor]:
     """The tensors of a sample (seeds, input nodes, marks, every block's edges and weights, a
-    link sample's pairs)."""
+    link sample's pairs; a typed sample's per-type inputs and per-relation edges)."""
+    if isinstance(sample, HeteroSample):
+        return sample.tensors()
     ts = [sample.seeds, sample.input_nodes]
     if sample.cached is not None:
         ts.append(sample.cached)
@@ -137,7 +144,12 @@ def sample_nbytes(sample: Sample) -> int:
 
 def pack_sample(sample: Sample) -> dict[str, Any]:
     """The sample as numpy arrays: Ray stores numpy buffers out of band and maps them zero-copy
-    into the reader, several times cheaper than pickling torch tensors (the C step)."""
+    into the reader, several times cheaper than pickling torch tensors (the C step). A typed
+    :class:`~fgnn.hetero.sampler.HeteroSample` packs per node type and relation
+    (:func:`fgnn.executors._typed.pack`)."""
+    if isinstance(sample, HeteroSample):
+        return _typed.pack(sample)
+
     def a(t: Optional[torch.Tensor]) -> Any:
         return None if t is None else t.detach().cpu().numpy()
 
@@ -167,9 +179,11 @@ def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
 def unpack_sample(packed: Any) -> Sample:
     """Inverse of :func:`pack_sample` (tensors over the read-only object-store buffers; the
     runtime never writes to a sample) and of :func:`pack_sample_tensors`. A :class:`Sample`
-    passes through."""
-    if isinstance(packed, Sample):
+    (or :class:`~fgnn.hetero.sampler.HeteroSample`) passes through."""
+    if isinstance(packed, (Sample, HeteroSample)):
         return packed
+    if packed.get("typed"):
+        return _typed.unpack(packed)
     from fgnn.sampling.base import Block
 
     def t(x: Any) -> Optional[torch.Tensor]:
@@ -185,7 +199,10 @@ class SamplerExecutor:
     """Samples mini-batch tasks and feeds the global queue.
 
     Args:
-        graph: topology, a :class:`~fgnn.graph.CSRGraph` or its numpy payload; kept on ``device``.
+        graph: topology, a :class:`~fgnn.graph.CSRGraph` or its numpy payload, or a typed
+            graph's payload (:func:`fgnn.executors._typed.graph_payload`: ``sampler`` is then a
+            :class:`~fgnn.hetero.sampler.HeteroKHop` and the seeds are of the target type);
+            kept on ``device``.
         sampler: the sampling algorithm.
         train_idx: ``(T,)`` training ids; task ``i`` of an epoch is
             ``epoch_batches(train_idx, batch_size, seed, epoch, parts)[i]``.
@@ -223,7 +240,9 @@ class SamplerExecutor:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.name, self.device = name, actor_device(device)
         self.transport = choose_transport(transport, self.device.type, one_node, shared_gpu)
-        self.graph = graph_from_payload(graph, self.device)
+        self.typed = _typed.is_typed_payload(graph)  # a typed graph (HeteroKHop samples it)
+        self.graph = (_typed.graph_from_payload(graph, self.device) if self.typed
+                      else graph_from_payload(graph, self.device))
         self.sampler = sampler
         self.link = None
         if link is not None:
@@ -252,12 +271,15 @@ class SamplerExecutor:
     def count_visits(self) -> None:
         """Count from now on how often each vertex is an input of a training sample (PreSC's
         visit counts, FGNN §6.3: the first K epochs of training are the pre-sampling)."""
-        self._visits = torch.zeros(self.graph.num_nodes, dtype=torch.int32, device=self.device)
+        self._visits = (_typed.new_visits(self.graph, self.device) if self.typed else
+                        torch.zeros(self.graph.num_nodes, dtype=torch.int32, device=self.device))
 
     def take_visits(self) -> Optional[torch.Tensor]:
         """The visit counts so far (``(N,)`` int32 on the CPU) and stop counting; None if not
         counting."""
         visits, self._visits = self._visits, None
+        if isinstance(visits, dict):  # a typed graph: per node type
+            return {t: v.cpu() for t, v in visits.items()}
         return None if visits is None else visits.cpu()
 
     def working_set(self) -> dict[str, Any]:
@@ -323,7 +345,9 @@ class SamplerExecutor:
         sample = self._draw(seeds, gen, split)
         s_lap = self.clock.stop(t0)
         t1 = self.clock.start()
-        if self._visits is not None and plan is None:
+        if self._visits is not None and plan is None and self.typed:
+            _typed.count_visits(self._visits, sample)
+        elif self._visits is not None and plan is None:
             self._visits[sample.input_nodes] += 1  # input_nodes has no repeats
         mark_sample(sample, self.cache_map)
         sample.task_id = int(task_id)
@@ -334,6 +358,8 @@ class SamplerExecutor:
     def _draw(self, items: torch.Tensor, gen: torch.Generator, split: Optional[str]) -> Sample:
         """The S step: sample seed vertices, or for a link job training edges (``split`` None)
         or evaluation pairs of ``split``."""
+        if self.typed:  # the seeds are of the target type
+            return self.sampler.sample(self.graph, self.graph.target_type, items, gen)
         if self.link is None:
             return self.sampler.sample(self.graph, items, gen)
         if split is None:

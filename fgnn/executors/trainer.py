@@ -43,6 +43,7 @@ from fgnn.executors._common import (MemmapFeatures, NonFiniteLoss, _device_tag,
                                     configure_torch, graph_from_payload, metrics_for,
                                     open_disk_tiers,
                                     open_features, seed_task_rng, tensor_from)
+from fgnn.executors import _typed
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
@@ -50,6 +51,7 @@ from fgnn.executors.ps import flatten, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.cache.placement import Placement
+from fgnn.hetero.sampler import HeteroSample
 from fgnn.link.task import pair_loss, pair_scores
 from fgnn.sampling.base import Sample
 
@@ -88,6 +90,8 @@ class _Batch:
 
     def tensors(self) -> list[torch.Tensor]:
         """Every device tensor of the batch."""
+        if isinstance(self.sample, HeteroSample):  # typed: inputs per node type
+            return [*self.x.values(), self.labels, *self.sample.tensors()]
         ts = [self.x, self.labels, self.sample.seeds, self.sample.input_nodes]
         if self.sample.pairs is not None:
             ts.append(self.sample.pairs)
@@ -113,7 +117,10 @@ class TrainerExecutor:
     Args:
         features: ``(N, F)`` host feature matrix (tensor, numpy or memmap), or a
             :class:`~fgnn.executors._common.MemmapFeatures` naming a file that this Trainer maps
-            itself (its host tier then reads rows from the file, not from the object store).
+            itself (its host tier then reads rows from the file, not from the object store),
+            or for a typed dataset node type -> ``(N_t, F_t)`` matrix (``placement`` is then
+            node type -> cached ids, and the store a
+            :class:`~fgnn.hetero.cache.HeteroFeatureStore`).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
         placement: the job's cache placement over its devices
@@ -206,6 +213,9 @@ class TrainerExecutor:
         """
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        if isinstance(self._host, dict):  # typed: placement is node type -> cached ids
+            self.store = _typed.build_store(self._host, placement, str(self.device))
+            return self.cached_rows()
         if self._disk_tier:
             h = None if hotness is None else tensor_from(hotness)
             # GIDS tiers: a device software cache of alpha N rows, the CPU buffer, storage
@@ -229,6 +239,8 @@ class TrainerExecutor:
 
     def cached_rows(self) -> int:
         """Rows in this device's own cache."""
+        if isinstance(self._host, dict):
+            return sum(int(self.store.cached_ids(t).numel()) for t in self.store.stores)
         bufs = self.store.buffers
         return int(bufs[self.store.local].shape[0]) if bufs else 0
 
@@ -240,7 +252,8 @@ class TrainerExecutor:
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
         "source"}`` (``path`` is the mapped file, or None)."""
-        source = (type(self.store.host).__name__ if self.tiers is None
+        source = (type(self.store).__name__ if isinstance(self._host, dict) else
+                  type(self.store.host).__name__ if self.tiers is None
                   else type(self.tiers).__name__)
         return {"kind": "memory" if self._features_file is None else "file",
                 "path": self._features_file, "source": source}
@@ -319,6 +332,14 @@ class TrainerExecutor:
     def _extract(self, task_id: int, sample: Sample, rec: dict[str, Any]) -> _Batch:
         """Extract the sample's features (cache hits, host or disk misses) and labels."""
         t2 = time.perf_counter()
+        if isinstance(sample, HeteroSample):  # typed: per node type through the typed store
+            with self.copies.scope():
+                x, counts = _typed.extract_typed(self.store, sample)
+                labels, sample, ready = self._to_device(sample)
+            if ready is not None:
+                ready.synchronize()
+            rec.update(counts, extract_s=time.perf_counter() - t2)
+            return _Batch(task_id, sample, x, labels, rec, ready)
         if self.tiers is None:
             # Split host/cache and index labels on the host before anything moves: only the
             # gathered rows, labels and the sample cross to the device, on the copy stream from
@@ -354,7 +375,8 @@ class TrainerExecutor:
             labels = self.copies.h2d(sample.pairs[2])
         else:
             labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
-        sample = _sample_to(sample, self.copies.h2d)
+        sample = (sample.to(self.copies.h2d) if isinstance(sample, HeteroSample)
+                  else _sample_to(sample, self.copies.h2d))
         return labels, sample, self.copies.record()
 
     def _adopt(self, claim: Any) -> None:

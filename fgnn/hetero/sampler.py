@@ -12,7 +12,7 @@ those it reads from (the homogeneous block layout of :mod:`fgnn.sampling.base`, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -54,17 +54,41 @@ class HeteroSample:
         blocks: one block per layer, input layer first.
         input_nodes: node type -> ``(M_t,)`` int64 local ids, position = id within the sample;
             ``input_nodes[seed_type]`` starts with the seeds.
+        task_id: the mini-batch task it samples (set by the runtime's Sampler executor).
+        pairs, cached: always None (no typed link prediction; no M-step marks: a Trainer's
+            typed store knows its rows); stages that read them on any sample find them.
     """
+
+    pairs = None
+    cached = None
 
     seed_type: str
     seeds: torch.Tensor
     blocks: list[HeteroBlock]
     input_nodes: dict[str, torch.Tensor]
+    task_id: int = -1
 
     @property
     def num_layers(self) -> int:
         """Number of blocks."""
         return len(self.blocks)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the sample: seeds, input nodes per type, each block's edges."""
+        ts = [self.seeds, *self.input_nodes.values()]
+        for b in self.blocks:
+            for src, dst in b.edges.values():
+                ts += [src, dst]
+        return ts
+
+    def to(self, move: Any) -> "HeteroSample":
+        """The sample with every tensor passed through ``move`` (a device, or a function of a
+        tensor such as a copy stream's upload)."""
+        f = move if callable(move) else (lambda t: t.to(move))
+        blocks = [HeteroBlock({et: (f(s), f(d)) for et, (s, d) in b.edges.items()},
+                              dict(b.num_src), dict(b.num_dst)) for b in self.blocks]
+        return HeteroSample(self.seed_type, f(self.seeds), blocks,
+                            {t: f(v) for t, v in self.input_nodes.items()}, self.task_id)
 
 
 FanoutSpec = Union[Sequence[int], Mapping[EdgeType, Sequence[int]]]

@@ -90,6 +90,10 @@ class EpochStats:
     """Disk-tier counters of the epoch (``--feature-tier disk``): rows per tier
     (``device_rows``, ``cpu_rows``, ``storage_rows``), storage ``bytes_read`` / ``read_calls`` /
     ``pages``, cache ``evictions``, ...; None with the memory tier."""
+    typed_cache: Optional[dict[str, dict[str, int]]] = None
+    """A typed dataset: node type (with features) -> ``{"hits", "misses"}``, the rows of that
+    type the Trainers read from their cache and from the host in the epoch's tasks (hits +
+    misses = the rows of that type the samples asked for); None for a homogeneous job."""
     ledger: Optional[dict[str, Any]] = None
     """The epoch's exactly-once ledger (:func:`fgnn.executors._ledger.epoch_ledger`): ``tasks``,
     ``issued``, ``lost``, ``reissued``, ``pushed``, ``applied``, ``applied_twice``, ``missing``,
