@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=RecConfig.steps)
     p.add_argument("--batch-size", type=int, default=RecConfig.batch_size)
     p.add_argument("--lr", type=float, default=RecConfig.lr)
+    p.add_argument("--easy-negatives", type=int, default=RecConfig.easy_negatives,
+                   help="uniform random negatives shared by each mini-batch")
     p.add_argument("--id-dim", type=int, default=RecConfig.id_dim,
                    help="learned id embedding per item, concatenated to its features (0: none)")
     p.add_argument("--query-items", type=int, default=RecConfig.query_items,
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     latent = recall_at_k(data.item_latent, data.history, data.heldout, args.k)
     latent_pop = max(planted_history_recall(data, s, args.k) for s in (0.25, 0.5, 1.0, 2.0))
     cfg = RecConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                    easy_negatives=args.easy_negatives,
                     id_dim=args.id_dim, normalize=not args.no_normalize,
                     query_items=args.query_items, hardest=args.hardest,
                     hard_after=args.hard_after, item_bias=args.item_bias,

@@ -15,12 +15,20 @@ it is used at evaluation:
   (first) query item, used after ``hard_after`` of the steps (the paper's curriculum; off by
   default: on the planted graph, whose 4096 items leave no "related but not relevant" ranks as
   the paper's 2000-5000 of billions do, they lowered recall, see docs/benchmarks.md).
-* **Loss.** :func:`~fgnn.models.pinsage_rec.max_margin_loss`.
+* **Loss.** :func:`~fgnn.models.pinsage_rec.max_margin_loss` on the score
+  ``<z_q, z_i> + b_i``.
+* **Item bias** ``b_i`` (:class:`~fgnn.models.pinsage_rec.ItemBias`, ``item_bias``; our
+  addition, not the paper's, whose score is the cosine alone): by default a learned scale of
+  the item's standardised log degree. A user's next item is drawn in proportion to its
+  popularity; the unit-norm embeddings have little room to carry that (docs/benchmarks.md:
+  0.789x of the planted ceiling without it, 0.824x with it, small graph). ``"none"`` is the
+  paper's score.
 * **Inputs.** The item features plus the standardised log item degree, which is observable from
   the training interactions (optionally a learned id embedding, ``id_dim``).
 
-Evaluation (:func:`recall_at_k`): a user's query embedding is the mean of the embeddings of the
-items in their history; all items not in the history are ranked by dot product with it, and
+Evaluation (:func:`recall_at_k`): a user's query embedding is the (normalised) mean of the
+embeddings of the items in their history; all items not in the history are ranked by dot
+product with it plus the item bias, and
 recall@K (= Hits@K, one held-out item per user) counts the users whose held-out item is in the
 top K. :func:`popularity_recall` ranks by training degree instead.
 """
