@@ -8,7 +8,8 @@ Example::
 Generates :func:`fgnn.hetero.bipartite.user_item_graph` (one held-out item per user), trains
 PinSAGE item embeddings single-process on CPU with the max-margin loss and hard negatives
 (:func:`fgnn.hetero.recsys.train_pinsage`), and reports recall@K (= Hits@K) of ranking each
-user's unseen items against the mean embedding of their history. Next to it: the popularity
+user's unseen items against the mean embedding of their history plus the learned item bias
+(``--item-bias``; the row "embeddings alone" leaves it out). Next to it: the popularity
 baseline (most interacted-with unseen items), the planted ceiling (expected recall@K of ranking
 by the planted probabilities, the best any ranking can do), and, as a reference for what a
 history-mean recommender can reach at all, the same history-mean ranking on the *planted* item
