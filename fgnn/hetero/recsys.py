@@ -15,12 +15,20 @@ it is used at evaluation:
   (first) query item, used after ``hard_after`` of the steps (the paper's curriculum; off by
   default: on the planted graph, whose 4096 items leave no "related but not relevant" ranks as
   the paper's 2000-5000 of billions do, they lowered recall, see docs/benchmarks.md).
-* **Loss.** :func:`~fgnn.models.pinsage_rec.max_margin_loss`.
+* **Loss.** :func:`~fgnn.models.pinsage_rec.max_margin_loss` on the score
+  ``<z_q, z_i> + b_i``.
+* **Item bias** ``b_i`` (:class:`~fgnn.models.pinsage_rec.ItemBias`, ``item_bias``; our
+  addition, not the paper's, whose score is the cosine alone): by default a learned scale of
+  the item's standardised log degree. A user's next item is drawn in proportion to its
+  popularity; the unit-norm embeddings have little room to carry that (docs/benchmarks.md:
+  0.789x of the planted ceiling without it, 0.824x with it, small graph). ``"none"`` is the
+  paper's score.
 * **Inputs.** The item features plus the standardised log item degree, which is observable from
   the training interactions (optionally a learned id embedding, ``id_dim``).
 
-Evaluation (:func:`recall_at_k`): a user's query embedding is the mean of the embeddings of the
-items in their history; all items not in the history are ranked by dot product with it, and
+Evaluation (:func:`recall_at_k`): a user's query embedding is the (normalised) mean of the
+embeddings of the items in their history; all items not in the history are ranked by dot
+product with it plus the item bias, and
 recall@K (= Hits@K, one held-out item per user) counts the users whose held-out item is in the
 top K. :func:`popularity_recall` ranks by training degree instead.
 """
@@ -36,7 +44,7 @@ from torch.nn import functional as F
 
 from fgnn.hetero.graph import EdgeType, HeteroGraph
 from fgnn.hetero.walks import ItemWalkSampler
-from fgnn.models.pinsage_rec import PinSAGEEmbedder, max_margin_loss
+from fgnn.models.pinsage_rec import ITEM_BIASES, ItemBias, PinSAGEEmbedder, max_margin_loss
 
 __all__ = ["RecConfig", "PinSAGERecommender", "train_pinsage", "recall_at_k",
            "popularity_recall", "recall_of_scores", "cooccurrence_pairs", "history_queries",
@@ -67,6 +75,8 @@ class RecConfig:
     normalize: bool = True
     query_items: int = 8
     hardest: int = 10
+    item_bias: str = "degree"
+    bias_lr: float = 3e-2
     seed: int = 0
 
 
@@ -80,6 +90,7 @@ class PinSAGERecommender:
         inputs: ``(I, F + 1)`` item inputs (features and standardised log degree).
         losses: training loss per step.
         seconds: training wall time.
+        bias: the learned popularity term of the score (``RecConfig.item_bias``), or None.
     """
 
     model: PinSAGEEmbedder
@@ -87,6 +98,14 @@ class PinSAGERecommender:
     inputs: torch.Tensor
     losses: list[float]
     seconds: float
+    bias: Optional[ItemBias] = None
+
+    @torch.no_grad()
+    def item_bias(self) -> Optional[torch.Tensor]:
+        """``(I,)`` the learned bias of every item's score, or None without one."""
+        if self.bias is None:
+            return None
+        return self.bias(torch.arange(self.sampler.num_items))
 
     @torch.no_grad()
     def embed(self, items: Optional[torch.Tensor] = None, chunk: int = 4096,
@@ -104,13 +123,18 @@ class PinSAGERecommender:
         return torch.cat(out)
 
 
-def _item_inputs(graph: HeteroGraph, item_type: str, to_other: EdgeType) -> torch.Tensor:
+def _log_degree(graph: HeteroGraph, item_type: str, to_other: EdgeType) -> torch.Tensor:
+    """``(I,)`` standardised log(1 + degree) of each item in the training interactions."""
     deg = torch.log1p(graph.relations[to_other].in_degrees()[:graph.num_nodes[item_type]]
                       .float())
-    deg = (deg - deg.mean()) / deg.std().clamp_min(1e-6)
+    return (deg - deg.mean()) / deg.std().clamp_min(1e-6)
+
+
+def _item_inputs(graph: HeteroGraph, item_type: str, to_other: EdgeType) -> torch.Tensor:
     x = graph.features.get(item_type)
     if x is None:
         raise ValueError(f"train_pinsage: item type {item_type!r} has no features")
+    deg = _log_degree(graph, item_type, to_other)
     return torch.cat([x.float(), deg.unsqueeze(1)], 1)
 
 
@@ -193,6 +217,42 @@ def hard_negatives(sampler: ItemWalkSampler, queries: torch.Tensor, ranks: tuple
     return torch.where(avail > 0, nbr[pos], rand_items)
 
 
+def _batch_loss(cfg: RecConfig, model: PinSAGEEmbedder, bias: Optional[ItemBias],
+                sampler: ItemWalkSampler, inputs: torch.Tensor, graph: HeteroGraph,
+                to_other: EdgeType, use_hard: bool, gen: torch.Generator) -> torch.Tensor:
+    """The max-margin loss of one mini-batch (module docstring)."""
+    b, e, k = cfg.batch_size, cfg.easy_negatives, cfg.query_items
+    if k == 1:
+        q, p = cooccurrence_pairs(graph, to_other, b, gen)
+        q = q.unsqueeze(1)
+    else:
+        q, p = history_queries(graph, to_other, b, k, gen)
+    easy = torch.randint(sampler.num_items, (e,), generator=gen)
+    hard = (hard_negatives(sampler, q[:, 0], cfg.hard_ranks, cfg.hard_walks, gen)
+            if use_hard else p.new_empty(0))
+    seeds, inv = torch.unique(torch.cat([q.reshape(-1), p, easy, hard]), return_inverse=True)
+    s = sampler.sample(seeds, gen)
+    z = model(s.blocks, inputs[s.input_nodes], s.input_nodes)[inv]
+    zq = z[:b * k].view(b, k, -1).mean(1)
+    if k > 1 and cfg.normalize:
+        zq = F.normalize(zq, dim=-1)
+    zp, ze = z[b * k:b * k + b], z[b * k + b:b * k + b + e]
+    bp = be = bh = None
+    if bias is not None:
+        bp, be, bh = bias(p), bias(easy), bias(hard).unsqueeze(1)
+    if cfg.hardest:  # each query's highest-scoring shared negatives only
+        scores = zq @ ze.t() + (be if be is not None else 0.0)
+        top = scores.detach().topk(min(cfg.hardest, e), dim=1).indices
+        loss = max_margin_loss(zq, zp, ze[top], cfg.margin, bp,
+                               be[top] if be is not None else None)
+    else:
+        loss = max_margin_loss(zq, zp, ze, cfg.margin, bp, be)
+    if use_hard:
+        loss = loss + max_margin_loss(zq, zp, z[b * k + b + e:].unsqueeze(1), cfg.margin,
+                                      bp, bh)
+    return loss
+
+
 def train_pinsage(graph: HeteroGraph, to_other: EdgeType, to_item: EdgeType,
                   cfg: Optional[RecConfig] = None,
                   log: Optional[Callable[[int, float], None]] = None) -> PinSAGERecommender:
@@ -206,9 +266,13 @@ def train_pinsage(graph: HeteroGraph, to_other: EdgeType, to_item: EdgeType,
         log: called as ``log(step, loss)`` every 50 steps.
 
     Raises:
-        ValueError: on a graph the sampler or pairs cannot use (naming the relation or type).
+        ValueError: on a graph the sampler or pairs cannot use (naming the relation or type),
+            or an unknown ``cfg.item_bias``.
     """
     cfg = cfg or RecConfig()
+    if cfg.item_bias not in ITEM_BIASES:
+        raise ValueError(f"train_pinsage: item_bias must be one of {ITEM_BIASES}, "
+                         f"got {cfg.item_bias!r}")
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     sampler = ItemWalkSampler(graph, to_other, to_item, cfg.num_walks, cfg.hops, cfg.top_k,
@@ -216,43 +280,25 @@ def train_pinsage(graph: HeteroGraph, to_other: EdgeType, to_item: EdgeType,
     inputs = _item_inputs(graph, sampler.item_type, to_other)
     model = PinSAGEEmbedder(inputs.shape[1], cfg.out_dim, cfg.num_layers, cfg.hidden,
                             sampler.num_items if cfg.id_dim else 0, cfg.id_dim, cfg.normalize)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "lr": cfg.lr}]
+    bias = None
+    if cfg.item_bias != "none":
+        bias = ItemBias(cfg.item_bias, _log_degree(graph, sampler.item_type, to_other))
+        groups.append({"params": list(bias.parameters()), "lr": cfg.bias_lr})
+    opt = torch.optim.Adam(groups)
     losses: list[float] = []
     t0 = time.perf_counter()
     model.train()
     for step in range(cfg.steps):
-        b, e, k = cfg.batch_size, cfg.easy_negatives, cfg.query_items
-        if k == 1:
-            q, p = cooccurrence_pairs(graph, to_other, b, gen)
-            q = q.unsqueeze(1)
-        else:
-            q, p = history_queries(graph, to_other, b, k, gen)
-        easy = torch.randint(sampler.num_items, (e,), generator=gen)
         use_hard = step >= cfg.hard_after * cfg.steps
-        hard = (hard_negatives(sampler, q[:, 0], cfg.hard_ranks, cfg.hard_walks, gen)
-                if use_hard else p.new_empty(0))
-        seeds, inv = torch.unique(torch.cat([q.reshape(-1), p, easy, hard]),
-                                  return_inverse=True)
-        s = sampler.sample(seeds, gen)
-        z = model(s.blocks, inputs[s.input_nodes], s.input_nodes)[inv]
-        zq = z[:b * k].view(b, k, -1).mean(1)
-        if k > 1 and cfg.normalize:
-            zq = F.normalize(zq, dim=-1)
-        zp, ze = z[b * k:b * k + b], z[b * k + b:b * k + b + e]
-        if cfg.hardest:  # each query's highest-scoring shared negatives only
-            top = (zq @ ze.t()).detach().topk(min(cfg.hardest, e), dim=1).indices
-            loss = max_margin_loss(zq, zp, ze[top], cfg.margin)
-        else:
-            loss = max_margin_loss(zq, zp, ze, cfg.margin)
-        if use_hard:
-            loss = loss + max_margin_loss(zq, zp, z[b * k + b + e:].unsqueeze(1), cfg.margin)
+        loss = _batch_loss(cfg, model, bias, sampler, inputs, graph, to_other, use_hard, gen)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
         if log is not None and (step % 50 == 0 or step == cfg.steps - 1):
             log(step, losses[-1])
-    return PinSAGERecommender(model, sampler, inputs, losses, time.perf_counter() - t0)
+    return PinSAGERecommender(model, sampler, inputs, losses, time.perf_counter() - t0, bias)
 
 
 def _hits(scores_of: Callable[[torch.Tensor], torch.Tensor], history: torch.Tensor,
@@ -277,15 +323,27 @@ def recall_of_scores(scores_of: Callable[[torch.Tensor], torch.Tensor], history:
 
 
 def recall_at_k(item_emb: torch.Tensor, history: torch.Tensor, heldout: torch.Tensor,
-                k: int = 10) -> float:
-    """Recall@k (= Hits@k) of ranking unseen items by ``<mean history embedding, item>``.
+                k: int = 10, item_bias: Optional[torch.Tensor] = None,
+                normalize_query: bool = False) -> float:
+    """Recall@k (= Hits@k) of ranking unseen items by ``<mean history embedding, item>``
+    (``+ item_bias[item]`` when given).
 
     Args:
         item_emb: ``(I, D)`` item embeddings.
         history: ``(U, H)`` int64 items each user interacted with (excluded from the ranking).
         heldout: ``(U,)`` int64 held-out item per user.
+        item_bias: ``(I,)`` a score added per item (:meth:`PinSAGERecommender.item_bias`).
+        normalize_query: L2-normalise the mean history embedding, as training does; it
+            changes the ranking only when there is a bias to weigh it against.
     """
-    return _hits(lambda u: item_emb[history[u]].mean(1) @ item_emb.t(), history, heldout, k)
+    def scores(u: torch.Tensor) -> torch.Tensor:
+        q = item_emb[history[u]].mean(1)
+        if normalize_query:
+            q = F.normalize(q, dim=-1)
+        s = q @ item_emb.t()
+        return s + item_bias if item_bias is not None else s
+
+    return _hits(scores, history, heldout, k)
 
 
 def popularity_recall(history: torch.Tensor, heldout: torch.Tensor, num_items: int,

@@ -19,7 +19,9 @@ from fgnn.models.aggregate import check_hparams, check_inputs
 from fgnn.models.pinsage import PinSAGEConv
 from fgnn.sampling.base import Block
 
-__all__ = ["PinSAGEEmbedder", "max_margin_loss"]
+__all__ = ["PinSAGEEmbedder", "ItemBias", "ITEM_BIASES", "max_margin_loss"]
+
+ITEM_BIASES = ("none", "degree", "item", "both")
 
 
 class PinSAGEEmbedder(nn.Module):
@@ -74,15 +76,56 @@ class PinSAGEEmbedder(nn.Module):
         return F.normalize(z, dim=-1) if self.normalize else z
 
 
+class ItemBias(nn.Module):
+    """A popularity term added to every item's score: ``s(q, i) = <z_q, z_i> + b_i``.
+
+    Not in Ying et al. (KDD 2018): PinSAGE's score is the cosine alone. It is our addition
+    for recommending to users (docs/benchmarks.md, issue 20): with unit-norm embeddings the
+    cosine has little room to carry how popular an item is, while a user's next item is drawn in
+    proportion to it.
+
+    Args:
+        kind: ``"degree"``: ``b_i = w * x_i + c`` with ``x_i`` the item's standardised log
+            degree (the paper's own input feature) and learned scalars ``w``, ``c``;
+            ``"item"``: a learned scalar per item (initialised to 0); ``"both"``: their sum.
+        log_degree: ``(I,)`` standardised log degree of each item.
+
+    Shapes:
+        ``items`` (any shape) -> the same shape.
+    """
+
+    def __init__(self, kind: str, log_degree: torch.Tensor) -> None:
+        super().__init__()
+        if kind not in ITEM_BIASES or kind == "none":
+            raise ValueError(f"ItemBias: kind must be one of {ITEM_BIASES[1:]}, got {kind!r}")
+        self.kind = kind
+        self.register_buffer("log_degree", log_degree.float().clone())
+        self.w = nn.Parameter(torch.zeros(())) if kind != "item" else None
+        self.c = nn.Parameter(torch.zeros(())) if kind != "item" else None
+        self.per_item = (nn.Parameter(torch.zeros(log_degree.numel()))
+                         if kind != "degree" else None)
+
+    def forward(self, items: torch.Tensor) -> torch.Tensor:
+        b = torch.zeros(items.shape, dtype=self.log_degree.dtype, device=items.device)
+        if self.w is not None and self.c is not None:
+            b = b + self.w * self.log_degree[items] + self.c
+        if self.per_item is not None:
+            b = b + self.per_item[items]
+        return b
+
+
 def max_margin_loss(query: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor,
-                    margin: float = 0.1) -> torch.Tensor:
+                    margin: float = 0.1, positive_bias: Optional[torch.Tensor] = None,
+                    negative_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """PinSAGE's max-margin ranking loss (Ying et al., eq. 1), mean over the triples:
-    ``max(0, <z_q, z_n> - <z_q, z_p> + margin)``.
+    ``max(0, <z_q, z_n> + b_n - <z_q, z_p> - b_p + margin)`` (biases 0 unless given).
 
     Args:
         query, positive: ``(B, D)`` embeddings of the pairs.
         negatives: ``(B, K, D)`` negatives per query, or ``(K, D)`` shared by all queries.
         margin: the margin Δ.
+        positive_bias: ``(B,)`` item biases of the positives (:class:`ItemBias`).
+        negative_bias: ``(B, K)`` or ``(K,)`` item biases of the negatives.
 
     Shapes:
         -> scalar.
@@ -94,5 +137,9 @@ def max_margin_loss(query: torch.Tensor, positive: torch.Tensor, negatives: torc
         neg = query @ negatives.t()                                # (B, K)
     else:
         neg = torch.einsum("bd,bkd->bk", query, negatives)
+    if positive_bias is not None:
+        pos = pos + positive_bias
+    if negative_bias is not None:
+        neg = neg + negative_bias
     owner = torch.arange(neg.shape[0], device=neg.device).repeat_interleave(neg.shape[1])
     return scores_max_margin_loss(pos, neg.reshape(-1), owner, margin)
