@@ -24,7 +24,8 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
-from fgnn.executors.collective import ExchangeMember, StepLedger, group_sum, new_group  # noqa: E402
+from fgnn.executors.collective import (ExchangeMember, StepLedger, group_broadcast,  # noqa: E402
+                                      group_sum, new_group)
 from fgnn.executors.ps import flatten  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 
@@ -92,7 +93,7 @@ class _Group:
                 if not m.active:
                     return  # the epoch is over
                 got = m.claim(0, 0.5)
-            step, _ = got
+            step = got[0]
             with self.lock:  # tasks in claim order: a step's tasks are one mini-batch
                 t, idx = self.queue.popleft()
             assert m.wait_version(step)
@@ -319,6 +320,58 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
         assert d["task_ids"] == list(range(total)) and stats.batches == total
         assert d["applied"] == {t: 1 for t in range(total)}
         assert d["steps"] == len(epoch_batches(ds.train_idx, 16, 1, d["epoch"]))
+
+
+@pytest.mark.parametrize("dead", [1, 2])
+@pytest.mark.parametrize("op", ["sum", "broadcast"])
+def test_a_dead_member_leaves_no_survivor_waiting_for_the_timeout(op, dead):
+    """A member whose process is gone (its connections closed, here by dropping its group):
+    every survivor's :func:`group_sum` fails at once on the dead peer's own connection, with
+    no help from the other survivors, and :func:`group_broadcast` completes or fails the same
+    way (rank 0's failed sends reach the others when it drops its group, as a member's reducer
+    does); none waits for the group's timeout (60 s in a job), during which it could not
+    report to the ledger, which re-forms the group only once every survivor has.
+
+    Gloo's own all-gather is a ring: the survivors downstream of the gap are released only
+    when an upstream survivor that failed tears its group down; without that (here: the sum
+    case keeps every group) they end in gloo's "Timed out" and this test fails (checked
+    with the ring all-gather put back, 2026-11-25)."""
+    import gc
+
+    store, n = dist.HashStore(), 5
+    pgs: list = [None] * n
+
+    def build(rank: int) -> None:
+        pgs[rank] = new_group(store, 3, rank, n, torch.device("cpu"), 20.0)
+
+    threads = [threading.Thread(target=build, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    pgs[dead] = None  # the dead member's connections close
+    gc.collect()
+    out: dict = {}
+
+    def call(rank: int) -> None:
+        try:
+            (group_sum if op == "sum" else group_broadcast)(pgs[rank], torch.ones(1001))
+            out[rank] = "ok"
+        except RuntimeError as err:
+            out[rank] = str(err)
+        if out[rank] != "ok" and op == "broadcast":  # a member drops the group whose call
+            pgs[rank] = None                          # failed (its reducer does)
+            gc.collect()
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(n) if r != dead]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(40)
+    assert sorted(out) == [r for r in range(n) if r != dead]
+    assert not [r for r, msg in out.items() if "timed out" in msg.lower()], out
+    if op == "sum":  # no survivor can complete a sum without the dead member
+        assert all(msg != "ok" for msg in out.values()), out
 
 
 def test_group_sum_on_gloo_is_the_same_sum_on_every_member():
