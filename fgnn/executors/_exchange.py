@@ -17,6 +17,7 @@ import logging
 import os
 import pickle
 import queue
+import sys
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -28,6 +29,9 @@ from fgnn.executors.collective import GROUP_TIMEOUT_S, Event, ExchangeMember, Ex
 from fgnn.executors.ps import flatten, step_wait
 
 __all__ = ["TrainerExchange"]
+
+#: The Trainer process's GIL switch interval under the collective exchange (seconds).
+SWITCH_INTERVAL_S = 0.0005
 
 
 class TrainerExchange:
@@ -49,6 +53,10 @@ class TrainerExchange:
         import torch.distributed as dist
 
         self.spec, self.name, self.ledger = spec, name, spec.ledger
+        # the step's path crosses threads (reducer -> training thread, training -> sender):
+        # each handoff waits for the GIL, up to the switch interval (5 ms by default) while
+        # another thread of this process runs Python
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._ack, self._crash = ack, bool(crash_after_apply)
         self._epoch: Optional[int] = None
         # a restarted actor is a new incarnation: what its dead predecessor claimed is void
