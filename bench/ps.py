@@ -3,17 +3,23 @@ against the collective exchange, in one run (issues 12 and 18).
 
 Runs the factored runtime at the paper's batch size (FGNN §7.1: 8000, GraphSAGE hidden 256,
 fanouts 25, 10) once per design (``runtime.exchange``) and reads each Trainer's records. Per task,
-``sync_s`` is the exchange as the Trainer sees it. With the server: the round trip that claims a
-slot of the step and brings the weights when they changed, plus the push of the gradient, which
-the server adds to the step's sum (the Adam step runs inside the push that completes a step). With
-the collective: reading the slot's claim (sent while the previous task computed, so usually no
-round trip is left), the wait for the previous step's close, gloo all-reduce and Adam step on the
-Trainer's own device, and sending the delivery of the task id to the ledger. Waiting for a step
-the Trainer has no slot in (``step_wait_s``) is synchronisation, not exchange, and is reported on
-its own. Ratios are taken over executor-time: the sum over tasks divided by the sum over training
-executors of the epoch time. The goal of issue 18: the collective's share at most half the
-server's (``ratio`` <= 0.5). The definition has not changed since the goal was set; the epoch
-times are printed beside the shares, because a share also falls when the epoch gets slower.
+``sync_s`` is the exchange as the Trainer's training thread sees it, by one rule for both designs
+(since 2026-11-25): the time on the task's path spent moving gradients, slots and weights and
+taking the step, and not the time spent waiting for other Trainers' work. A claim that has to
+wait for the current step to close waits for other Trainers' work until that step's last
+gradient was ready (its Trainer stamps the wall time on the push or delivery); the rest of its
+wait is exchange (:func:`fgnn.executors.ps.step_wait`). With the server the exchange is then: the
+claim's reply (with the weights when they changed; after a close, the last push's transit, the
+server's sum and Adam step) and the push of the gradient. With the collective: the claim's reply
+(sent while the previous task computed), the wait for the previous step's sum over the group and
+Adam step on the Trainer's own device, and handing the delivery to the sender thread.
+Waiting for other Trainers' work (``step_wait_s``) is reported on its own, and so is every
+attempt that found no slot within the server's (ledger's) 1 s wait. Before 2026-11-25 a claim's
+whole wait for a close counted as step wait, in both designs (``ratio_old_rule``). Ratios are
+taken over executor-time: the sum over tasks divided by the sum over training executors of the
+epoch time. The goal of issue 18: the collective's share at most half the server's (``ratio`` <=
+0.5). The epoch times are printed beside the shares, because a share also falls when the epoch
+gets slower; the exchange's parts per task (``x_*`` fields of the records) are printed per epoch.
 
 Example::
 

@@ -180,7 +180,7 @@ class TrainerExchange:
     def _parts(self, step: int, t1: float, t2: float) -> dict[str, float]:
         """The training thread's wait for the weights of ``step`` (from ``t1`` to ``t2``), cut
         by the reducer's times for step ``step - 1``: the close event's arrival, the
-        preparation of the sum, the all-gather, Adam, and the thread's wake-up after it."""
+        preparation of the sum, the sum over the group, Adam, and the thread's wake-up after it."""
         marks = self.member.timeline.get(step - 1)
         if marks is None or t2 <= t1:
             return {"x_version_s": max(t2 - t1, 0.0)}

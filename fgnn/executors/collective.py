@@ -4,10 +4,10 @@ The step rule is the parameter server's (:mod:`fgnn.executors.ps`): a step avera
 of R tasks (one mini-batch), weighted by their seed counts, and every gradient of a step is
 computed from the previous step's weights. What moves differs: only gradients, once per step, in
 one sum of ``[sum of seed-weighted gradients, seed count]`` over the Trainers of the current
-group (``torch.distributed`` process groups: an all-reduce on NCCL/CUDA, an all-gather summed in
-rank order on gloo/CPU, :func:`group_sum`). Each member then takes
-the same Adam step on its own device, so every member holds the same weights and no weights are
-ever sent back.
+group (``torch.distributed`` process groups: an all-reduce on NCCL/CUDA, on gloo/CPU a direct
+exchange between every pair of members summed in rank order, :func:`group_sum`). Each member
+then takes the same Adam step on its own device, so every member holds the same weights and no
+weights are ever sent back.
 
 Two pieces:
 
@@ -673,7 +673,7 @@ class ExchangeMember:
         self.timeout_s = float(timeout_s)
         self.reduce_s = 0.0
         self.reductions = 0
-        # per reduced step, perf_counter times: event read, all-gather start and end, Adam's
+        # per reduced step, perf_counter times: event read, the group sum's start and end, Adam's
         # end (the exchange's parts as a training thread waiting for that step sees them)
         self.timeline: dict[int, tuple[float, float, float, float]] = {}
         self._event_at = 0.0
