@@ -793,12 +793,29 @@ class ExchangeMember:
         theirs = int(state[0].item())
         if theirs > self.version:
             self._adopt(state)
-        with self._cv:
-            for s in [s for s in self._entries if s < self.version]:
-                del self._entries[s]  # rank 0 applied it, this member's share included
-            self._cv.notify_all()
+        self._settle_adopted()
         for step in range(self.version, ev.step):
             self._reduce_step(step)
+
+    def _settle_adopted(self) -> None:
+        """Steps below the adopted version that this member had not applied itself: rank 0
+        applied them with this member's share (its sum completed, so every member's row
+        reached it), so their tasks are acknowledged here as applied. Dropping them silently
+        left those tasks leased and never acknowledged: a standby killed inside a step's sum,
+        whose row reached one survivor and not the others, stalled the epoch with the step's
+        other tasks (37 of 40) done."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._stop.is_set() or all(
+                n <= 0 for s, n in self._inflight.items() if s < self.version))
+            steps = sorted(s for s in self._entries if s < self.version)
+            adopted = [(s, self._entries.pop(s)) for s in steps]
+            for s in [s for s in self._inflight if s < self.version]:
+                del self._inflight[s]
+            self._cv.notify_all()
+        for step, entries in adopted:
+            verdicts = [(ack, bool(self._resolve(answer))) for answer, _, _, ack in entries]
+            if self._on_applied is not None and verdicts:
+                self._on_applied(step, verdicts)
 
     def _reduce_step(self, step: int) -> None:
         """All-reduce ``[gradient sum, seeds]`` of ``step`` and take its Adam step.
