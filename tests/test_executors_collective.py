@@ -282,10 +282,11 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
     the group from the epoch's start but trains only late; killed while idle, no ``run_epoch``
     of it fails. Before the ledger probed its members (and a restarted Trainer said hello) the
     survivors' all-reduce failed and they waited for a group that never re-formed: the epoch
-    stalled until the stall timeout. Later (about 1 run in 6 in the full suite) the case
-    without a restart stalled with 37 of 40 tasks done: survivors downstream of the dead member
-    in gloo's ring all-gather waited for the group's timeout and could not report (see
-    :func:`test_a_dead_member_leaves_no_survivor_waiting_for_the_timeout`)."""
+    stalled until the stall timeout. Later (about 1 run in 6) the case without a restart
+    stalled with 37 of 40 tasks done: the standby died inside a step's sum, its row reached one
+    survivor, which applied the step, and the others took that survivor's state without
+    acknowledging their tasks of the step (see
+    :func:`test_a_step_taken_over_from_rank_0_acknowledges_the_members_tasks`)."""
     ray = pytest.importorskip("ray")
     from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,
                              SamplerConfig, TrainConfig)
@@ -325,8 +326,9 @@ def test_a_dead_member_leaves_no_survivor_waiting_for_the_timeout(op, dead):
     every survivor's :func:`group_sum` fails at once on the dead peer's own connection, with
     no help from the other survivors, and :func:`group_broadcast` completes or fails the same
     way (rank 0's failed sends reach the others when it drops its group, as a member's reducer
-    does); none waits for the group's timeout (60 s in a job), during which it could not
-    report to the ledger, which re-forms the group only once every survivor has.
+    does); none waits for the group's timeout (60 s in a job, as long as the stall guard of
+    the Ray case below), during which it could not report to the ledger, which re-forms the
+    group only once every survivor has.
 
     Gloo's own all-gather is a ring: the survivors downstream of the gap are released only
     when an upstream survivor that failed tears its group down; without that (here: the sum
