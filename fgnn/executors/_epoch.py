@@ -496,6 +496,9 @@ class EpochCoordinator:
                                    for r in recs),
             "sync_s": sum(r["sync_s"] for r in recs),
             "step_wait_s": sum(r.get("step_wait_s", 0.0) for r in recs),
+            # sync_s by part (the Trainers' x_* fields: claim, push or delivery, the wait for
+            # the step's weights and its pieces), seconds summed over the epoch's tasks
+            "exchange_parts": _sum_prefixed(recs, "x_"),
             "steps": ledger.get("steps"),
             # the part of queue_wait_s spent before each Trainer's first mini-batch of the
             # epoch (the pipeline filling), apart from waits once samples were flowing
@@ -563,6 +566,16 @@ def _sum_counts(dicts: list[dict[str, int]]) -> Optional[dict[str, int]]:
     if not dicts:
         return None
     return {k: int(sum(d.get(k, 0) for d in dicts)) for k in dicts[0]}
+
+
+def _sum_prefixed(recs: list[dict[str, Any]], prefix: str) -> dict[str, float]:
+    """Key-wise sum over the records of their float fields whose names start with ``prefix``."""
+    out: dict[str, float] = {}
+    for r in recs:
+        for k, v in r.items():
+            if k.startswith(prefix):
+                out[k] = out.get(k, 0.0) + float(v)
+    return out
 
 
 def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:

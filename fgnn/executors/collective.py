@@ -4,10 +4,10 @@ The step rule is the parameter server's (:mod:`fgnn.executors.ps`): a step avera
 of R tasks (one mini-batch), weighted by their seed counts, and every gradient of a step is
 computed from the previous step's weights. What moves differs: only gradients, once per step, in
 one sum of ``[sum of seed-weighted gradients, seed count]`` over the Trainers of the current
-group (``torch.distributed`` process groups: an all-reduce on NCCL/CUDA, an all-gather summed in
-rank order on gloo/CPU, :func:`group_sum`). Each member then takes
-the same Adam step on its own device, so every member holds the same weights and no weights are
-ever sent back.
+group (``torch.distributed`` process groups: an all-reduce on NCCL/CUDA, on gloo/CPU a direct
+exchange between every pair of members summed in rank order, :func:`group_sum`). Each member
+then takes the same Adam step on its own device, so every member holds the same weights and no
+weights are ever sent back.
 
 Two pieces:
 
@@ -53,7 +53,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-__all__ = ["StepLedger", "Event", "ExchangeMember", "ExchangeSpec", "group_sum", "new_group"]
+__all__ = ["StepLedger", "Event", "ExchangeMember", "ExchangeSpec", "group_broadcast",
+           "group_sum", "new_group"]
 
 #: Seconds a collective call waits for its peers before it fails (a peer died or hangs).
 GROUP_TIMEOUT_S = 60.0
@@ -161,6 +162,10 @@ class StepLedger:
         self._dead: set[str] = set()
         self._claimed = self._received = self._accepted = 0
         self._steps, self._busy_s, self._wait_s = 0, 0.0, 0.0
+        # wall time the open step's last gradient was ready (its Trainer's clock), and that of
+        # the step closed last: a claim that waited for a close waited for other Trainers'
+        # work only until then (:func:`~fgnn.executors.ps.step_wait`)
+        self._ready, self._closed_ready = 0.0, 0.0
         self._ended = False
 
     def _append(self, ev: Event) -> None:
@@ -333,21 +338,31 @@ class StepLedger:
         return max(0, min(self.group, self.tasks - self._accepted + self._received))
 
     def claim(self, consumer: str, timeout_s: float = 1.0,
-              incarnation: Optional[int] = None) -> Optional[tuple[int, float]]:
-        """Take a slot of the open step: ``(step, seconds waited)``, or None when none freed up
-        within ``timeout_s`` (or the caller is not a member's live incarnation). The caller
-        computes its gradient from the weights of ``step`` (its member's version).
+              incarnation: Optional[int] = None
+              ) -> Optional[tuple[int, float, Optional[float]]]:
+        """Take a slot of the open step: ``(step, seconds waited, ready_at)``, or None when none
+        freed up within ``timeout_s`` (or the caller is not a member's live incarnation). The
+        caller computes its gradient from the weights of ``step`` (its member's version).
+        ``ready_at``: when the claim waited for a step to close, the wall time that step's last
+        gradient was ready (the end of the wait for other Trainers' work); None when it did not
+        wait for a close (:func:`~fgnn.executors.ps.step_wait`).
 
         A Trainer claims for a task it holds, at most two at a time (the one it computes and
         the one its prefetch brought), so the waiters at a step's close never outnumber the
         Trainers, and no claim starves another."""
         t0 = time.perf_counter()
         with self._cv:
-            self._cv.wait_for(lambda: self._free(consumer, incarnation), timeout_s)
+            v0, free = self.version, self._free(consumer, incarnation)
+            if not free:
+                self._cv.wait_for(lambda: self._free(consumer, incarnation), timeout_s)
             waited = time.perf_counter() - t0
             self._wait_s += waited
             got = self._try_claim(consumer, incarnation)
-            return None if got is None else (got, waited)
+            if got is None:
+                return None
+            ready = None if free else (self._closed_ready if self.version != v0
+                                       else time.time())
+            return got, waited, ready
 
     def _free(self, consumer: str, incarnation: Optional[int]) -> bool:
         return (self._claimed < self.slots() and consumer in self._members) or \
@@ -362,24 +377,25 @@ class StepLedger:
         return self.version
 
     def deliver_and_claim(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
-                          incarnation: Optional[int] = None, claim_next: bool = True
-                          ) -> tuple[bool, Optional[tuple[int, float]]]:
+                          incarnation: Optional[int] = None, claim_next: bool = True,
+                          ready_at: Optional[float] = None
+                          ) -> tuple[bool, Optional[tuple[int, float, None]]]:
         """:meth:`deliver`, then a slot for the caller's next task when one is free right now
         (one round trip per task; only a caller that already holds its next task may ask, as a
         slot held while waiting for a task could block the holders of the last tasks)."""
-        ok = self.deliver(epoch, task_id, consumer, seeds, incarnation)
+        ok = self.deliver(epoch, task_id, consumer, seeds, incarnation, ready_at)
         if not claim_next:
             return ok, None
         with self._cv:
             step = self._try_claim(consumer, incarnation)
-        return ok, None if step is None else (step, 0.0)
+        return ok, None if step is None else (step, 0.0, None)
 
     def deliver(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
-                incarnation: Optional[int] = None) -> bool:
+                incarnation: Optional[int] = None, ready_at: Optional[float] = None) -> bool:
         """``consumer`` added the gradient of ``task_id`` to its sum of the open step: True when
         it counts (exactly once per epoch), False for a duplicate, another epoch or a dead
         incarnation (the caller then drops that gradient). The step closes when every slot
-        delivered.
+        delivered. ``ready_at``: the wall time the gradient was ready (default: now).
 
         Raises:
             ValueError: when ``consumer`` holds no slot, or ``seeds <= 0``.
@@ -396,6 +412,7 @@ class StepLedger:
                 raise ValueError(f"seeds must be > 0, got {seeds!r}")
             self._holders[consumer] -= 1
             ok = self._admit(epoch, task_id)
+            self._ready = max(self._ready, time.time() if ready_at is None else ready_at)
             if ok:
                 self._applied[task_id] += 1
                 self._by.setdefault(task_id, consumer)
@@ -430,6 +447,7 @@ class StepLedger:
         self.version += 1
         self._steps += 1
         self._open = {}
+        self._closed_ready, self._ready = self._ready, 0.0
         self._claimed = self._received = 0
         self._ended_check()
 
@@ -513,19 +531,49 @@ def group_sum(pg: Any, buf: torch.Tensor) -> torch.Tensor:
     """The sum of ``buf`` over the members of ``pg`` (the same tensor, bit for bit, on every
     member).
 
-    NCCL (CUDA): one all-reduce. Gloo (CPU): an all-gather, then each member adds the rows in
-    rank order. A ring all-reduce takes 2(N-1) steps in which each process waits for its
-    neighbour, the all-gather N-1; on an oversubscribed CPU each step waits for its process to
-    be scheduled. Measured among 4 processes on this 2-core machine at load 25, a 73k-float
-    buffer: all-reduce 8-15 ms median, 60-76 ms mean (long tail); all-gather and sum 4.6-4.8 ms
-    median, 5.5-6.2 ms mean. On GPUs the all-reduce is the bandwidth-optimal one (the gather
-    moves N times the bytes)."""
+    NCCL (CUDA): one all-reduce. Gloo (CPU): every member sends its buffer to every other one
+    and receives theirs, all sends and receives posted at once, then adds the rows in rank
+    order. A ring all-reduce takes 2(N-1) dependent steps, an all-gather (gloo's is a ring)
+    N-1; on an oversubscribed CPU each step waits for a process to be scheduled, and a ring
+    whose member died leaves the members downstream of the gap waiting until the group's
+    timeout. Here every member waits on each peer directly, so a dead peer fails every
+    survivor's call at once. Measured among 4 processes on this 2-core machine, a 73k-float
+    buffer, a barrier before each call (median / mean): at load 25, ring all-reduce 8-15 /
+    60-76 ms, all-gather 4.6-4.8 / 5.5-6.2 ms; at load 48 (2026-11-25), all-gather 5.0-5.5 /
+    7.8-9.2 ms, direct exchange 2.7-3.0 / 3.1-3.3 ms. On GPUs the all-reduce is the
+    bandwidth-optimal one (the exchange moves N times the bytes)."""
     if buf.device.type == "cuda":
         pg.allreduce([buf]).wait()
         return buf
-    rows = [[torch.empty_like(buf) for _ in range(pg.size())]]
-    pg.allgather(rows, [buf]).wait()
-    return torch.stack(rows[0]).sum(0)
+    rank, size = pg.rank(), pg.size()
+    rows, works = [buf] * size, []
+    for peer in range(size):
+        if peer != rank:
+            works.append(pg.send([buf], peer, 0))
+            rows[peer] = torch.empty_like(buf)
+            works.append(pg.recv([rows[peer]], peer, 0))
+    for w in works:
+        w.wait()
+    return torch.stack(rows).sum(0)
+
+
+def group_broadcast(pg: Any, buf: torch.Tensor) -> torch.Tensor:
+    """Rank 0's ``buf`` on every member of ``pg`` (in place on the others).
+
+    NCCL (CUDA): its broadcast. Gloo (CPU): rank 0 sends to every member directly. Gloo's own
+    broadcast is a binomial tree: a dead inner member leaves its subtree waiting until the
+    group's timeout while the rest go on; directly, a dead member fails rank 0's call at
+    once, and a dead rank 0 fails every member's."""
+    if buf.device.type == "cuda":
+        pg.broadcast(buf, 0).wait()
+        return buf
+    if pg.rank() != 0:
+        pg.recv([buf], 0, 0).wait()
+        return buf
+    works = [pg.send([buf], peer, 0) for peer in range(1, pg.size())]
+    for w in works:
+        w.wait()
+    return buf
 
 
 def _ray_actor_exists(name: str) -> bool:
@@ -625,6 +673,10 @@ class ExchangeMember:
         self.timeout_s = float(timeout_s)
         self.reduce_s = 0.0
         self.reductions = 0
+        # per reduced step, perf_counter times: event read, the group sum's start and end, Adam's
+        # end (the exchange's parts as a training thread waiting for that step sees them)
+        self.timeline: dict[int, tuple[float, float, float, float]] = {}
+        self._event_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, incarnation: int, handle: Any = None) -> None:
@@ -659,9 +711,10 @@ class ExchangeMember:
 
     # ------------------------------------------------------------------ the training thread
     def claim(self, incarnation: Optional[int], timeout_s: float = 1.0
-              ) -> Optional[tuple[int, float]]:
-        """A slot of the open step from the ledger: ``(step, seconds waited in the ledger)``;
-        None on timeout (or before this member has joined a group)."""
+              ) -> Optional[tuple[int, float, Optional[float]]]:
+        """A slot of the open step from the ledger: ``(step, seconds waited in the ledger,
+        ready_at)`` (:meth:`StepLedger.claim`); None on timeout (or before this member has
+        joined a group)."""
         if not self.ready.is_set():
             self.ready.wait(timeout_s)
             return None
@@ -706,6 +759,7 @@ class ExchangeMember:
                 if ev is None or self._stop.is_set():
                     continue
                 index += 1
+                self._event_at = time.perf_counter()
                 if ev.kind == "end" or (joined and self.name not in ev.members):
                     return
                 if self.name not in ev.members:
@@ -717,9 +771,12 @@ class ExchangeMember:
                         self.ready.set()
                     elif self._pg is not None:
                         self._reduce_step(ev.step)
+                    continue
                 except RuntimeError:  # a peer died: the ledger probes the members, and
                     self._pg = None     # this member reports (next_event) and waits for a form
-                    self._call("failed", self.name, ev.generation)
+                # the group is dropped here (the traceback held it): its connections close,
+                # so peers still waiting on this member fail too, then the ledger is told
+                self._call("failed", self.name, ev.generation)
         finally:
             self._pg = None
             self.ready.set()
@@ -732,17 +789,33 @@ class ExchangeMember:
         rank = ev.members.index(self.name)
         self._pg = new_group(self._store, ev.generation, rank, len(ev.members), self.device,
                              self.timeout_s)
-        state = self._flat_state()
-        self._pg.broadcast(state, 0).wait()
+        state = group_broadcast(self._pg, self._flat_state())
         theirs = int(state[0].item())
         if theirs > self.version:
             self._adopt(state)
-        with self._cv:
-            for s in [s for s in self._entries if s < self.version]:
-                del self._entries[s]  # rank 0 applied it, this member's share included
-            self._cv.notify_all()
+        self._settle_adopted()
         for step in range(self.version, ev.step):
             self._reduce_step(step)
+
+    def _settle_adopted(self) -> None:
+        """Steps below the adopted version that this member had not applied itself: rank 0
+        applied them with this member's share (its sum completed, so every member's row
+        reached it), so their tasks are acknowledged here as applied. Dropping them silently
+        left those tasks leased and never acknowledged: a standby killed inside a step's sum,
+        whose row reached one survivor and not the others, stalled the epoch with the step's
+        other tasks (37 of 40) done."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._stop.is_set() or all(
+                n <= 0 for s, n in self._inflight.items() if s < self.version))
+            steps = sorted(s for s in self._entries if s < self.version)
+            adopted = [(s, self._entries.pop(s)) for s in steps]
+            for s in [s for s in self._inflight if s < self.version]:
+                del self._inflight[s]
+            self._cv.notify_all()
+        for step, entries in adopted:
+            verdicts = [(ack, bool(self._resolve(answer))) for answer, _, _, ack in entries]
+            if self._on_applied is not None and verdicts:
+                self._on_applied(step, verdicts)
 
     def _reduce_step(self, step: int) -> None:
         """All-reduce ``[gradient sum, seeds]`` of ``step`` and take its Adam step.
@@ -764,6 +837,7 @@ class ExchangeMember:
             verdicts.append((ack, ok))
         t0 = time.perf_counter()
         buf = group_sum(self._pg, buf)
+        t_sum = time.perf_counter()
         if buf[-1].item() > 0:
             mean = buf[:-1] / buf[-1]
             offset = 0
@@ -772,12 +846,15 @@ class ExchangeMember:
                 offset += p.numel()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+        t1 = time.perf_counter()
         with self._cv:
             self.version = step + 1
             self._entries.pop(step, None)
             self._inflight.pop(step, None)
+            self.timeline[step] = (self._event_at, t0, t_sum, t1)
+            self.timeline.pop(step - 8, None)
             self._cv.notify_all()
-        self.reduce_s += time.perf_counter() - t0
+        self.reduce_s += t1 - t0
         self.reductions += 1
         if self._on_applied is not None:
             self._on_applied(step, verdicts)

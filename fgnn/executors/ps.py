@@ -34,7 +34,32 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
-__all__ = ["ParameterServer", "Claim", "StepReply", "flatten", "unflatten_into"]
+__all__ = ["ParameterServer", "Claim", "StepReply", "flatten", "step_wait", "unflatten_into"]
+
+
+def step_wait(ready_at: Optional[float], start: float, seen: float) -> float:
+    """The part of a Trainer's wait for a slot that was waiting for other Trainers' work, the
+    same rule for the parameter server and the collective exchange (issue 18's "exchange
+    share" counts the rest of the wait as exchange).
+
+    A claim that had to wait for a step to close waited for other Trainers' work until that
+    step's last gradient was ready (``ready_at``, wall time, from the Trainer that computed it);
+    from then on it waits for the exchange itself: moving that gradient, the step (sum and
+    Adam), and the slot and weights coming back.
+
+    Args:
+        ready_at: the wall time the closing step's last gradient was ready; None when the claim
+            did not wait for a step to close.
+        start: the wall time (``time.time()``) the caller began to wait for the claim's reply.
+        seen: seconds the caller waited for the reply.
+
+    Returns:
+        ``ready_at - start`` clamped to ``[0, seen]`` (processes on different hosts may
+        disagree on the wall time; the clamp keeps the split within what the caller saw).
+    """
+    if ready_at is None:
+        return 0.0
+    return min(max(ready_at - start, 0.0), max(seen, 0.0))
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -64,11 +89,14 @@ class Claim(NamedTuple):
         version: the weights' version (steps taken); push the gradient with it.
         weights: flat weights, or None when the caller already holds ``version``.
         waited_s: seconds :meth:`ParameterServer.claim` waited for a free slot.
+        ready_at: when the claim waited for a step to close, the wall time that step's last
+            gradient was ready (:func:`step_wait`); None when it did not.
     """
 
     version: int
     weights: Optional[torch.Tensor]
     waited_s: float = 0.0
+    ready_at: Optional[float] = None
 
 
 class StepReply(NamedTuple):
@@ -134,6 +162,8 @@ class ParameterServer:
         self._steps = 0
         self._busy_s = 0.0
         self._wait_s = 0.0
+        # wall time the current step's last gradient was ready, and that of the last step taken
+        self._ready, self._closed_ready = 0.0, 0.0
 
     # ------------------------------------------------------------------ epoch
     def begin_epoch(self, epoch: int, tasks: Optional[int] = None, group: int = 1) -> None:
@@ -204,18 +234,21 @@ class ParameterServer:
             self._cond = asyncio.Condition()
             self._loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
+        ready = None
         async with self._cond:
             got = self.try_claim(consumer, base_version, incarnation)
             if got is None:
+                v0 = self.version
                 try:
                     await asyncio.wait_for(self._cond.wait_for(
                         lambda: self._claimed < self.slots()), timeout_s)
                 except asyncio.TimeoutError:
                     pass
                 got = self.try_claim(consumer, base_version, incarnation)
+                ready = self._closed_ready if self.version != v0 else time.time()
         waited = time.perf_counter() - t0
         self._wait_s += waited
-        return None if got is None else got._replace(waited_s=waited)
+        return None if got is None else got._replace(waited_s=waited, ready_at=ready)
 
     def release(self, consumer: str, count: Optional[int] = None) -> int:
         """Give back ``count`` (default: all) of ``consumer``'s unused slots; returns how many.
@@ -245,7 +278,7 @@ class ParameterServer:
     # ------------------------------------------------------------------ gradients
     def step(self, epoch: int, task_id: int, grad: torch.Tensor, consumer: str = "",
              seeds: int = 1, claim_next: Optional[int] = None,
-             incarnation: Optional[int] = None) -> StepReply:
+             incarnation: Optional[int] = None, ready_at: Optional[float] = None) -> StepReply:
         """Deliver the gradient of ``task_id`` on a slot ``consumer`` claimed.
 
         A duplicate (the task was already accepted this epoch) or a gradient of another epoch is
@@ -265,6 +298,7 @@ class ParameterServer:
                 block the Trainers holding the last tasks.
             incarnation: the caller's incarnation (see :meth:`enroll`): a push from one that is
                 no longer enrolled (its slots were released) is counted and rejected.
+            ready_at: the wall time the gradient was ready (default: now), see :func:`step_wait`.
 
         Raises:
             ValueError: when ``consumer`` holds no slot, or ``grad``/``seeds`` are malformed.
@@ -278,6 +312,7 @@ class ParameterServer:
             raise ValueError(f"{consumer!r} pushed task {task_id} without a claimed slot")
         self._holders[consumer] -= 1
         self._attempts[task_id] += 1
+        self._ready = max(self._ready, time.time() if ready_at is None else ready_at)
         applied = self._admit(epoch, task_id)
         if applied:
             if grad.numel() != self._sum.numel():
@@ -322,6 +357,7 @@ class ParameterServer:
         self.version += 1
         self._flat = flatten(self.params)
         self._steps += 1
+        self._closed_ready, self._ready = self._ready, 0.0
         self._sum.zero_()
         self._seeds = 0.0
         self._claimed = self._received = 0

@@ -47,7 +47,7 @@ from fgnn.executors import _typed
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
-from fgnn.executors.ps import flatten, unflatten_into
+from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.cache.placement import Placement
@@ -387,22 +387,25 @@ class TrainerExecutor:
 
     def _claim(self) -> Optional[float]:
         """Take a slot of the server's current step (and its weights when they changed), unless
-        the last push already brought one; returns the seconds spent waiting for it, or None when
-        stopped first."""
+        the last push already brought one; returns the seconds it waited for other Trainers' work
+        (:func:`~fgnn.executors.ps.step_wait`), or None when stopped first."""
         import ray
 
+        self._oldwait = 0.0
         if self._next_claim is not None:
             self._adopt(self._next_claim)
             self._next_claim = None
             return 0.0
         lost = 0.0  # attempts that found no slot within the server's wait: waits as well
         while not self._stop.is_set():
-            t0 = time.perf_counter()
+            t0, w0 = time.perf_counter(), time.time()
             got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S,
                                                self._incarnation))
             if got is not None:
+                seen = time.perf_counter() - t0
                 self._adopt(got)
-                return got.waited_s + lost
+                self._oldwait = got.waited_s + lost  # the rule before 2026-11-25 (bench/ps.py)
+                return step_wait(got.ready_at, w0, seen) + lost
             lost += time.perf_counter() - t0
         return None
 
@@ -451,17 +454,18 @@ class TrainerExecutor:
         reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
                                             int(batch.labels.numel()),
                                             self._version if has_next else None,
-                                            self._incarnation))
+                                            self._incarnation, time.time()))
         applied, self._next_claim = reply.applied, reply.claim
         if applied and self.crash_after_apply and \
                 not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         t3 = time.perf_counter()
         rec = dict(batch.rec)
-        # sync_s: the gradient exchange (claim round trip less its wait for a slot, the push);
-        # step_wait_s: waiting for a step this Trainer has no slot in
+        # sync_s: the gradient exchange (the claim's reply less its wait for other Trainers'
+        # work, ps.step_wait; the push); step_wait_s: waiting for other Trainers' work
         rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t3 - t0 - waited,
-                   sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited)
+                   sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited,
+                   x_claim_s=t1 - t0 - waited, x_push_s=t3 - t2, x_oldwait_s=self._oldwait)
         return rec
 
     @torch.no_grad()
