@@ -37,8 +37,9 @@ Epoch time is the training steps of one epoch (negatives, sampling, features, fo
 step); the evaluation after each epoch is not in it. Wall and thread CPU time are both reported
 (medians over the epochs); on a shared machine the CPU time is the steadier of the two.
 
-PyG's neighbour sampler needs ``torch_sparse`` or ``pyg-lib``; without them (or without
-``torch_geometric``) the script stops with one line, unless ``--fgnn-only``.
+PyG's neighbour sampler needs ``torch_sparse`` (or its compiled ``neighbor_sample`` op) or
+``pyg-lib``; without them (or without ``torch_geometric``) the script stops with one line,
+unless ``--fgnn-only``.
 
 Examples::
 
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import statistics
 import sys
@@ -80,16 +82,15 @@ Batch = tuple[torch.Tensor, torch.Tensor]  # (2, P + K) scored pairs, (P + K,) f
 
 # ------------------------------------------------------------------ shared by both sides
 def pyg_missing() -> Optional[str]:
-    """``None`` when PyG's ``LinkNeighborLoader`` can sample here, else why not (one line)."""
-    try:
-        import torch_geometric
-        import torch_geometric.typing as pyg_typing
-    except ImportError as err:
-        return f"torch_geometric is not installed ({err})"
-    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
-        return (f"torch_geometric {torch_geometric.__version__} has neither torch_sparse nor "
-                f"pyg-lib, which its LinkNeighborLoader needs to sample neighbours")
-    return None
+    """``None`` when PyG's ``LinkNeighborLoader`` can sample here, else why not (one line).
+    The backend check is ``bench/sampling.py``'s :func:`pyg_backend`: pyg-lib, torch-sparse,
+    or torch-sparse's compiled ``neighbor_sample`` op loaded on its own."""
+    spec = importlib.util.spec_from_file_location("bench_sampling_backend",
+                                                  Path(__file__).with_name("sampling.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    backend, why = mod.pyg_backend()
+    return None if backend else why
 
 
 def make_split(graph: Any, seed: int) -> LinkSplit:
