@@ -164,7 +164,8 @@ def run_fgnn(ds: Any, split: LinkSplit, init: dict, args: argparse.Namespace, se
     enc.load_state_dict(init)
     hist = fit_link(ds.features, split, enc, build_decoder("dot", args.dim),
                     LinkNeighborSampler(args.fanouts, neg_ratio=args.neg_ratio,
-                                        exclude=args.fgnn_exclude),
+                                        exclude=args.fgnn_exclude,
+                                        frontier=args.fgnn_frontier),
                     TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                                 seed=seed))
     h = embed_all(enc, ds.features, split.graph("test"))
@@ -329,6 +330,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    default=(1000, 1000), help="default: the full neighbourhood of Cora")
     p.add_argument("--fgnn-exclude", choices=("none", "self", "reverse"), default="reverse",
                    help="fgnn's exclusion of seed edges (PyG has none)")
+    p.add_argument("--fgnn-frontier", choices=("all", "new"), default="all",
+                   help="fgnn's KHop frontier (PyG's loader draws with 'new')")
     p.add_argument("--pyg-conv", choices=("mean", "gcn"), default="mean",
                    help="mean: fgnn's GCN math; gcn: GCNConv's symmetric normalisation")
     p.add_argument("--pyg-negatives", choices=("shared", "native"), default="shared",
