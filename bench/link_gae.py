@@ -10,7 +10,7 @@ thread.
 
 ``--sample-cost`` times only the Sample stage of one training epoch with and without the
 exclusion of seed edges, same batches and seeds, and prints the exclusion's cost as a share of
-the stage (a column of issue 20) for each of ``--cost-fanouts``.
+the stage (a column of issue 20) for each of ``--cost-fanouts`` and ``--cost-frontiers``.
 
 Examples::
 
@@ -23,8 +23,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -63,34 +66,59 @@ def run(args: argparse.Namespace) -> dict:
                                               if k != "json"}, "runs": rows, "mean": mean}
 
 
-def _epoch(sampler: LinkNeighborSampler, graph, pos: torch.Tensor, known, batch: int,
-           clock) -> float:
-    gen = torch.Generator().manual_seed(0)  # same negatives and draws in both arms
-    start = clock()
-    for i in range(0, pos.shape[1], batch):
-        sampler.sample(graph, pos[:, i:i + batch], gen, known)
-    return clock() - start
+def _best_epoch(samplers: dict, graph, pos: torch.Tensor, known, batch: int, reps: int
+                ) -> dict[tuple[str, str], float]:
+    """Per arm and clock (``cpu``: thread CPU time, ``wall``), the Sample stage of one epoch as
+    the sum over its batches of each batch's best of ``reps`` rounds. Every batch runs in every
+    arm back to back with the same generator seed (same negatives and draws), so a burst of
+    load on the shared machine spoils one batch's round, not a whole epoch of one arm."""
+    starts = range(0, pos.shape[1], batch)
+    clocks = {"cpu": time.thread_time, "wall": time.perf_counter}
+    best = {(m, c, i): float("inf") for m in samplers for c in clocks for i in starts}
+    for _ in range(reps):
+        for i in starts:
+            for mode, sampler in samplers.items():
+                for c, clock in clocks.items():
+                    gen = torch.Generator().manual_seed(i)
+                    t = clock()
+                    sampler.sample(graph, pos[:, i:i + batch], gen, known)
+                    best[mode, c, i] = min(best[mode, c, i], clock() - t)
+    return {(m, c): sum(best[m, c, i] for i in starts) for m in samplers for c in clocks}
+
+
+def sampler_at(ref: str) -> type:
+    """``LinkNeighborSampler`` of ``fgnn/link/sampler.py`` and ``_exclude.py`` as of git
+    ``ref`` (the rest of fgnn as checked out), for a before/after run of ``--sample-cost``."""
+    repo, tmp = Path(__file__).resolve().parents[1], Path(tempfile.mkdtemp())
+    tag = "ref_" + "".join(c if c.isalnum() else "_" for c in ref)
+    for name in ("_exclude", "sampler"):
+        src = subprocess.run(["git", "-C", str(repo), "show", f"{ref}:fgnn/link/{name}.py"],
+                             capture_output=True, text=True, check=True).stdout
+        src = src.replace("from fgnn.link._exclude import", f"from {tag}__exclude import")
+        (tmp / f"{tag}_{name}.py").write_text(src)
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module(f"{tag}_sampler").LinkNeighborSampler
 
 
 def sample_cost(args: argparse.Namespace) -> dict:
     """The Sample stage of one training epoch (negatives included) with the seed edges
-    excluded (``reverse``) and without, same batches and seeds, interleaved over ``--reps``
-    rounds, best round per arm; the exclusion's cost is the difference as a share of the
+    excluded (``reverse``) and without, same batches and seeds, interleaved batch by batch
+    over ``--reps`` rounds, each batch's best round per arm, summed (:func:`_best_epoch`); the
+    exclusion's cost is the difference as a share of the
     stage without it. Timed in thread CPU time (the sampler runs on one thread; on a shared
     machine wall time mostly measures the other tenants), wall time alongside."""
     ds = load_dataset(args.dataset, args.data_root)
     split = random_link_split(ds.graph, val=0.05, test=0.10, seed=0)
     graph, known = split.graph("train"), split.known_edges("train")
     rows = []
-    for fanouts in args.cost_fanouts:
-        samplers = {m: LinkNeighborSampler(fanouts, exclude=m) for m in ("reverse", "none")}
-        best = {(m, c): float("inf") for m in samplers for c in ("cpu", "wall")}
-        for _ in range(args.reps):
-            for mode, sampler in samplers.items():
-                for c, clock in (("cpu", time.thread_time), ("wall", time.perf_counter)):
-                    t = _epoch(sampler, graph, split.train_pos, known, args.batch_size, clock)
-                    best[mode, c] = min(best[mode, c], t)
-        row = {"fanouts": list(fanouts)}
+    for fanouts, frontier in [(f, fr) for fr in args.cost_frontiers for f in args.cost_fanouts]:
+        samplers = {m: LinkNeighborSampler(fanouts, exclude=m, frontier=frontier)
+                    for m in ("reverse", "none")}
+        if args.compare_ref:
+            samplers["ref"] = sampler_at(args.compare_ref)(fanouts, exclude="reverse",
+                                                           frontier=frontier)
+        best = _best_epoch(samplers, graph, split.train_pos, known, args.batch_size, args.reps)
+        row = {"fanouts": list(fanouts), "frontier": frontier}
         for mode, sampler in samplers.items():  # deterministic: tensor ops of the first batch
             pos = split.train_pos[:, :args.batch_size]
             row[f"{mode}_ops"] = count_dispatch(sampler.sample, graph, pos,
@@ -98,19 +126,26 @@ def sample_cost(args: argparse.Namespace) -> dict:
         for c in ("cpu", "wall"):
             row[f"exclude_{c}_s"], row[f"none_{c}_s"] = best["reverse", c], best["none", c]
             row[f"cost_{c}_pct"] = 100.0 * (best["reverse", c] / best["none", c] - 1.0)
+            if "ref" in samplers:
+                row[f"ref_{c}_s"] = best["ref", c]
+                row[f"ref_cost_{c}_pct"] = 100.0 * (best["ref", c] / best["none", c] - 1.0)
         rows.append(row)
     print(f"Sample stage of one epoch ({args.dataset}, {split.train_pos.shape[1]} training edges,"
           f" batches of {args.batch_size}, 1 negative each), best of {args.reps}; thread CPU ms")
-    head = ("fanouts", "with exclusion", "without", "exclusion cost, % of Sample stage",
+    head = ("fanouts", "frontier", "with exclusion", "without", "exclusion cost, % of Sample stage",
             "(wall ms: with / without / %)", "tensor ops per batch: with / without / %")
     print(" | ".join(head))
     for r in rows:
-        print(f"{','.join(map(str, r['fanouts']))} | {1e3 * r['exclude_cpu_s']:.2f} | "
+        print(f"{','.join(map(str, r['fanouts']))} | {r['frontier']} | "
+              f"{1e3 * r['exclude_cpu_s']:.2f} | "
               f"{1e3 * r['none_cpu_s']:.2f} | {r['cost_cpu_pct']:+.1f}% | "
               f"{1e3 * r['exclude_wall_s']:.2f} / {1e3 * r['none_wall_s']:.2f} / "
               f"{r['cost_wall_pct']:+.1f}% | {r['reverse_ops']} / {r['none_ops']} / "
-              f"{100.0 * (r['reverse_ops'] / r['none_ops'] - 1):+.1f}%")
+              f"{100.0 * (r['reverse_ops'] / r['none_ops'] - 1):+.1f}%"
+              + (f" | at {args.compare_ref}: {1e3 * r['ref_cpu_s']:.2f} ms CPU, "
+                 f"{r['ref_cost_cpu_pct']:+.1f}%, {r['ref_ops']} ops" if "ref_ops" in r else ""))
     return {"bench": "link_exclusion_cost", "dataset": args.dataset,
+            "compare_ref": args.compare_ref,
             "batch_size": args.batch_size, "reps": args.reps, "rows": rows}
 
 
@@ -135,6 +170,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                    type=lambda s: [tuple(int(x) for x in f.split(",")) for f in s.split(";")],
                    help="--sample-cost: fanouts to time, ';'-separated (default "
                         "'1000,1000;10,10;15,10,5')")
+    p.add_argument("--cost-frontiers", default=["all"], type=lambda s: s.split(","),
+                   help="--sample-cost: KHop frontiers to time, ','-separated (default 'all'; "
+                        "'all,new' adds PyG's frontier, where only the seeds' hop is checked)")
+    p.add_argument("--compare-ref", default=None,
+                   help="--sample-cost: also time the exclusion of fgnn/link/sampler.py and "
+                        "_exclude.py as of this git ref (a before/after in one run)")
     p.add_argument("--json", default=None, help="write the report here")
     args = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -10,11 +10,12 @@ syncs here rather than by their size. Two look-ups:
 
 * :class:`TablePlan` -- every excluded neighbour is a seed too (the link sampler's case: the
   edges join two scored endpoints) and ``B`` is at most :data:`TABLE_ROWS`: a persistent
-  ``(N,)`` map from vertex to local seed id (:data:`TABLE_ROWS` for the other vertices) and a
-  table of allowed (neighbour, row) pairs, neighbour-major, ``B + 1`` bools per seed neighbour
-  (the last for every row off the seeds) and one all-True block that every other neighbour
-  reads, so the look-ups touch about ``B**2`` bools; a look-up is two gathers. Only the entries
-  a sample set are reset when it ends.
+  ``(B + 1) x (B + 1)`` table of allowed (row, neighbour) pairs of local ids, looked up after
+  the remap, when the neighbours are local ids as well (seeds ``0..B-1``; row and column ``B``
+  stand for every vertex off the seeds). A look-up is a clamp or two, an add and one gather
+  (the remap's own gather gives the neighbours' local ids, so the vertex -> seed map and its
+  gather of the previous version are gone). Only the entries a sample set are reset when it
+  ends.
 * :class:`HashPlan` -- any other set of excluded edges in seed rows: the keys
   ``row * N + neighbour`` in an open-addressing hash table with linear probing; a look-up is one
   gather per probe (one or two probes in practice). A sorted-key ``torch.searchsorted`` costs a
@@ -29,8 +30,8 @@ import torch
 
 __all__ = ["TABLE_ROWS", "SeedRowPlan", "HashPlan", "TablePlan", "SeedTable"]
 
-#: Most seeds a :class:`TablePlan` serves; its table holds ``(B + 1) * (TABLE_ROWS + 1)``
-#: bools (at most 16 MiB).
+#: Most seeds a :class:`TablePlan` serves; its table holds ``(B + 1) ** 2`` bools (at most
+#: 16 MiB).
 TABLE_ROWS = 4095
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: Fibonacci hashing
 
@@ -99,49 +100,55 @@ class HashPlan(SeedRowPlan):
 
 
 class SeedTable:
-    """The persistent scratch of :class:`TablePlan` on one device: ``local`` ``(N,)`` int32
-    (:data:`TABLE_ROWS` off the seeds) and ``allowed``, a flat bool table, True off a sample.
-    Not pickled (a sampler shipped elsewhere builds its own)."""
+    """The persistent scratch of :class:`TablePlan` on one device: ``allowed``, a flat bool
+    table, True off a sample. Not pickled (a sampler shipped elsewhere builds its own)."""
 
     def __init__(self) -> None:
-        self.local: Optional[torch.Tensor] = None
-        self.ids: Optional[torch.Tensor] = None  # 0, 1, ..., TABLE_ROWS - 1
         self.allowed: Optional[torch.Tensor] = None
 
     def __getstate__(self) -> dict:
-        return {"local": None, "ids": None, "allowed": None}
+        return {"allowed": None}
 
-    def ready(self, num_nodes: int, num_rows: int, device: torch.device) -> None:
-        """Allocate (or grow) the scratch for ``num_rows`` seeds of a graph of ``num_nodes``."""
-        if self.local is None or self.local.numel() != num_nodes or self.local.device != device:
-            self.local = torch.full((num_nodes,), TABLE_ROWS, dtype=torch.int32, device=device)
-            self.ids = torch.arange(TABLE_ROWS, dtype=torch.int32, device=device)
-            self.allowed = None
-        need = (num_rows + 1) * (TABLE_ROWS + 1)
-        if self.allowed is None or self.allowed.numel() < need:
+    def ready(self, num_rows: int, device: torch.device) -> None:
+        """Allocate (or grow) the scratch for ``num_rows`` seeds."""
+        need = (num_rows + 1) ** 2
+        if self.allowed is None or self.allowed.numel() < need or self.allowed.device != device:
             self.allowed = torch.ones(need, dtype=torch.bool, device=device)
 
 
 class TablePlan(SeedRowPlan):
     """Excluded pairs of seeds (row, neighbour), both as local ids ``< num_rows``, in the
     dense table of a :class:`SeedTable` (which must be :meth:`~SeedTable.ready`), at
-    ``neighbour * (num_rows + 1) + row``; column ``num_rows`` (every row off the seeds) is
-    always True."""
+    ``row * (num_rows + 1) + neighbour``; row and column ``num_rows`` (every vertex off the
+    seeds) are always True.
 
-    def __init__(self, scratch: SeedTable, seeds: torch.Tensor, rows: torch.Tensor,
-                 nbrs: torch.Tensor) -> None:
-        self.scratch, self.seeds, self.num_rows = scratch, seeds, int(seeds.numel())
-        scratch.local.index_copy_(0, seeds, scratch.ids[:self.num_rows])
-        self.keys = torch.add(rows, nbrs, alpha=self.num_rows + 1)
+    The look-up runs *after* the remap (:func:`fgnn.sampling.remap.sample_layers`'s
+    ``edge_filter``): the neighbours are then local ids too, and the seeds are ``0..B-1``, so no
+    vertex map of its own is needed. An excluded edge joins two seeds, already in the sample, so
+    dropping it after the remap numbers the new vertices as dropping it before would. Per hop:
+    a clamp of the neighbours (and of the rows, past the seeds' own hop), an add, one gather.
+
+    Args:
+        scratch: the table.
+        num_rows: B, the number of seeds.
+        rows, nbrs: ``(X,)`` local ids of the excluded message edges ``nbrs[i] -> rows[i]``.
+        both: exclude ``rows[i] -> nbrs[i]`` too.
+    """
+
+    def __init__(self, scratch: SeedTable, num_rows: int, rows: torch.Tensor,
+                 nbrs: torch.Tensor, both: bool = False) -> None:
+        self.scratch, self.num_rows = scratch, num_rows
+        self.keys = torch.add(nbrs, rows, alpha=num_rows + 1)
+        if both:
+            self.keys = torch.cat([self.keys, torch.add(rows, nbrs, alpha=num_rows + 1)])
         scratch.allowed.index_fill_(0, self.keys, False)
 
     def keep(self, nbr: torch.Tensor, dst: torch.Tensor, seed_rows_only: bool = False
-             ) -> torch.Tensor:  # noqa: D102
-        local = self.scratch.local.index_select(0, nbr)
-        row = dst if seed_rows_only else dst.clamp(max=self.num_rows)  # off the seeds: True
-        return self.scratch.allowed.index_select(0, torch.add(row, local,
-                                                              alpha=self.num_rows + 1))
+             ) -> torch.Tensor:  # noqa: D102 (``nbr``: local ids)
+        b = self.num_rows
+        row = dst if seed_rows_only else dst.clamp(max=b)  # off the seeds: True
+        return self.scratch.allowed.index_select(0, torch.add(nbr.clamp(max=b), row,
+                                                              alpha=b + 1))
 
     def close(self) -> None:  # noqa: D102
         self.scratch.allowed.index_fill_(0, self.keys, True)
-        self.scratch.local.index_fill_(0, self.seeds, TABLE_ROWS)

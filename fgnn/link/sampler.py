@@ -12,8 +12,9 @@ graph without those edges.
 The filter is a look-up of a fixed handful of tensor operations per hop, whatever the hop's size
 (:mod:`fgnn.link._exclude`). A message edge ``u -> v`` sits in the row of ``v``; when every
 excluded row is a seed (always so for :class:`LinkNeighborSampler`, whose seeds are the endpoints
-of the scored pairs), those rows are the first ``B`` rows of every frontier, so the look-up is a
-dense ``(neighbour, seed row)`` table of the batch (two gathers), or a hash table of
+of the scored pairs), those rows are the first ``B`` rows of every frontier and the neighbours
+are seeds as well, so the look-up runs after the remap on local ids, in a dense ``(seed row,
+seed neighbour)`` table of the batch (one gather), or before it in a hash table of
 ``row * N + neighbour`` keys beyond :data:`~fgnn.link._exclude.TABLE_ROWS` seeds or when an
 excluded neighbour is off the seeds. With ``frontier="new"`` only the seeds' own hop is looked
 at (later frontiers hold no seed). Exclusion sets with rows outside the seeds fall back to
@@ -31,8 +32,10 @@ from fgnn.graph import CSRGraph
 from fgnn.link._exclude import TABLE_ROWS, HashPlan, SeedRowPlan, SeedTable, TablePlan
 from fgnn.link.edges import EdgeSet, check_pairs
 from fgnn.link.negatives import uniform_negatives
+from fgnn.sampling._util import check_seeds
 from fgnn.sampling.base import Sample
 from fgnn.sampling.khop import KHop
+from fgnn.sampling.remap import EdgeFilter, sample_layers
 
 __all__ = ["EXCLUDE_MODES", "ExcludingKHop", "LinkSample", "LinkNeighborSampler"]
 
@@ -85,17 +88,40 @@ class ExcludingKHop(KHop):
 
     def _sample_seed_pairs(self, graph: CSRGraph, seeds: torch.Tensor,
                            generator: Optional[torch.Generator], rows: torch.Tensor,
-                           nbrs: torch.Tensor) -> Sample:
-        """Exclude the message edges ``seeds[nbrs[i]] -> seeds[rows[i]]`` (local ids)."""
-        if seeds.numel() <= TABLE_ROWS:
+                           nbrs: torch.Tensor, both: bool = False) -> Sample:
+        """Exclude the message edges ``seeds[nbrs[i]] -> seeds[rows[i]]`` (local ids), and
+        their reverses when ``both``."""
+        b = int(seeds.numel())
+        if b <= TABLE_ROWS:
             if self._table is None:
                 self._table = SeedTable()
-            self._table.ready(graph.num_nodes, seeds.numel(), graph.device)
-            plan: SeedRowPlan = TablePlan(self._table, seeds, rows, nbrs)
-        else:
-            plan = HashPlan(torch.add(seeds.index_select(0, nbrs), rows, alpha=graph.num_nodes),
-                            seeds.numel(), graph.num_nodes)
-        return self._sample_planned(graph, seeds, generator, plan)
+            self._table.ready(b, graph.device)
+            plan = TablePlan(self._table, b, rows, nbrs, both)
+            try:
+                seeds = check_seeds(graph, seeds, values=False)
+                self.check_graph(graph)
+                return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers,
+                                     lambda frontier, hop: self._select(graph, frontier, hop,
+                                                                        generator),
+                                     self.frontier, self._seed_filter(plan))
+            finally:
+                plan.close()
+        if both:
+            rows, nbrs = torch.cat([rows, nbrs]), torch.cat([nbrs, rows])
+        return self._sample_planned(graph, seeds, generator,
+                                    HashPlan(torch.add(seeds.index_select(0, nbrs), rows,
+                                                       alpha=graph.num_nodes),
+                                             b, graph.num_nodes))
+
+    def _seed_filter(self, plan: SeedRowPlan) -> EdgeFilter:
+        """``sample_layers``'s ``edge_filter``: ``plan`` on the frontiers holding the seeds
+        (all with ``frontier="all"``, the first with ``"new"``)."""
+        def run(src: torch.Tensor, dst: torch.Tensor, w: Optional[torch.Tensor], layer: int,
+                num_frontier: int) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+            if layer == 0 or self.frontier == "all":
+                return plan.drop(src, dst, w, num_frontier)
+            return src, dst, w
+        return run
 
     def _sample_planned(self, graph: CSRGraph, seeds: torch.Tensor,
                         generator: Optional[torch.Generator], plan: SeedRowPlan) -> Sample:
@@ -213,10 +239,8 @@ class LinkNeighborSampler:
         if self.exclude == "none":
             sample = self.khop.sample(graph, seeds, generator)
         else:  # message edge src -> dst: row dst; its reverse: row src
-            rows, nbrs = loc_dst[:p], loc_src[:p]
-            if self.exclude == "reverse":
-                rows, nbrs = torch.cat([rows, nbrs]), torch.cat([nbrs, rows])
-            sample = self.khop._sample_seed_pairs(graph, seeds, generator, rows, nbrs)
+            sample = self.khop._sample_seed_pairs(graph, seeds, generator, loc_dst[:p],
+                                                  loc_src[:p], self.exclude == "reverse")
         label = torch.cat([torch.ones(p), torch.zeros(neg.src.numel())])
         return LinkSample(sample=sample, src=loc_src, dst=loc_dst, label=label,
                           num_pos=p, neg_pos_index=neg.pos_index)

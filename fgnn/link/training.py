@@ -11,6 +11,7 @@ message graph; the best validation AUC selects the weights the test is scored wi
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -38,6 +39,10 @@ class LinkHistory:
         val_auc, val_ap: validation scores per evaluated epoch.
         best_epoch: epoch of the best validation AUC.
         test_auc, test_ap: test scores with the best weights.
+        epoch_time_s: wall seconds of each epoch's training steps (sampling, negatives,
+            features, forward, backward, step; the evaluation after it excluded).
+        epoch_cpu_s: the same in CPU time of the calling thread (steadier on a shared machine;
+            it misses the work of other threads, e.g. intra-op threads).
     """
 
     loss: list[float] = field(default_factory=list)
@@ -46,6 +51,8 @@ class LinkHistory:
     best_epoch: Optional[int] = None
     test_auc: Optional[float] = None
     test_ap: Optional[float] = None
+    epoch_time_s: list[float] = field(default_factory=list)
+    epoch_cpu_s: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view."""
@@ -122,6 +129,7 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
     best: Optional[tuple[dict, dict]] = None
     best_auc, bad = -1.0, 0
     for epoch in range(train_cfg.epochs):
+        tick, tick_cpu = time.perf_counter(), time.thread_time()
         gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)
         order = torch.randperm(split.train_pos.shape[1], generator=gen)
         encoder.train()
@@ -142,6 +150,8 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
             value.backward()
             opt.step()
             total, steps = total + float(value.detach()), steps + 1
+        hist.epoch_time_s.append(time.perf_counter() - tick)
+        hist.epoch_cpu_s.append(time.thread_time() - tick_cpu)
         hist.loss.append(total / max(steps, 1))
         if (epoch + 1) % train_cfg.eval_every and epoch + 1 < train_cfg.epochs:
             continue

@@ -200,10 +200,15 @@ class Remapper:
 #: ``select(frontier, layer) -> (neighbour global ids, dst local ids, edge weights or None)``.
 LayerSelect = Callable[[torch.Tensor, int],
                        tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]]
+#: ``edge_filter(src, dst, weights, layer, frontier_size) -> (src, dst, weights)``: drops some of
+#: a hop's edges after the remap (``src`` local ids, ``dst`` positions in the hop's frontier).
+EdgeFilter = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor], int, int],
+                      tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]]
 
 
 def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_layers: int,
-                  select: LayerSelect, frontier: str = "all") -> "Sample":
+                  select: LayerSelect, frontier: str = "all",
+                  edge_filter: Optional[EdgeFilter] = None) -> "Sample":
     """The layer loop every sampler shares (FGNN §2, Fig. 1): from the current frontier,
     ``select`` picks neighbours, the remapper gives new ones the next local ids, and one block is
     recorded per layer; blocks come back input layer first.
@@ -225,6 +230,10 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
         select: picks the sampled edges of ``frontier`` for layer ``layer`` (0 = seeds' hop);
             its destination indices are positions in the frontier it was given.
         frontier: ``"all"`` or ``"new"``.
+        edge_filter: called on each hop's edges after the remap, before they make a block
+            (the link sampler's exclusion of seed edges, :mod:`fgnn.link._exclude`); it may only
+            drop edges whose neighbour was already in the sample (the numbering of new vertices
+            is fixed by then).
 
     Raises:
         ValueError: on another ``frontier``, or edge weights with ``frontier="new"``.
@@ -244,6 +253,8 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
             hop = nodes if frontier == "all" else nodes[start:]
             nbr, dst, w = select(hop, layer)
             src = remapper.add(nbr)
+            if edge_filter is not None:
+                src, dst, w = edge_filter(src, dst, w, layer, int(hop.numel()))
             if frontier == "new":
                 if w is not None:
                     raise ValueError("frontier='new' does not take edge weights")
