@@ -422,3 +422,26 @@ def test_metrics_of_itertools_free_sizes():
         pos, neg = torch.arange(p).double() + 10, torch.arange(q).double()
         assert roc_auc(pos, neg) == average_precision(pos, neg) == 1.0
         assert mrr(pos, neg.expand(p, q)) == 1.0
+
+
+def test_feature_buffer_gathers_the_rows_and_falls_back():
+    """``FeatureBuffer.gather`` (fit_link's Extract stage into a persistent buffer) returns
+    exactly ``features[idx]``, batch after batch, and numpy / integer features go through
+    ``extract_features``."""
+    import numpy as np
+
+    from fgnn.link.training import FeatureBuffer
+
+    gen = torch.Generator().manual_seed(0)
+    feats = torch.randn(50, 7, generator=gen)
+    buf = FeatureBuffer(feats)
+    for m in (50, 13, 31):
+        idx = torch.randperm(50, generator=gen)[:m]
+        got = buf.gather(idx)
+        assert got.shape == (m, 7) and torch.equal(got, feats[idx])
+        assert got.data_ptr() == buf.buffer.data_ptr()  # no fresh allocation
+    ints = torch.arange(12).view(6, 2)
+    idx = torch.tensor([4, 1])
+    assert torch.equal(FeatureBuffer(ints).gather(idx), ints[idx].float())
+    assert torch.equal(FeatureBuffer(ints.numpy()).gather(idx), ints[idx].float())
+    assert np.array_equal(FeatureBuffer(feats.numpy()).gather(idx).numpy(), feats[idx].numpy())

@@ -27,7 +27,7 @@ from fgnn.link.sampler import LinkNeighborSampler
 from fgnn.link.split import LinkSplit
 from fgnn.training import FullNeighborSampler, extract_features
 
-__all__ = ["LinkHistory", "embed_all", "evaluate_link", "fit_link"]
+__all__ = ["FeatureBuffer", "LinkHistory", "embed_all", "evaluate_link", "fit_link"]
 
 
 @dataclass
@@ -57,6 +57,36 @@ class LinkHistory:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view."""
         return asdict(self)
+
+
+class FeatureBuffer:
+    """The Extract stage of :func:`fit_link` into one persistent ``(N, F)`` buffer.
+
+    ``features[input_nodes]`` of a full-neighbourhood batch on Cora is ``~2700 x 1433`` floats
+    (15 MB); a fresh tensor of that size per batch comes from ``mmap`` and is page-faulted in
+    on first write, which on a CPU costs more than the copy itself (about two thirds of the
+    stage on Cora). Gathering with ``index_select(..., out=)`` into rows ``[0, M)`` of a buffer
+    allocated once removes that cost. The returned rows are a view of the buffer and are
+    overwritten by the next :meth:`gather`, so they must not outlive the training step (in
+    :func:`fit_link` the backward pass is done before the next batch is gathered).
+
+    Other features (a numpy array, an integer dtype) go through
+    :func:`fgnn.training.extract_features` unchanged.
+    """
+
+    def __init__(self, features: Features) -> None:
+        self.features = features
+        self.buffer: Optional[torch.Tensor] = None
+        if isinstance(features, torch.Tensor) and features.is_floating_point() \
+                and features.dim() == 2:
+            self.buffer = torch.empty_like(features, memory_format=torch.contiguous_format)
+
+    def gather(self, input_nodes: torch.Tensor) -> torch.Tensor:
+        """``(M, F)`` rows ``features[input_nodes]``, valid until the next call."""
+        if self.buffer is None or input_nodes.numel() > self.buffer.shape[0]:
+            return extract_features(self.features, input_nodes)
+        idx = input_nodes.to(self.features.device)
+        return torch.index_select(self.features, 0, idx, out=self.buffer[:idx.numel()])
 
 
 @torch.no_grad()
@@ -125,6 +155,7 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
     opt = torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     graph = split.graph("train")
     known = split.known_edges("train") if filter_negatives else None
+    rows = FeatureBuffer(features)
     hist = LinkHistory()
     best: Optional[tuple[dict, dict]] = None
     best_auc, bad = -1.0, 0
@@ -138,7 +169,7 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
         for start in range(0, order.numel(), train_cfg.batch_size):
             pos = split.train_pos[:, order[start:start + train_cfg.batch_size]]
             ls = sampler.sample(graph, pos, gen, known)
-            x = extract_features(features, ls.sample.input_nodes)
+            x = rows.gather(ls.sample.input_nodes)
             opt.zero_grad(set_to_none=True)
             h = encoder(ls.sample.blocks, x)
             score = decoder(h[ls.src], h[ls.dst])
