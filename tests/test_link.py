@@ -445,3 +445,34 @@ def test_feature_buffer_gathers_the_rows_and_falls_back():
     assert torch.equal(FeatureBuffer(ints).gather(idx), ints[idx].float())
     assert torch.equal(FeatureBuffer(ints.numpy()).gather(idx), ints[idx].float())
     assert np.array_equal(FeatureBuffer(feats.numpy()).gather(idx).numpy(), feats[idx].numpy())
+
+
+def test_link_frontiers_give_the_same_embeddings_at_full_fanouts(one_thread):
+    """With fanouts above every degree, ``frontier="new"`` (PyG's) and ``"all"`` compute the same
+    2-layer GCN on a link batch: the seeds' embeddings equal each other and the full-neighbour
+    embeddings of the graph without the batch's edges (both directions)."""
+    from fgnn.link.training import embed_all
+    from fgnn.models import GCN
+
+    graph = _graph(n=60, m=300, seed=3)
+    s = random_link_split(graph, val=0.1, test=0.1, seed=0)
+    g = s.graph("train")
+    pos = s.train_pos[:, :24]
+    torch.manual_seed(0)
+    enc = GCN(5, 4, num_layers=2, hidden=6, dropout=0.0).eval()
+    x = torch.randn(g.num_nodes, 5, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for frontier in ("all", "new"):
+        ls = LinkNeighborSampler((1000, 1000), frontier=frontier).sample(
+            g, pos, torch.Generator().manual_seed(7), s.known_edges("train"))
+        with torch.no_grad():
+            out[frontier] = (ls.sample.seeds, enc(ls.sample.blocks, x[ls.sample.input_nodes]))
+    assert torch.equal(out["all"][0], out["new"][0])
+    torch.testing.assert_close(out["all"][1], out["new"][1])
+    drop = {(a, b) for a, b in pos.t().tolist()} | {(b, a) for a, b in pos.t().tolist()}
+    ei = g.edge_index()
+    keep = torch.tensor([(a, b) not in drop for a, b in ei.t().tolist()])
+    without = CSRGraph.from_edge_index(ei[:, keep], num_nodes=g.num_nodes)
+    full = embed_all(enc, x, without)[out["all"][0]]
+    torch.testing.assert_close(out["new"][1], full)
+    assert not torch.allclose(embed_all(enc, x, g)[out["all"][0]], full)  # the edges matter
