@@ -6,7 +6,8 @@ Both sides train the GAE setting of ``bench/link_gae.py``: an 85/5/10 edge split
 and test edge), a 2-layer GCN encoder (hidden 32, embeddings 16, no dropout), a dot-product
 decoder, BCE, Adam at lr 0.01, 200 epochs, batches of 512 training edges with one uniform
 negative each (destination replaced, filtered against the known edges), fanouts 1000,1000 (the
-full neighbourhood of Cora), one intra-op thread. Validation AUC after every epoch picks the
+full neighbourhood of Cora; fgnn draws with frontier ``new`` as the ``gae`` recipe does,
+``--fgnn-frontier all`` for DGL's, the same GCN at these fanouts), one intra-op thread. Validation AUC after every epoch picks the
 weights the test is scored with (full-neighbour embeddings over each stage's message graph).
 
 What is shared, so that only the training pipelines differ:
@@ -330,8 +331,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    default=(1000, 1000), help="default: the full neighbourhood of Cora")
     p.add_argument("--fgnn-exclude", choices=("none", "self", "reverse"), default="reverse",
                    help="fgnn's exclusion of seed edges (PyG has none)")
-    p.add_argument("--fgnn-frontier", choices=("all", "new"), default="all",
-                   help="fgnn's KHop frontier (PyG's loader draws with 'new')")
+    p.add_argument("--fgnn-frontier", choices=("all", "new"), default="new",
+                   help="fgnn's KHop frontier (default new: the gae recipe's and PyG's loader's; "
+                        "at full fanouts 'all' computes the same GCN)")
     p.add_argument("--pyg-conv", choices=("mean", "gcn"), default="mean",
                    help="mean: fgnn's GCN math; gcn: GCNConv's symmetric normalisation")
     p.add_argument("--pyg-negatives", choices=("shared", "native"), default="shared",

@@ -18,7 +18,9 @@ Three recipes exist:
   a 2-layer encoder with hidden 32 and 16-wide embeddings, no dropout, a dot-product decoder, Adam
   with lr 0.01 and no weight decay, 200 epochs, batches of 512 training edges with one uniform
   negative each, the full neighbourhood (fanouts 1000,1000) with the batch's seed edges
-  excluded in both directions (``bench/link_gae.py``, which reaches the paper's AUC with these).
+  excluded in both directions (``bench/link_gae.py``, which reaches the paper's AUC with these),
+  drawn with frontier ``new`` (PyG's): at these fanouts the same GCN as ``all``, with a shorter
+  Sample stage and only the seeds' hop checked for seed edges.
 
 A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields.
 :func:`apply_recipe` writes them into a config except for the fields the user set, so a flag
@@ -79,7 +81,8 @@ GAE_RECIPE = Recipe(
     "gae",
     f"GAE link prediction: 85/5/10 edge split, 2 layers, hidden 32, embeddings 16, no dropout, "
     f"dot decoder, lr 0.01, 200 epochs, batches of 512 edges with 1 negative each, full "
-    f"neighbourhood (fanouts {FULL_FANOUT},{FULL_FANOUT}) without the batch's edges",
+    f"neighbourhood (fanouts {FULL_FANOUT},{FULL_FANOUT}, frontier new) without the batch's "
+    f"edges",
     {
         "model.hidden": 32,
         "model.dropout": 0.0,
@@ -93,6 +96,10 @@ GAE_RECIPE = Recipe(
         "train.epochs": 200,
         "train.batch_size": 512,
         "sampler.fanouts": (FULL_FANOUT, FULL_FANOUT),
+        # PyG's frontier: at full fanouts the same GCN as "all" (tests/test_link.py::
+        # test_link_frontiers_give_the_same_embeddings_at_full_fanouts), with only the seeds'
+        # hop drawn and checked for seed edges (docs/benchmarks.md, issue 20).
+        "sampler.frontier": "new",
     },
 )
 
