@@ -435,7 +435,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--frontier", choices=FRONTIERS, default=smp.frontier,
                    help="k-hop samplers: which vertices draw neighbours at each hop: all of the "
                         "sample so far (DGL blocks) or only the new ones, each layer reusing "
-                        "the edges before it (PyG's NeighborLoader) (default: %(default)s)")
+                        "the edges before it (PyG's NeighborLoader) (default: %(default)s"
+                        f"{_gae('sampler.frontier')})")
     g.add_argument("--num-walks", type=_int_at_least(1), default=smp.num_walks, metavar="W",
                    help="random walks per vertex, pinsage (default: %(default)s)")
     g.add_argument("--walk-length", type=_int_at_least(1), default=smp.walk_length, metavar="L",
