@@ -149,8 +149,9 @@ def sample_cost(args: argparse.Namespace) -> dict:
             "batch_size": args.batch_size, "reps": args.reps, "rows": rows}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_gae_arguments(p: argparse.ArgumentParser, graph: str = "Planetoid") -> None:
+    """The GAE setting's flags (data, seeds, epochs, batch, lr, sizes, fanouts), shared by this
+    bench and ``bench/linkpred.py``; ``graph`` names whose full neighbourhood the fanouts cover."""
     p.add_argument("--dataset", default="cora")
     p.add_argument("--data-root", default=None)
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0])
@@ -160,7 +161,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--dim", type=int, default=16, help="embedding size")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")),
-                   default=(1000, 1000), help="default: the full neighbourhood of Planetoid")
+                   default=(1000, 1000), help=f"default: the full neighbourhood of {graph}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_gae_arguments(p)
     p.add_argument("--decoder", choices=("dot", "mlp"), default="dot")
     p.add_argument("--exclude", choices=("none", "self", "reverse"), default="reverse")
     p.add_argument("--sample-cost", action="store_true",

@@ -67,6 +67,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.link_gae import add_gae_arguments  # noqa: E402
 from fgnn.config import TrainConfig  # noqa: E402
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.link import LinkNeighborSampler, build_decoder, fit_link, random_link_split  # noqa
@@ -318,17 +319,8 @@ def run(args: argparse.Namespace) -> dict:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default="cora")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0])
-    p.add_argument("--epochs", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=512, help="training edges per step")
+    add_gae_arguments(p, graph="Cora")
     p.add_argument("--neg-ratio", type=int, default=1, help="negatives per training edge")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--dim", type=int, default=16, help="embedding size")
-    p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")),
-                   default=(1000, 1000), help="default: the full neighbourhood of Cora")
     p.add_argument("--fgnn-exclude", choices=("none", "self", "reverse"), default="reverse",
                    help="fgnn's exclusion of seed edges (PyG has none)")
     p.add_argument("--fgnn-frontier", choices=("all", "new"), default="new",
