@@ -170,8 +170,10 @@ class HeteroCachePlanner(CachePlanner):
         if self.policy == "degree":
             self.hotness = degree_hotness(g)
         elif self.policy == "random":
+            from fgnn.cache.hotness import random_hotness
+
             gen = torch.Generator().manual_seed(self.config.train.seed + 7919)
-            self.hotness = {t: torch.rand(n, generator=gen) for t, n in g.num_nodes.items()}
+            self.hotness = {t: random_hotness(n, gen) for t, n in g.num_nodes.items()}
         self.hotness_s = time.perf_counter() - t0
 
     def _budgets(self) -> tuple[int, int]:
