@@ -37,6 +37,7 @@ __all__ = [
     "EpochRecord",
     "FitHistory",
     "extract_features",
+    "FeatureBuffer",
     "gather_labels",
     "train_step",
     "evaluate",
@@ -117,6 +118,37 @@ def extract_features(features: Features, input_nodes: torch.Tensor,
     if not rows.is_floating_point():
         rows = rows.float()
     return rows.to(device, non_blocking=True)
+
+
+class FeatureBuffer:
+    """The Extract stage into one persistent ``(N, F)`` buffer (used by
+    :func:`fgnn.link.training.fit_link`).
+
+    ``features[input_nodes]`` of a full-neighbourhood batch on Cora is ``~2700 x 1433`` floats
+    (15 MB); a fresh tensor of that size per batch comes from ``mmap`` and is page-faulted in
+    on first write, which on a CPU costs more than the copy itself (about two thirds of the
+    stage on Cora). Gathering with ``index_select(..., out=)`` into rows ``[0, M)`` of a buffer
+    allocated once removes that cost. The returned rows are a view of the buffer and are
+    overwritten by the next :meth:`gather`, so they must not outlive the training step (in
+    ``fit_link`` the backward pass is done before the next batch is gathered).
+
+    Other features (a numpy array, an integer dtype) go through
+    :func:`extract_features` unchanged.
+    """
+
+    def __init__(self, features: Features) -> None:
+        self.features = features
+        self.buffer: Optional[torch.Tensor] = None
+        if isinstance(features, torch.Tensor) and features.is_floating_point() \
+                and features.dim() == 2:
+            self.buffer = torch.empty_like(features, memory_format=torch.contiguous_format)
+
+    def gather(self, input_nodes: torch.Tensor) -> torch.Tensor:
+        """``(M, F)`` rows ``features[input_nodes]``, valid until the next call."""
+        if self.buffer is None or input_nodes.numel() > self.buffer.shape[0]:
+            return extract_features(self.features, input_nodes)
+        idx = input_nodes.to(self.features.device)
+        return torch.index_select(self.features, 0, idx, out=self.buffer[:idx.numel()])
 
 
 def gather_labels(labels: torch.Tensor, seeds: torch.Tensor,

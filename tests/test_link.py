@@ -425,12 +425,12 @@ def test_metrics_of_itertools_free_sizes():
 
 
 def test_feature_buffer_gathers_the_rows_and_falls_back():
-    """``FeatureBuffer.gather`` (fit_link's Extract stage into a persistent buffer) returns
-    exactly ``features[idx]``, batch after batch, and numpy / integer features go through
+    """``fgnn.training.FeatureBuffer.gather`` (fit_link's Extract stage into a persistent
+    buffer) returns exactly ``features[idx]``, batch after batch, and numpy / integer features go through
     ``extract_features``."""
     import numpy as np
 
-    from fgnn.link.training import FeatureBuffer
+    from fgnn.training import FeatureBuffer
 
     gen = torch.Generator().manual_seed(0)
     feats = torch.randn(50, 7, generator=gen)

@@ -25,9 +25,9 @@ from fgnn.link.losses import LOSSES, bce_loss, max_margin_loss
 from fgnn.link.metrics import average_precision, roc_auc
 from fgnn.link.sampler import LinkNeighborSampler
 from fgnn.link.split import LinkSplit
-from fgnn.training import FullNeighborSampler, extract_features
+from fgnn.training import FeatureBuffer, FullNeighborSampler, extract_features
 
-__all__ = ["FeatureBuffer", "LinkHistory", "embed_all", "evaluate_link", "fit_link"]
+__all__ = ["LinkHistory", "embed_all", "evaluate_link", "fit_link"]
 
 
 @dataclass
@@ -57,36 +57,6 @@ class LinkHistory:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view."""
         return asdict(self)
-
-
-class FeatureBuffer:
-    """The Extract stage of :func:`fit_link` into one persistent ``(N, F)`` buffer.
-
-    ``features[input_nodes]`` of a full-neighbourhood batch on Cora is ``~2700 x 1433`` floats
-    (15 MB); a fresh tensor of that size per batch comes from ``mmap`` and is page-faulted in
-    on first write, which on a CPU costs more than the copy itself (about two thirds of the
-    stage on Cora). Gathering with ``index_select(..., out=)`` into rows ``[0, M)`` of a buffer
-    allocated once removes that cost. The returned rows are a view of the buffer and are
-    overwritten by the next :meth:`gather`, so they must not outlive the training step (in
-    :func:`fit_link` the backward pass is done before the next batch is gathered).
-
-    Other features (a numpy array, an integer dtype) go through
-    :func:`fgnn.training.extract_features` unchanged.
-    """
-
-    def __init__(self, features: Features) -> None:
-        self.features = features
-        self.buffer: Optional[torch.Tensor] = None
-        if isinstance(features, torch.Tensor) and features.is_floating_point() \
-                and features.dim() == 2:
-            self.buffer = torch.empty_like(features, memory_format=torch.contiguous_format)
-
-    def gather(self, input_nodes: torch.Tensor) -> torch.Tensor:
-        """``(M, F)`` rows ``features[input_nodes]``, valid until the next call."""
-        if self.buffer is None or input_nodes.numel() > self.buffer.shape[0]:
-            return extract_features(self.features, input_nodes)
-        idx = input_nodes.to(self.features.device)
-        return torch.index_select(self.features, 0, idx, out=self.buffer[:idx.numel()])
 
 
 @torch.no_grad()
