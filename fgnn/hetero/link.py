@@ -40,7 +40,7 @@ __all__ = ["resolve_edge_type", "reverse_of", "TypedLinkSplit", "typed_link_spli
 
 
 def _names(graph: HeteroGraph) -> str:
-    return ", ".join(",".join(et) for et in graph.edge_types)
+    return "; ".join(",".join(et) for et in graph.edge_types)
 
 
 def resolve_edge_type(graph: HeteroGraph, spec: Optional[str], dataset: str = "") -> EdgeType:
