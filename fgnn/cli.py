@@ -294,7 +294,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(an edge split; seeds are training edges with uniform negatives, "
                         "sampled on the Samplers with the seed edges excluded from their own "
                         "neighbourhood; BCE on the decoder's pair scores; validation and test "
-                        "AUC and AP) (default: %(default)s)")
+                        "AUC and AP; on a typed dataset the edges of one relation, "
+                        "--link-edge-type) (default: %(default)s)")
     g.add_argument("--neg-ratio", type=_int_at_least(1), default=lnk.neg_ratio, metavar="K",
                    help="link: uniform negatives per training edge, the destination replaced "
                         "(default: %(default)s)")

@@ -187,3 +187,24 @@ def test_a_bad_link_edge_type_is_one_line_listing_the_relations(value, says, cap
                             "--task", "link", "--link-edge-type", value], capsys)
     assert line.startswith("launch.py: error: argument --link-edge-type: "), line
     assert says in line and "author,writes,paper" in line, line
+
+
+@pytest.mark.parametrize("decoder", ["dot", "mlp"])
+def test_the_model_embeds_both_endpoint_types_and_trains_through_the_decoder(decoder):
+    from fgnn.hetero.link_task import build_typed_link_model
+    from fgnn.link.task import pair_loss
+    from fgnn.models.hetero_sage import hetero_inputs
+
+    cfg = _job(decoder=decoder)
+    ex, task, ds = _executor(cfg)
+    torch.manual_seed(0)
+    train = task.training_dataset(ds)
+    model = build_typed_link_model(cfg, train, task.edge_type, 2)
+    s = unpack_sample(pack_sample(ex.sample(0, 0)[0]))
+    h = model(s.blocks, hetero_inputs(train.graph, s))
+    n_src, n_dst = int(s.pairs[0].max()) + 1, int(s.pairs[1].max()) + 1
+    assert h["author"].shape[0] >= n_src and h["paper"].shape[0] >= n_dst
+    assert h["author"].shape[1] == h["paper"].shape[1] == cfg.link.embed_dim
+    pair_loss(model, h, s.pairs).backward()
+    emb = model.encoder.embed["author"].weight.grad   # authors have no features: learned
+    assert emb is not None and float(emb.abs().sum()) > 0
