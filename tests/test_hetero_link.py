@@ -208,3 +208,14 @@ def test_the_model_embeds_both_endpoint_types_and_trains_through_the_decoder(dec
     pair_loss(model, h, s.pairs).backward()
     emb = model.encoder.embed["author"].weight.grad   # authors have no features: learned
     assert emb is not None and float(emb.abs().sum()) > 0
+
+
+def test_a_typed_ondisk_graph_without_a_default_relation_asks_for_one(tmp_path, capsys):
+    from fgnn.data.ondisk_hetero import save_ondisk_hetero
+
+    ds = load_dataset("hetero:papers=100,authors=30")
+    root = save_ondisk_hetero(ds.graph, tmp_path / "typed", num_classes=ds.num_classes)
+    line = _one_line_error(["--dataset", f"ondisk:{root}", "--model", "sage", "--task", "link"],
+                           capsys)
+    assert line.startswith("launch.py: error: argument --link-edge-type: "), line
+    assert "has 6 relations, name the one to predict" in line, line
