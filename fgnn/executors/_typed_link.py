@@ -18,7 +18,7 @@ from torch import nn
 from fgnn.config import JobConfig
 from fgnn.hetero.dataset import HeteroDataset
 
-__all__ = ["check_link", "link_task", "build_model", "link_sampling"]
+__all__ = ["check_link", "resolved_config", "link_task", "build_model", "link_sampling"]
 
 
 def check_link(config: JobConfig, dataset: HeteroDataset) -> None:
@@ -35,6 +35,17 @@ def check_link(config: JobConfig, dataset: HeteroDataset) -> None:
         resolve_edge_type(dataset.graph, config.link.edge_type, dataset.name)
     except ValueError as exc:
         raise TypedJobError("link.edge_type", config.link.edge_type, str(exc)) from None
+
+
+def resolved_config(config: JobConfig, dataset: HeteroDataset) -> JobConfig:
+    """``config`` with ``link.edge_type`` spelled out as ``SRC,REL,DST`` (the dataset's default
+    when it was None)."""
+    from dataclasses import replace
+
+    from fgnn.hetero.link import resolve_edge_type
+
+    et = resolve_edge_type(dataset.graph, config.link.edge_type, dataset.name)
+    return replace(config, link=replace(config.link, edge_type=",".join(et)))
 
 
 def link_task(config: JobConfig, dataset: HeteroDataset) -> Any:
