@@ -219,3 +219,67 @@ def test_a_typed_ondisk_graph_without_a_default_relation_asks_for_one(tmp_path, 
                            capsys)
     assert line.startswith("launch.py: error: argument --link-edge-type: "), line
     assert "has 6 relations, name the one to predict" in line, line
+
+
+def _symmetric_graph():
+    """The planted graph plus ``paper-similar->paper``, symmetric (its own reverse)."""
+    from fgnn.hetero import HeteroGraph
+
+    g = load_dataset(SPEC).graph
+    cites = g.edge_index(("paper", "cites", "paper"))
+    sim = torch.unique(torch.cat([cites, cites.flip(0)], dim=1), dim=1)
+    ei = {et: g.edge_index(et) for et in g.edge_types}
+    ei[("paper", "similar", "paper")] = sim
+    return HeteroGraph.from_edge_index(g.num_nodes, ei, g.features, g.labels, g.target_type)
+
+
+def test_a_symmetric_relation_is_split_as_unordered_pairs_with_both_directions_excluded():
+    from fgnn.hetero.link_task import TypedLinkSampling, seed_edge_filter
+
+    g = _symmetric_graph()
+    sim = ("paper", "similar", "paper")
+    assert reverse_of(g, sim) == sim and reverse_of(g, WRITES) == WRITTEN_BY
+    sp = typed_link_split(g, sim, val=0.1, test=0.2, seed=0, reverse=sim)
+    und = lambda e: set((torch.minimum(e[0], e[1]) * 400  # noqa: E731
+                         + torch.maximum(e[0], e[1])).tolist())
+    tr, va, te = und(sp.train_pos), und(sp.val_pos), und(sp.test_pos)
+    assert not (tr & va) and not (tr & te) and not (va & te)
+    assert tr | va | te == und(g.edge_index(sim))
+    msg = sp.message_graph(g, "train").edge_index(sim)
+    assert und(msg) == tr and msg.shape[1] == 2 * len(tr) - int((sp.train_pos[0]
+                                                                  == sp.train_pos[1]).sum())
+    every = EdgeSet(g.edge_index(sim), 400)
+    assert not bool(every.contains(sp.val_neg[0], sp.val_neg[1]).any())
+    # exclusion drops both directions of a seed pair in the relation itself
+    pos = sp.train_pos[:, sp.train_pos[0] != sp.train_pos[1]][:, :50]
+    keep = seed_edge_filter(pos, sim, sim, g.num_nodes, "reverse")
+    assert not bool(keep(sim, pos[0], pos[1]).any()) and not bool(keep(sim, pos[1], pos[0]).any())
+    keep = seed_edge_filter(pos, sim, sim, g.num_nodes, "self")
+    assert not bool(keep(sim, pos[0], pos[1]).any()) and bool(keep(sim, pos[1], pos[0]).all())
+    cfg = JobConfig(task="link", link=LinkConfig(edge_type="similar", neg_ratio=2))
+    task = TypedLinkTask.build(cfg, _symmetric_dataset(g))
+    samp = TypedLinkSampling(task.payload(), HeteroKHop((1000, 1000)))
+    train_g = task.training_dataset(_symmetric_dataset(g)).graph
+    s = samp.train_sample(train_g, torch.arange(64), torch.Generator().manual_seed(0))
+    p = s.input_nodes["paper"]
+    src, dst, label = s.pairs
+    seeds = EdgeSet(torch.stack([p[src[label == 1]], p[dst[label == 1]]]), 400, undirected=True)
+    for b in s.blocks:
+        u, v = b.edges[sim]
+        assert not bool(seeds.contains(p[u], p[v]).any())
+    known = EdgeSet(task.split.train_pos, 400, undirected=True)
+    assert not bool(known.contains(p[src[label == 0]], p[dst[label == 0]]).any())
+
+
+def _symmetric_dataset(g):
+    from fgnn.hetero.dataset import HeteroDataset
+
+    return HeteroDataset.from_graph(g, name="sym", check_features=False)
+
+
+@pytest.mark.parametrize("spec", ["author,writes,paper", "author:writes:paper",
+                                  "author-writes->paper", "writes", None])
+def test_link_edge_type_spellings(spec):
+    from fgnn.hetero.link import resolve_edge_type
+
+    assert resolve_edge_type(load_dataset(SPEC).graph, spec) == WRITES

@@ -13,8 +13,10 @@ A typed link job predicts the edges of one relation ``R = (S, r, D)`` of a
   shuffled with a fixed seed and cut into train / validation / test; every training edge is a
   message and a supervision edge (the GAE setting, leakage is stopped by excluding the seed
   edges while sampling), and no validation or test edge is in the training message graph, nor
-  its reverse twin in ``R'`` (:meth:`TypedLinkSplit.message_graph`). Test propagates over the
-  training and the validation edges, as PyG.
+  its reverse twin in ``R'`` (:meth:`TypedLinkSplit.message_graph`). A symmetric relation
+  (``S == D``, every edge's reverse an edge, no separate reverse relation) is its own reverse:
+  it is split as unordered pairs and its message graph holds both directions of each. Test
+  propagates over the training and the validation edges, as PyG.
 * :func:`typed_negatives` -- uniform negatives per edge type with ratio ``k``: each positive
   ``(s, d)`` gets ``k`` pairs ``(s, d')``, ``d'`` uniform over the nodes of type ``D``
   (the destination replaced); with ``known`` the false negatives (a known edge of ``R``) are
@@ -62,9 +64,12 @@ def resolve_edge_type(graph: HeteroGraph, spec: Optional[str], dataset: str = ""
         raise ValueError(f"{where} has {len(rels)} relations, name the one to predict "
                          f"(SRC,REL,DST; relations: {_names(graph)})")
     s = str(spec).strip()
-    parts = s.replace("->", ",").replace(":", ",").split(",")
-    if len(parts) == 1 and "-" in s:
-        parts = s.split("-")
+    if "->" in s:  # src-rel->dst, as errors print relations
+        left, dst = s.rsplit("->", 1)
+        src, _, rel = left.partition("-")
+        parts = [src, rel, dst]
+    else:
+        parts = s.replace(":", ",").split(",")
     parts = [p.strip() for p in parts]
     if len(parts) == 3:
         hits = [et for et in rels if et == tuple(parts)]
@@ -86,28 +91,34 @@ def _keys(graph: HeteroGraph, et: EdgeType) -> torch.Tensor:
 
 def reverse_of(graph: HeteroGraph, et: EdgeType) -> Optional[EdgeType]:
     """The first other relation ``(D, r', S)`` whose edges are exactly those of ``et``
-    reversed, or None."""
+    reversed; else ``et`` itself when it is symmetric (``S == D`` and every edge's reverse is
+    an edge: an undirected relation, split as unordered pairs); else None."""
     s, _, d = et
-    want = None
-    for cand in graph.edge_types:
-        if cand == et or cand[0] != d or cand[2] != s:
-            continue
-        if want is None:
-            want = _keys(graph, et)
+    want = _keys(graph, et)
+
+    def transposed(cand: EdgeType) -> torch.Tensor:
         ei = graph.edge_index(cand)
-        got = torch.unique(ei[1] * graph.num_nodes[d] + ei[0])
-        if torch.equal(got, want):
+        return torch.unique(ei[1] * graph.num_nodes[d] + ei[0])
+
+    for cand in graph.edge_types:
+        if cand != et and cand[0] == d and cand[2] == s and torch.equal(transposed(cand), want):
             return cand
+    if s == d and want.numel() and torch.equal(transposed(et), want):
+        return et
     return None
 
 
 def with_relation(graph: HeteroGraph, et: EdgeType, rev: Optional[EdgeType],
                   edges: torch.Tensor) -> HeteroGraph:
     """``graph`` with relation ``et`` holding exactly ``edges`` (``(2, E)`` ``[src, dst]``)
-    and ``rev`` (when given) their reverses; features, labels and the rest unchanged."""
+    and ``rev`` (when given) their reverses (``rev == et``: ``et`` holds both directions);
+    features, labels and the rest unchanged."""
     rels = dict(graph.relations)
     size = max(graph.num_nodes[et[0]], graph.num_nodes[et[2]])
     dtype = graph.relations[et].indices.dtype
+    if rev == et:  # a symmetric relation: both directions of every pair
+        edges = torch.cat([edges, edges[:, edges[0] != edges[1]].flip(0)], dim=1)
+        rev = None
     rels[et] = CSRGraph.from_edge_index(edges, num_nodes=size, index_dtype=dtype)
     if rev is not None:
         rels[rev] = CSRGraph.from_edge_index(edges.flip(0), num_nodes=size, index_dtype=dtype)
@@ -218,6 +229,10 @@ def typed_link_split(graph: HeteroGraph, et: EdgeType, *, val: float = 0.05,
     n_dst = graph.num_nodes[et[2]]
     gen = torch.Generator().manual_seed(int(seed))
     keys = _keys(graph, et)
+    every = EdgeSet(torch.stack([keys // n_dst, keys % n_dst]),
+                    max(graph.num_nodes[et[0]], n_dst))
+    if reverse == et:  # symmetric: one unordered pair (u <= v) is one edge
+        keys = keys[keys // n_dst <= keys % n_dst]
     keys = keys[torch.randperm(keys.numel(), generator=gen)]
     pairs = torch.stack([keys // n_dst, keys % n_dst])
     e = pairs.shape[1]
@@ -225,8 +240,6 @@ def typed_link_split(graph: HeteroGraph, et: EdgeType, *, val: float = 0.05,
     n_train = e - n_val - n_test
     train, val_pos, test_pos = (pairs[:, :n_train], pairs[:, n_train:n_train + n_val],
                                 pairs[:, n_train + n_val:])
-    size = max(graph.num_nodes[et[0]], n_dst)
-    every = EdgeSet(pairs, size)
     negs = []
     for pos in (val_pos, test_pos):
         neg = typed_negatives(pos[0], n_dst, eval_neg_ratio, gen, every,

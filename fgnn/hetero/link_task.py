@@ -103,8 +103,9 @@ def seed_edge_filter(pos: torch.Tensor, et: EdgeType, rev: Optional[EdgeType],
     if exclude == "none":
         return None
     size = max(num_nodes[et[0]], num_nodes[et[2]])
-    sets = {et: EdgeSet(pos, size)}
-    if exclude == "reverse" and rev is not None:
+    both = exclude == "reverse"
+    sets = {et: EdgeSet(pos, size, undirected=both and rev == et)}  # rev == et: symmetric
+    if both and rev is not None and rev != et:
         sets[rev] = EdgeSet(pos.flip(0), size)
 
     def keep(rel: EdgeType, nbr: torch.Tensor, dst: torch.Tensor) -> Optional[torch.Tensor]:
@@ -164,7 +165,8 @@ class TypedLinkSampling:
         pos = self.train_pos.index_select(1, edge_ids.to(self.device).long())
         n = graph.num_nodes
         if self._known is None:
-            self._known = EdgeSet(self.train_message, max(n[self.et[0]], n[self.et[2]]))
+            self._known = EdgeSet(self.train_message, max(n[self.et[0]], n[self.et[2]]),
+                                  undirected=self.rev == self.et)
         neg = typed_negatives(pos[0], n[self.et[2]], self.neg_ratio, generator, self._known,
                               no_self=self.et[0] == self.et[2])
         src, dst = torch.cat([pos[0], neg.src]), torch.cat([pos[1], neg.dst])
