@@ -213,7 +213,8 @@ class HeteroLinkModel(nn.Module):
         """Node type -> ``(B_t, D)`` embeddings of the sample's seeds of the two endpoint
         types."""
         h = self.encoder.encode(blocks, x)
-        return {t: self.encoder.head(h[t]) for t in dict.fromkeys((self.src_type, self.dst_type)) if t in h}
+        types = dict.fromkeys((self.src_type, self.dst_type))  # one entry when S == D
+        return {t: self.encoder.head(h[t]) for t in types if t in h}
 
     def pair_logits(self, h: dict[str, torch.Tensor], pairs: torch.Tensor) -> torch.Tensor:
         """``(P,)`` logits of the pairs (``pairs[0]`` local ids among the source type's seeds,
