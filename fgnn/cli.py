@@ -119,6 +119,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--link-val": "link.val",
     "--link-test": "link.test",
     "--hits-k": "link.hits_k",
+    "--link-edge-type": "link.edge_type",
 }
 _FIELD_FLAGS = {v: k for k, v in FLAG_FIELDS.items()}
 _CLASS_PREFIX = {"SamplerConfig": "sampler", "CacheConfig": "cache", "DiskConfig": "disk",
@@ -293,7 +294,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(an edge split; seeds are training edges with uniform negatives, "
                         "sampled on the Samplers with the seed edges excluded from their own "
                         "neighbourhood; BCE on the decoder's pair scores; validation and test "
-                        "AUC and AP) (default: %(default)s)")
+                        "AUC and AP; on a typed dataset the edges of one relation, "
+                        "--link-edge-type) (default: %(default)s)")
     g.add_argument("--neg-ratio", type=_int_at_least(1), default=lnk.neg_ratio, metavar="K",
                    help="link: uniform negatives per training edge, the destination replaced "
                         "(default: %(default)s)")
@@ -319,6 +321,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--hits-k", type=_ks, default=lnk.hits_k, metavar="K1,K2,...",
                    help="link: also report MRR and Hits@K, each validation/test edge ranked "
                         "against its own --eval-neg-ratio negatives (default: none)")
+    g.add_argument("--link-edge-type", default=lnk.edge_type, metavar="SRC,REL,DST",
+                   help="link on a typed dataset: the relation whose edges are predicted "
+                        "(REL alone when unique); negatives replace the destination by a node "
+                        "of type DST, and the reverse relation's twins of the seed and held-out "
+                        "edges are excluded too (default: the dataset's own, e.g. "
+                        "author,writes,paper on hetero:, or its only relation)")
 
     g = p.add_argument_group("devices and runtime")
     g.add_argument("--devices", type=_int_at_least(1), default=rt.devices, metavar="N",
@@ -569,7 +577,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         task=args.task,
         link=LinkConfig(val=args.link_val, test=args.link_test, neg_ratio=args.neg_ratio,
                         eval_neg_ratio=args.eval_neg_ratio, exclude=args.exclude_seed_edges,
-                        decoder=args.decoder, embed_dim=args.embed_dim, hits_k=args.hits_k),
+                        decoder=args.decoder, embed_dim=args.embed_dim, hits_k=args.hits_k,
+                        edge_type=getattr(args, "link_edge_type", None)),
     )
     given = getattr(args, "given_dests", None)
     if given is None:

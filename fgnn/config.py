@@ -408,6 +408,10 @@ class LinkConfig:
     hits_k: tuple[int, ...] = ()
     """Also report MRR and Hits@K for these K: each validation/test positive ranked against its
     own ``eval_neg_ratio`` negatives. Empty: AUC and AP only."""
+    edge_type: Optional[str] = None
+    """Typed datasets: the relation whose edges are predicted, ``SRC,REL,DST`` (or ``REL``
+    alone when unique; :func:`fgnn.hetero.link.resolve_edge_type`). None: the dataset's own
+    (the synthetic ``hetero:`` graph predicts ``author,writes,paper``) or its only relation."""
 
     def __post_init__(self) -> None:
         _finite(self, "val", "test")

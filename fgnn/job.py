@@ -249,10 +249,12 @@ class Job:
         except ValueError as e:
             raise JobConfigError("dataset", cfg.dataset, str(e)) from e
         _check_typed(cfg, self.dataset)
+        cfg = self.config = _typed_link_config(cfg, self.dataset)  # the relation it predicts
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
-        self._say(f"fgnn: task {cfg.task}, recipe {cfg.recipe} (defaults for the flags not "
-                  f"given)")
+        relation = f" of {cfg.link.edge_type}" if cfg.link.edge_type else ""
+        self._say(f"fgnn: task {cfg.task}{relation}, recipe {cfg.recipe} (defaults for the "
+                  f"flags not given)")
 
         import ray
 
@@ -473,6 +475,18 @@ def _check_typed(cfg: JobConfig, dataset: Dataset) -> None:
             _hetero.check_homogeneous(cfg, dataset)
     except _hetero.TypedJobError as e:
         raise JobConfigError(e.field, e.value, e.why) from e
+
+
+def _typed_link_config(cfg: JobConfig, dataset: Dataset) -> JobConfig:
+    """A typed link job's config with ``link.edge_type`` resolved (the dataset's default made
+    explicit, so the console, the report and checkpoints name the relation predicted)."""
+    from fgnn.executors import _hetero
+
+    if cfg.task != "link" or not _hetero.is_hetero(dataset):
+        return cfg
+    from fgnn.executors._typed_link import resolved_config
+
+    return resolved_config(cfg, dataset)
 
 
 def _check_data_spec(spec: str, data_root: Optional[str]) -> None:

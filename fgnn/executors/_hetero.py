@@ -20,7 +20,9 @@ What changes against a homogeneous job, and where:
   per node type in each task's record, summed per epoch into ``EpochStats.typed_cache``), train
   :class:`~fgnn.models.hetero_sage.HeteroGraphSAGE` and exchange gradients like any job.
 
-What a typed job refuses (one line each, :func:`check_job`): link prediction, samplers other
+Typed link prediction (``task="link"``) is :mod:`fgnn.executors._typed_link`.
+
+What a typed job refuses (one line each, :func:`check_job`): samplers other
 than ``khop``, time-sharing mode, hot-first reordering, the disk tier, layer-wise evaluation,
 the ``wrpr`` policy and models other than ``sage``.
 """
@@ -74,7 +76,7 @@ def check_job(config: JobConfig, dataset: HeteroDataset) -> None:
     from fgnn.cache.hotness import parse_policy
 
     c = config
-    bad = [("task", c.task, c.task != "node", "(node classification only)"),
+    bad = [("task", c.task, c.task not in ("node", "link"), "(node or link)"),
            ("sampler.kind", c.sampler.kind, c.sampler.kind != "khop",
             "(typed samples are uniform k-hop, per relation)"),
            ("sampler.frontier", c.sampler.frontier, c.sampler.frontier != "all", "(use all)"),
@@ -103,6 +105,10 @@ def check_job(config: JobConfig, dataset: HeteroDataset) -> None:
         why = str(exc).split(": ", 1)[-1]
         raise TypedJobError("sampler.relation_fanouts", c.sampler.relation_fanouts,
                             why) from None
+    if c.task == "link":
+        from fgnn.executors._typed_link import check_link
+
+        check_link(c, dataset)
 
 
 def check_homogeneous(config: JobConfig, dataset: Dataset) -> None:

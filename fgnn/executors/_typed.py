@@ -71,6 +71,7 @@ def pack(sample: HeteroSample) -> dict[str, Any]:
 
     return {"typed": True, "seed_type": sample.seed_type, "seeds": a(sample.seeds),
             "task_id": sample.task_id,
+            "pairs": None if sample.pairs is None else a(sample.pairs),
             "input_nodes": {t: a(v) for t, v in sample.input_nodes.items()},
             "blocks": [({et: (a(s), a(d)) for et, (s, d) in b.edges.items()}, b.num_src,
                         b.num_dst) for b in sample.blocks]}
@@ -83,7 +84,8 @@ def unpack(packed: dict[str, Any]) -> HeteroSample:
                           dict(nd)) for edges, ns, nd in packed["blocks"]]
     return HeteroSample(packed["seed_type"], t(packed["seeds"]), blocks,
                         {k: t(v) for k, v in packed["input_nodes"].items()},
-                        int(packed["task_id"]))
+                        int(packed["task_id"]),
+                        None if packed.get("pairs") is None else t(packed["pairs"]))
 
 
 def new_visits(graph: HeteroGraph, device: torch.device) -> dict[str, torch.Tensor]:

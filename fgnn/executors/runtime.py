@@ -708,12 +708,20 @@ def _link_task(config: JobConfig, dataset: Dataset, model: Optional[nn.Module]) 
     if model is not None and not callable(getattr(model, "pair_logits", None)):
         raise ValueError(f"task='link' needs a model with pair_logits(h, pairs) (e.g. "
                          f"fgnn.link.task.LinkModel), got {type(model).__name__}")
+    if _hetero.is_hetero(dataset):  # one relation's edges (fgnn.executors._typed_link)
+        from fgnn.executors._typed_link import link_task
+
+        return link_task(config, dataset)
     return LinkTask.build(config, dataset)
 
 
 def _build_model(config: JobConfig, dataset: Dataset, sampler: Sampler) -> nn.Module:
     from fgnn.models import build_model
 
+    if _hetero.is_hetero(dataset) and config.task == "link":
+        from fgnn.executors._typed_link import build_model as typed_link_model
+
+        return typed_link_model(config, dataset, sampler.num_layers)
     if _hetero.is_hetero(dataset):
         return _hetero.build_model(config, dataset, sampler.num_layers)
     if config.task == "link":

@@ -245,7 +245,11 @@ class SamplerExecutor:
                       else graph_from_payload(graph, self.device))
         self.sampler = sampler
         self.link = None
-        if link is not None:
+        if link is not None and link.get("typed"):  # one relation of a typed graph
+            from fgnn.executors._typed_link import link_sampling
+
+            self.link = link_sampling(link, sampler, self.device)
+        elif link is not None:
             from fgnn.link.task import LinkSampling
 
             self.link = LinkSampling(link, sampler, self.device)
@@ -358,7 +362,7 @@ class SamplerExecutor:
     def _draw(self, items: torch.Tensor, gen: torch.Generator, split: Optional[str]) -> Sample:
         """The S step: sample seed vertices, or for a link job training edges (``split`` None)
         or evaluation pairs of ``split``."""
-        if self.typed:  # the seeds are of the target type
+        if self.typed and self.link is None:  # the seeds are of the target type
             return self.sampler.sample(self.graph, self.graph.target_type, items, gen)
         if self.link is None:
             return self.sampler.sample(self.graph, items, gen)

@@ -12,7 +12,7 @@ those it reads from (the homogeneous block layout of :mod:`fgnn.sampling.base`, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -20,7 +20,7 @@ from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
 from fgnn.sampling.khop import sample_uniform
 from fgnn.sampling.remap import Remapper
 
-__all__ = ["HeteroBlock", "HeteroSample", "HeteroKHop"]
+__all__ = ["HeteroBlock", "HeteroSample", "HeteroKHop", "EdgeFilter"]
 
 
 @dataclass
@@ -55,11 +55,13 @@ class HeteroSample:
         input_nodes: node type -> ``(M_t,)`` int64 local ids, position = id within the sample;
             ``input_nodes[seed_type]`` starts with the seeds.
         task_id: the mini-batch task it samples (set by the runtime's Sampler executor).
-        pairs, cached: always None (no typed link prediction; no M-step marks: a Trainer's
-            typed store knows its rows); stages that read them on any sample find them.
+        pairs: typed link prediction (:mod:`fgnn.hetero.link`): ``(3, P)`` int64 local source
+            id (into the seeds of the relation's source type), local destination id (its
+            destination type) and 0/1 label of each scored pair; None for node classification.
+        cached: always None (no M-step marks: a Trainer's typed store knows its rows); stages
+            that read it on any sample find it.
     """
 
-    pairs = None
     cached = None
 
     seed_type: str
@@ -67,6 +69,7 @@ class HeteroSample:
     blocks: list[HeteroBlock]
     input_nodes: dict[str, torch.Tensor]
     task_id: int = -1
+    pairs: Optional[torch.Tensor] = None
 
     @property
     def num_layers(self) -> int:
@@ -76,6 +79,8 @@ class HeteroSample:
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor of the sample: seeds, input nodes per type, each block's edges."""
         ts = [self.seeds, *self.input_nodes.values()]
+        if self.pairs is not None:
+            ts.append(self.pairs)
         for b in self.blocks:
             for src, dst in b.edges.values():
                 ts += [src, dst]
@@ -88,10 +93,14 @@ class HeteroSample:
         blocks = [HeteroBlock({et: (f(s), f(d)) for et, (s, d) in b.edges.items()},
                               dict(b.num_src), dict(b.num_dst)) for b in self.blocks]
         return HeteroSample(self.seed_type, f(self.seeds), blocks,
-                            {t: f(v) for t, v in self.input_nodes.items()}, self.task_id)
+                            {t: f(v) for t, v in self.input_nodes.items()}, self.task_id,
+                            None if self.pairs is None else f(self.pairs))
 
 
 FanoutSpec = Union[Sequence[int], Mapping[EdgeType, Sequence[int]]]
+#: ``drop(relation, nbr, dst)``: ``(Q,)`` bool, True where the drawn message edge ``nbr -> dst``
+#: (global ids of the relation's source and destination types) is to be kept; None keeps all.
+EdgeFilter = Callable[[EdgeType, torch.Tensor, torch.Tensor], Optional[torch.Tensor]]
 
 
 class HeteroKHop:
@@ -152,35 +161,72 @@ class HeteroKHop:
         if seed_type not in graph.num_nodes:
             raise ValueError(f"HeteroKHop: seed_type {seed_type!r} is not a node type (types: "
                              f"{graph.node_types})")
+        return self.sample_seeds(graph, {seed_type: seeds}, generator)
+
+    def sample_seeds(self, graph: HeteroGraph, seeds: Mapping[str, torch.Tensor],
+                     generator: Optional[torch.Generator] = None,
+                     keep: Optional[EdgeFilter] = None) -> HeteroSample:
+        """Sample around seeds of several node types at once (a typed link sample: the
+        sources and the destinations of its pairs); each type's seeds take local ids
+        ``0 .. B_t-1`` of that type. The sample's ``seed_type`` / ``seeds`` are the first
+        entry's.
+
+        Args:
+            graph: the typed graph.
+            seeds: node type -> ``(B_t,)`` distinct local ids (at least one entry).
+            generator: random source.
+            keep: an :data:`EdgeFilter` applied to every relation's draw before its new nodes
+                are numbered (the exclusion of seed edges, :mod:`fgnn.hetero.link`).
+
+        Raises:
+            ValueError: on an unknown node type, bad or repeated seeds, or a fanout dict
+                naming a relation the graph lacks.
+        """
+        for t in seeds:
+            if t not in graph.num_nodes:
+                raise ValueError(f"HeteroKHop: seed type {t!r} is not a node type (types: "
+                                 f"{graph.node_types})")
         fan = self.fanouts(graph)
-        n_seed = graph.num_nodes[seed_type]
-        seeds = _check_seeds(seeds, seed_type, n_seed)
+        given = {t: _check_seeds(v, t, graph.num_nodes[t]) for t, v in seeds.items()}
         rms = {t: self._remap.setdefault(t, Remapper()) for t in graph.node_types}
         started: list[Remapper] = []
         try:
             for t, rm in rms.items():
-                rm.begin(seeds if t == seed_type else seeds.new_empty(0), graph.num_nodes[t])
+                first = given.get(t)
+                rm.begin(first if first is not None else next(iter(given.values())).new_empty(0),
+                         graph.num_nodes[t])
                 started.append(rm)
-            blocks = []
-            for hop in range(self.num_layers):
-                frontier = {t: rm.nodes() for t, rm in rms.items()}
-                edges = {}
-                for et, f in fan.items():
-                    k = f[hop]
-                    dst_rows = frontier[et[2]]
-                    if k == 0 or dst_rows.numel() == 0:
-                        continue
-                    nbr, row = sample_uniform(graph.relations[et], dst_rows, k, generator)
-                    edges[et] = (rms[et[0]].add(nbr), row)
-                blocks.append(HeteroBlock(edges, {t: rm.size for t, rm in rms.items()},
-                                          {t: int(v.numel()) for t, v in frontier.items()}))
+            blocks = [self._hop(graph, fan, rms, hop, generator, keep)
+                      for hop in range(self.num_layers)]
             input_nodes = {t: rm.end() for t, rm in rms.items()}
         except BaseException:
             for rm in started:
                 rm.abort()
             raise
         blocks.reverse()
-        return HeteroSample(seed_type, seeds, blocks, input_nodes)
+        seed_type = next(iter(given))
+        return HeteroSample(seed_type, given[seed_type], blocks, input_nodes)
+
+    @staticmethod
+    def _hop(graph: HeteroGraph, fan: Mapping[EdgeType, Sequence[int]],
+             rms: Mapping[str, Remapper], hop: int, generator: Optional[torch.Generator],
+             keep: Optional[EdgeFilter]) -> HeteroBlock:
+        """One hop: every relation draws into the nodes already sampled of its destination
+        type (``keep`` filters the draw), the new sources numbered per type."""
+        frontier = {t: rm.nodes() for t, rm in rms.items()}
+        edges = {}
+        for et, f in fan.items():
+            k = f[hop]
+            dst_rows = frontier[et[2]]
+            if k == 0 or dst_rows.numel() == 0:
+                continue
+            nbr, row = sample_uniform(graph.relations[et], dst_rows, k, generator)
+            mask = None if keep is None else keep(et, nbr, dst_rows.index_select(0, row))
+            if mask is not None:
+                nbr, row = nbr[mask], row[mask]
+            edges[et] = (rms[et[0]].add(nbr), row)
+        return HeteroBlock(edges, {t: rm.size for t, rm in rms.items()},
+                           {t: int(v.numel()) for t, v in frontier.items()})
 
     def __repr__(self) -> str:
         if self._per_rel is None:

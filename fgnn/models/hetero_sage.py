@@ -121,6 +121,16 @@ class HeteroGraphSAGE(nn.Module):
 
     def forward(self, blocks: Sequence[HeteroBlock], x: Mapping[str, torch.Tensor]
                 ) -> torch.Tensor:
+        h = self.encode(blocks, x)
+        if self.target_type not in h:
+            raise ValueError(f"HeteroGraphSAGE: no relation reaches target type "
+                             f"{self.target_type!r} in the last layer")
+        return self.head(h[self.target_type])
+
+    def encode(self, blocks: Sequence[HeteroBlock], x: Mapping[str, torch.Tensor]
+               ) -> dict[str, torch.Tensor]:
+        """The last layer's outputs before the head: node type -> ``(num_dst[t], hidden)``
+        rows of the last block's destination nodes (the seeds of each type)."""
         if len(blocks) != self.num_layers:
             raise ValueError(f"HeteroGraphSAGE: got {len(blocks)} blocks but num_layers="
                              f"{self.num_layers}")
@@ -129,10 +139,7 @@ class HeteroGraphSAGE(nn.Module):
             if i > 0:
                 h = {t: self.dropout(self.activation(v)) for t, v in h.items()}
             h = layer(block, h)
-        if self.target_type not in h:
-            raise ValueError(f"HeteroGraphSAGE: no relation reaches target type "
-                             f"{self.target_type!r} in the last layer")
-        return self.head(h[self.target_type])
+        return h
 
 
 def hetero_inputs(graph: HeteroGraph, sample: HeteroSample,
