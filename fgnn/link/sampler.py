@@ -30,6 +30,7 @@ import torch
 
 from fgnn.graph import CSRGraph
 from fgnn.link._exclude import TABLE_ROWS, HashPlan, SeedRowPlan, SeedTable, TablePlan
+from fgnn.link._fused import FusedRows, sample_fused
 from fgnn.link.edges import EdgeSet, check_pairs
 from fgnn.link.negatives import uniform_negatives
 from fgnn.sampling._util import check_seeds
@@ -37,7 +38,12 @@ from fgnn.sampling.base import Sample
 from fgnn.sampling.khop import KHop
 from fgnn.sampling.remap import EdgeFilter, sample_layers
 
-__all__ = ["EXCLUDE_MODES", "ExcludingKHop", "LinkSample", "LinkNeighborSampler"]
+__all__ = ["EXCLUDE_MODES", "FUSED_DRAW", "ExcludingKHop", "LinkSample", "LinkNeighborSampler"]
+
+#: Exclude inside the draw (:mod:`fgnn.link._fused`) when the sampler and graph allow it
+#: (uniform draws without replacement; sorted rows without repeated pairs); False: always the
+#: post-filter look-ups of :mod:`fgnn.link._exclude` (kept for the other cases).
+FUSED_DRAW = True
 
 #: ``none``: keep seed edges in the neighbourhood (leaks the target); ``self``: drop the message
 #: edge ``src -> dst`` of each seed; ``reverse``: also drop ``dst -> src`` (undirected graphs,
@@ -56,13 +62,47 @@ class ExcludingKHop(KHop):
     #: ``(N,)`` bool scratch of the fallback, True at the endpoints of the excluded edges during
     #: a call (only edges between two marked vertices are looked up in the set).
     _mark: Optional[torch.Tensor] = None
+    #: the in-draw exclusion's copy of the graph's slots (:mod:`fgnn.link._fused`), and
+    #: whether it is on during a call.
+    _fused: Optional[FusedRows] = None
+    _fused_on = False
 
     def __getstate__(self) -> dict:
-        """Pickle without the O(N) scratch arrays (rebuilt on first use)."""
+        """Pickle without the O(N) and O(E) scratch arrays (rebuilt on first use)."""
         state = dict(self.__dict__)
-        state.pop("_table", None)
-        state.pop("_mark", None)
+        for k in ("_table", "_mark", "_fused", "_fused_on"):
+            state.pop(k, None)
         return state
+
+    def _fused_rows(self, graph: CSRGraph) -> Optional[FusedRows]:
+        """The in-draw exclusion's state for ``graph``, or None where it does not apply."""
+        if not FUSED_DRAW or self.weighted or self.replace:
+            return None
+        if self._fused is None or not self._fused.is_for(graph):
+            self._fused = FusedRows(graph)
+        return self._fused if self._fused.ok else None
+
+    def sample_excluding(self, graph: CSRGraph, seeds: torch.Tensor, pos: torch.Tensor,
+                         both: bool, generator: Optional[torch.Generator] = None,
+                         slots: Optional[torch.Tensor] = None) -> Optional[Sample]:
+        """As :meth:`KHop.sample`, with the message edges ``pos[0] -> pos[1]`` (and their
+        reverses when ``both``) out of every row's draw (each row draws among its other
+        neighbours); None where the in-draw exclusion does not apply (see
+        :data:`FUSED_DRAW`)."""
+        fused = self._fused_rows(graph)
+        if fused is None:
+            return None
+        seeds = check_seeds(graph, seeds, values=False)
+        fused.begin(fused.slots_of(pos.long(), both) if slots is None else slots)
+        self._fused_on = True
+        try:
+            return sample_layers(self._remap, seeds, graph.num_nodes, self.num_layers,
+                                 lambda frontier, hop: self._select(graph, frontier, hop,
+                                                                    generator),
+                                 self.frontier)
+        finally:
+            self._fused_on = False
+            fused.end()
 
     def sample(self, graph: CSRGraph, seeds: torch.Tensor,
                generator: Optional[torch.Generator] = None,
@@ -73,6 +113,9 @@ class ExcludingKHop(KHop):
             return super().sample(graph, seeds, generator)
         n = exclude.num_nodes
         u, v = exclude.keys // n, exclude.keys % n
+        fused = self.sample_excluding(graph, seeds, torch.stack([u, v]), False, generator)
+        if fused is not None:
+            return fused
         srt, order = seeds.long().sort()
         last = max(srt.numel() - 1, 0)
         at_v = torch.searchsorted(srt, v).clamp_(max=last)
@@ -147,6 +190,9 @@ class ExcludingKHop(KHop):
             self._exclude = None
 
     def _select(self, graph, rows, hop, generator):  # noqa: D102 (KHop's hook, post-filtered)
+        if self._fused_on:
+            nbr, dst = sample_fused(self._fused, rows, self.fanouts[hop], generator)
+            return nbr, dst, None
         nbr, dst, w = super()._select(graph, rows, hop, generator)
         if self._plan is not None:
             if hop == 0 or self.frontier == "all":  # frontiers holding the seeds, first
@@ -214,9 +260,21 @@ class LinkNeighborSampler:
         return (f"LinkNeighborSampler(fanouts={list(self.khop.fanouts)}, "
                 f"neg_ratio={self.neg_ratio}, exclude={self.exclude!r})")
 
+    def slots(self, graph: CSRGraph, pos: torch.Tensor) -> Optional[torch.Tensor]:
+        """The CSR slots in ``graph`` of the message edges :meth:`sample` excludes for the
+        seed edges ``pos`` ``(2, P)``: ``(P, 2)`` int64 (``(P, 1)`` with ``exclude="self"``), row
+        ``i`` for ``pos[:, i]`` (None when nothing is excluded in the draw). Seed edges are fixed training edges: computing their slots once
+        and passing the batch's columns to :meth:`sample` saves a search per batch."""
+        fused = None if self.exclude == "none" else self.khop._fused_rows(graph)
+        if fused is None:
+            return None
+        return fused.slots_of(check_pairs(pos, graph.num_nodes, "positive edges"),
+                              self.exclude == "reverse")
+
     def sample(self, graph: CSRGraph, pos: torch.Tensor,
                generator: Optional[torch.Generator] = None,
-               known: Optional[EdgeSet] = None) -> LinkSample:
+               known: Optional[EdgeSet] = None,
+               slots: Optional[torch.Tensor] = None) -> LinkSample:
         """Negatives for ``pos``, then the neighbourhood of every endpoint.
 
         Args:
@@ -224,6 +282,8 @@ class LinkNeighborSampler:
             pos: ``(2, P)`` positive edges ``[src, dst]``.
             generator: random source of negatives and neighbours.
             known: edges a negative must not be (``None``: unfiltered uniform negatives).
+            slots: the rows of :meth:`slots` for ``pos`` in ``graph`` (computed here when
+                omitted).
 
         Raises:
             ValueError: on malformed ``pos``.
@@ -239,8 +299,11 @@ class LinkNeighborSampler:
         if self.exclude == "none":
             sample = self.khop.sample(graph, seeds, generator)
         else:  # message edge src -> dst: row dst; its reverse: row src
-            sample = self.khop._sample_seed_pairs(graph, seeds, generator, loc_dst[:p],
-                                                  loc_src[:p], self.exclude == "reverse")
+            both = self.exclude == "reverse"
+            sample = self.khop.sample_excluding(graph, seeds, pos, both, generator, slots)
+            if sample is None:
+                sample = self.khop._sample_seed_pairs(graph, seeds, generator, loc_dst[:p],
+                                                      loc_src[:p], both)
         label = torch.cat([torch.ones(p), torch.zeros(neg.src.numel())])
         return LinkSample(sample=sample, src=loc_src, dst=loc_dst, label=label,
                           num_pos=p, neg_pos_index=neg.pos_index)
