@@ -12,16 +12,18 @@ the row's other neighbours (``min(fanout, deg - x)`` of them), and a row whose n
 fits keeps all of them (in another order). Rows without an excluded edge are untouched, and a
 hop costs no operation more than without exclusion.
 
-The per-sample build (:meth:`FusedRows.begin`) works on the batch's ``2P`` edge keys only, with
-no host sync: one sort of the keys groups them by row in CSR order, one ``searchsorted`` in
-the graph's sorted ``row * N + neighbour`` keys finds their slots (an edge missing from the
-graph, or a repeat, is dropped), and the holes are paired with the free tail slots by their
-ordinals (``cumsum``), in row order, through a scratch buffer. :meth:`FusedRows.end` restores
-the touched entries. It needs a graph without repeated ``(row, neighbour)`` pairs (a repeat
-would need all of its slots excluded) whose rows are sorted (:attr:`FusedRows.ok`).
+The per-sample build (:meth:`FusedRows.begin`) works on the batch's ``2P`` excluded slots only,
+with no host sync and no loop: one sort groups them by row in CSR order (a repeat, or ``E`` for
+an edge the graph lacks, is dropped), a running count and a running maximum give each its
+tail slot, and the holes are paired with the free tail slots by their ordinals (``cumsum``), in
+row order, through a scratch buffer; about 30 tensor operations. :meth:`FusedRows.end` restores
+the touched entries. The slots come from :meth:`FusedRows.slots_of`, one ``searchsorted`` in
+the graph's sorted ``row * N + neighbour`` keys, best done once per set of training edges. It
+needs sorted rows without a repeated ``(row, neighbour)`` pair (a repeat would need all of its
+slots excluded): :attr:`FusedRows.ok`.
 
-Memory: per graph, three arrays of ``E + 1`` entries (slots, keys, rows of the slots) and
-three of ``N + 1``.
+Memory: per graph, three arrays of ``E + 1`` entries (slots, keys, rows of the slots) and one of
+``N + 1`` (row ends).
 """
 
 from __future__ import annotations
