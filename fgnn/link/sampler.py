@@ -270,8 +270,9 @@ class LinkNeighborSampler:
     def slots(self, graph: CSRGraph, pos: torch.Tensor) -> Optional[torch.Tensor]:
         """The CSR slots in ``graph`` of the message edges :meth:`sample` excludes for the
         seed edges ``pos`` ``(2, P)``: ``(P, 2)`` int64 (``(P, 1)`` with ``exclude="self"``), row
-        ``i`` for ``pos[:, i]`` (None when nothing is excluded in the draw). Seed edges are fixed training edges: computing their slots once
-        and passing the batch's columns to :meth:`sample` saves a search per batch."""
+        ``i`` for ``pos[:, i]`` (None when nothing is excluded in the draw). Seed edges are
+        fixed training edges: computing their slots once and passing a batch's rows to
+        :meth:`sample` saves a search per batch."""
         fused = None if self.exclude == "none" else self.khop._fused_rows(graph)
         if fused is None:
             return None
