@@ -479,8 +479,8 @@ def test_gae_setting_on_cora(planetoid_root):
     AP 0.88): on this split, training seeds 0-4 spread over AUC 0.899-0.913 and AP
     0.887-0.913 (means 0.908 / 0.905) with the seed edges excluded in the draw, and
     0.901-0.913 / 0.902-0.914 (0.909 / 0.907) with the post-filter, the random stream being
-    the only difference at these full fanouts. The 0.90 target is on the mean of five seeds of the 200-epoch run
-    (bench/link_gae.py, docs/benchmarks.md)."""
+    the only difference at these full fanouts. The 0.90 target is on the mean of five seeds
+    of the 200-epoch run (bench/link_gae.py, docs/benchmarks.md)."""
     from fgnn.data import load_planetoid
     from fgnn.models import GCN
 
