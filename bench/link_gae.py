@@ -89,14 +89,20 @@ def _best_epoch(samplers: dict, graph, pos: torch.Tensor, known, batch: int, rep
 
 
 def sampler_at(ref: str) -> type:
-    """``LinkNeighborSampler`` of ``fgnn/link/sampler.py`` and ``_exclude.py`` as of git
-    ``ref`` (the rest of fgnn as checked out), for a before/after run of ``--sample-cost``."""
+    """``LinkNeighborSampler`` of ``fgnn/link/sampler.py``, ``_exclude.py`` and ``_fused.py``
+    (where it exists) as of git ``ref`` (the rest of fgnn as checked out), for a before/after
+    run of ``--sample-cost``."""
     repo, tmp = Path(__file__).resolve().parents[1], Path(tempfile.mkdtemp())
     tag = "ref_" + "".join(c if c.isalnum() else "_" for c in ref)
-    for name in ("_exclude", "sampler"):
-        src = subprocess.run(["git", "-C", str(repo), "show", f"{ref}:fgnn/link/{name}.py"],
-                             capture_output=True, text=True, check=True).stdout
-        src = src.replace("from fgnn.link._exclude import", f"from {tag}__exclude import")
+    for name in ("_exclude", "_fused", "sampler"):
+        got = subprocess.run(["git", "-C", str(repo), "show", f"{ref}:fgnn/link/{name}.py"],
+                             capture_output=True, text=True)
+        if got.returncode != 0 and name == "_fused":  # before the in-draw exclusion
+            continue
+        got.check_returncode()
+        src = got.stdout
+        for mod in ("_exclude", "_fused"):
+            src = src.replace(f"from fgnn.link.{mod} import", f"from {tag}_{mod} import")
         (tmp / f"{tag}_{name}.py").write_text(src)
     sys.path.insert(0, str(tmp))
     return importlib.import_module(f"{tag}_sampler").LinkNeighborSampler
