@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> dict:
                                               if k != "json"}, "runs": rows, "mean": mean}
 
 
-def _best_epoch(samplers: dict, graph, pos: torch.Tensor, known, batch: int, reps: int
-                ) -> dict[tuple[str, str], float]:
+def _best_epoch(samplers: dict, graph, pos: torch.Tensor, known, batch: int, reps: int,
+                slots: Optional[dict] = None) -> dict[tuple[str, str], float]:
     """Per arm and clock (``cpu``: thread CPU time, ``wall``), the Sample stage of one epoch as
     the sum over its batches of each batch's best of ``reps`` rounds. Every batch runs in every
     arm back to back with the same generator seed (same negatives and draws), so a burst of
@@ -81,20 +81,28 @@ def _best_epoch(samplers: dict, graph, pos: torch.Tensor, known, batch: int, rep
                 for c, clock in clocks.items():
                     gen = torch.Generator().manual_seed(i)
                     t = clock()
-                    sampler.sample(graph, pos[:, i:i + batch], gen, known)
+                    sl = slots.get(mode)
+                    sampler.sample(graph, pos[:, i:i + batch], gen, known,
+                                   **({} if sl is None else {"slots": sl[i:i + batch]}))
                     best[mode, c, i] = min(best[mode, c, i], clock() - t)
     return {(m, c): sum(best[m, c, i] for i in starts) for m in samplers for c in clocks}
 
 
 def sampler_at(ref: str) -> type:
-    """``LinkNeighborSampler`` of ``fgnn/link/sampler.py`` and ``_exclude.py`` as of git
-    ``ref`` (the rest of fgnn as checked out), for a before/after run of ``--sample-cost``."""
+    """``LinkNeighborSampler`` of ``fgnn/link/sampler.py``, ``_exclude.py`` and ``_fused.py``
+    (where it exists) as of git ``ref`` (the rest of fgnn as checked out), for a before/after
+    run of ``--sample-cost``."""
     repo, tmp = Path(__file__).resolve().parents[1], Path(tempfile.mkdtemp())
     tag = "ref_" + "".join(c if c.isalnum() else "_" for c in ref)
-    for name in ("_exclude", "sampler"):
-        src = subprocess.run(["git", "-C", str(repo), "show", f"{ref}:fgnn/link/{name}.py"],
-                             capture_output=True, text=True, check=True).stdout
-        src = src.replace("from fgnn.link._exclude import", f"from {tag}__exclude import")
+    for name in ("_exclude", "_fused", "sampler"):
+        got = subprocess.run(["git", "-C", str(repo), "show", f"{ref}:fgnn/link/{name}.py"],
+                             capture_output=True, text=True)
+        if got.returncode != 0 and name == "_fused":  # before the in-draw exclusion
+            continue
+        got.check_returncode()
+        src = got.stdout
+        for mod in ("_exclude", "_fused"):
+            src = src.replace(f"from fgnn.link.{mod} import", f"from {tag}_{mod} import")
         (tmp / f"{tag}_{name}.py").write_text(src)
     sys.path.insert(0, str(tmp))
     return importlib.import_module(f"{tag}_sampler").LinkNeighborSampler
@@ -117,12 +125,18 @@ def sample_cost(args: argparse.Namespace) -> dict:
         if args.compare_ref:
             samplers["ref"] = sampler_at(args.compare_ref)(fanouts, exclude="reverse",
                                                            frontier=frontier)
-        best = _best_epoch(samplers, graph, split.train_pos, known, args.batch_size, args.reps)
-        row = {"fanouts": list(fanouts), "frontier": frontier}
+        t = time.thread_time()  # once per split, like the graph: the training edges' slots
+        slots = {"reverse": samplers["reverse"].slots(graph, split.train_pos)}
+        slots_s = time.thread_time() - t
+        best = _best_epoch(samplers, graph, split.train_pos, known, args.batch_size, args.reps,
+                           slots)
+        row = {"fanouts": list(fanouts), "frontier": frontier, "slots_once_cpu_s": slots_s}
         for mode, sampler in samplers.items():  # deterministic: tensor ops of the first batch
             pos = split.train_pos[:, :args.batch_size]
+            kw = {} if slots.get(mode) is None else {"slots": slots[mode][:args.batch_size]}
             row[f"{mode}_ops"] = count_dispatch(sampler.sample, graph, pos,
-                                                torch.Generator().manual_seed(0), known)[1].ops
+                                                torch.Generator().manual_seed(0), known,
+                                                **kw)[1].ops
         for c in ("cpu", "wall"):
             row[f"exclude_{c}_s"], row[f"none_{c}_s"] = best["reverse", c], best["none", c]
             row[f"cost_{c}_pct"] = 100.0 * (best["reverse", c] / best["none", c] - 1.0)

@@ -227,6 +227,8 @@ class LinkSampling:
         self.known = EdgeSet(torch.cat([self.train_message, self.train_pos], dim=1),
                              self.num_nodes, undirected=self.undirected)
         self._test_graph: Optional[CSRGraph] = None
+        #: the training edges' CSR slots in the training graph (computed on first use)
+        self._slots: Optional[tuple[CSRGraph, Optional[torch.Tensor]]] = None
 
     def graph(self, split: str, train_graph: CSRGraph) -> CSRGraph:
         """The message graph of ``split``: the training graph for training and validation, the
@@ -244,8 +246,13 @@ class LinkSampling:
                      generator: Optional[torch.Generator] = None) -> Sample:
         """The sample of training supervision edges ``edge_ids``: their negatives and the
         endpoints' neighbourhood without the seed edges."""
-        pos = self.train_pos.index_select(1, edge_ids.to(self.device).long())
-        ls = self.train_sampler.sample(graph, pos, generator, self.known)
+        ids = edge_ids.to(self.device).long()
+        if self._slots is None or self._slots[0] is not graph:
+            self._slots = (graph, self.train_sampler.slots(graph, self.train_pos))
+        slots = self._slots[1]
+        ls = self.train_sampler.sample(graph, self.train_pos.index_select(1, ids), generator,
+                                       self.known,
+                                       None if slots is None else slots.index_select(0, ids))
         sample = ls.sample
         dev = sample.seeds.device
         sample.pairs = torch.stack([ls.src.to(dev), ls.dst.to(dev), ls.label.to(dev).long()])

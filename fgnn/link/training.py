@@ -129,6 +129,7 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
     hist = LinkHistory()
     best: Optional[tuple[dict, dict]] = None
     best_auc, bad = -1.0, 0
+    slots = sampler.slots(graph, split.train_pos)  # the seed edges' CSR slots, once
     for epoch in range(train_cfg.epochs):
         tick, tick_cpu = time.perf_counter(), time.thread_time()
         gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)
@@ -137,8 +138,9 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
         decoder.train()
         total, steps = 0.0, 0
         for start in range(0, order.numel(), train_cfg.batch_size):
-            pos = split.train_pos[:, order[start:start + train_cfg.batch_size]]
-            ls = sampler.sample(graph, pos, gen, known)
+            ids = order[start:start + train_cfg.batch_size]
+            ls = sampler.sample(graph, split.train_pos[:, ids], gen, known,
+                                None if slots is None else slots.index_select(0, ids))
             x = rows.gather(ls.sample.input_nodes)
             opt.zero_grad(set_to_none=True)
             h = encoder(ls.sample.blocks, x)
