@@ -269,7 +269,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, "
                         "ondisk:DIR (homogeneous or typed), rmat:key=value,..., "
                         "uniform:key=value,..., hetero:key=value,... (a typed synthetic graph; "
-                        "typed datasets train with --model sage) (default: %(default)s)")
+                        "typed datasets train with --model sage), useritem:key=value,... (a "
+                        "planted user-item graph for --task recsys) (default: %(default)s)")
     g.add_argument("--data-root", default=job.data_root, metavar="DIR",
                    help="directory holding the dataset files; relative DIRs in the spec are "
                         "resolved against it (default: %(default)s)")
