@@ -264,7 +264,29 @@ class RecsysSampling:
 
 
 class RecsysCachePlanner(CachePlanner):
-    """The homogeneous cache planner with user rows (never read) below every item."""
+    """The homogeneous cache planner with user rows (never read) below every item, and the
+    evaluation term of the cache sizing counted in items."""
+
+    def _size_caches(self, memory_reports: dict[str, Any]) -> None:
+        """The base's sizing with a training task counted in the items its sample holds
+        (``query_items + 1`` per user, plus the task's shared negatives), not in users: an
+        evaluation chunk of items is then weighed against the training sample it resembles.
+        Counted in users, a chunk looked 15x a training step at the full size, and the
+        evaluation term alone exceeded the 1 GiB of a logical device."""
+        import dataclasses
+
+        from fgnn.evaluation import eval_chunk
+
+        cfg = self.config
+        chunk = eval_chunk(cfg.train, self.dataset.feature_row_bytes)
+        items = (cfg.train.batch_size * (_REC.query_items + 1)
+                 + _REC.negatives_for(self.dataset.num_items) * self.step_tasks)
+        self.config = dataclasses.replace(cfg, train=dataclasses.replace(
+            cfg.train, batch_size=items, eval_batch_size=chunk))
+        try:
+            super()._size_caches(memory_reports)
+        finally:
+            self.config = cfg
 
     def policy_hotness(self, presample: bool = False) -> None:
         """The policy's hotness (degree: an item's users, plus one, so that an item nobody
