@@ -9,7 +9,7 @@
   item cache is exact: every input row is an item, and a degree cache of exactly the items'
   rows hits every row after the warm-up (users, never read, rank below every item).
 * ``launch.py --task recsys`` on 4 logical devices writes a valid report with recall@10, the
-  ceiling and popularity; bad combinations fail in one line.
+  ceiling and popularity, and resumes from its checkpoint; bad combinations fail in one line.
 """
 
 from __future__ import annotations
@@ -155,15 +155,19 @@ def test_launch_trains_a_recommender_on_4_devices_and_writes_a_report(ray_cluste
     from fgnn.cli import main
     from fgnn.report import load_report
 
-    report = tmp_path / "r.json"
+    first, report = tmp_path / "r1.json", tmp_path / "r.json"
     argv = ["--dataset", SPEC, "--task", "recsys", "--model", "pinsage", "--devices", "4",
-            "--epochs", "6", "--seed", "2", "--no-progress", "--dashboard-host", "off",
-            "--report", str(report)]
-    assert main(argv) == 0
+            "--seed", "2", "--no-progress", "--dashboard-host", "off",
+            "--checkpoint-dir", str(tmp_path / "ck")]
+    assert main(argv + ["--epochs", "5", "--report", str(first)]) == 0
+    epochs = load_report(first)["epochs"]
+    assert len(epochs) == 5 and epochs[0]["hit_rate"] == 0 and epochs[-1]["hit_rate"] > 0
+    # resumed from its checkpoint, the job runs only the epoch left
+    assert main(argv + ["--epochs", "6", "--resume", "--report", str(report)]) == 0
     rep = load_report(report)  # validates the schema
+    assert [e["epoch"] for e in rep["epochs"]] == [5]
     assert rep["config"]["recipe"] == "pinsage-rec"
     fin = rep["final"]
     assert fin["test_recall@10"] >= 3 * fin["test_popularity@10"], fin
-    assert rep["epochs"][-1]["hit_rate"] > 0
     out = capsys.readouterr().out
     assert "test_recall@10" in out and "test_ceiling@10" in out and "test_popularity@10" in out
