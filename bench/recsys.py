@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
               "popularity": pop, "latent_history_mean": latent,
               "latent_history_mean_plus_popularity": latent_pop, "ceiling": ceiling,
               "ours_over_ceiling": ours / ceiling, "ours_over_popularity": ours / max(pop, 1e-12),
-              "easy_negatives": cfg.negatives_for(data.num_items), "train_s": rec.seconds, "eval_s": eval_s, "generate_s": gen_s,
+              "easy_negatives": cfg.negatives_for(data.num_items), "train_s": rec.seconds,
+              "eval_s": eval_s, "generate_s": gen_s,
               "generator": data.graph.meta, "config": asdict(cfg)}
     print(json.dumps(result))
     if args.json:

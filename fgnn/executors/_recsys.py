@@ -21,7 +21,8 @@ space, items first. The runtime's parts do what they do for link prediction (the
   ``Sample.pairs`` (:class:`~fgnn.models.pinsage_rec.PinSAGERecModel`).
 * **Caches** (:class:`RecsysCachePlanner`): the homogeneous planner over the item rows;
   degree hotness counts an item's users, and user rows (never read) rank below every item.
-  PreSC counts the items the samples visit (a user is never an input). Hits and misses are in every epoch's report.
+  PreSC counts the items the samples visit (a user is never an input). Hits and misses are in
+  every epoch's report.
 * **Trainers**: extract the item inputs through the feature cache, embed, compute the
   max-margin loss with each query's hardest shared negatives (``pairs_loss``) and exchange
   gradients like any job; an evaluation chunk returns its items' embeddings and biases

@@ -201,7 +201,8 @@ class PinSAGERecModel(nn.Module):
         zq = F.normalize(h[loc[role == QUERY]].view(b, -1, h.shape[1]).mean(1), dim=-1)
         bp = be = None
         if self.bias is not None:
-            bp, be = self.item_bias(items[role == POSITIVE]), self.item_bias(items[role == NEGATIVE])
+            bp = self.item_bias(items[role == POSITIVE])
+            be = self.item_bias(items[role == NEGATIVE])
         if self.hardest and self.hardest < ze.shape[0]:
             scores = zq @ ze.t() + (be if be is not None else 0.0)
             top = scores.detach().topk(self.hardest, dim=1).indices
