@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=RecConfig.batch_size)
     p.add_argument("--lr", type=float, default=RecConfig.lr)
     p.add_argument("--easy-negatives", type=int, default=RecConfig.easy_negatives,
-                   help="uniform random negatives shared by each mini-batch")
+                   help="uniform random negatives shared by each mini-batch (0: a quarter of the "
+                        "items, at least 512)")
     p.add_argument("--id-dim", type=int, default=RecConfig.id_dim,
                    help="learned id embedding per item, concatenated to its features (0: none)")
     p.add_argument("--query-items", type=int, default=RecConfig.query_items,
@@ -127,7 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
               "popularity": pop, "latent_history_mean": latent,
               "latent_history_mean_plus_popularity": latent_pop, "ceiling": ceiling,
               "ours_over_ceiling": ours / ceiling, "ours_over_popularity": ours / max(pop, 1e-12),
-              "train_s": rec.seconds, "eval_s": eval_s, "generate_s": gen_s,
+              "easy_negatives": cfg.negatives_for(data.num_items), "train_s": rec.seconds,
+              "eval_s": eval_s, "generate_s": gen_s,
               "generator": data.graph.meta, "config": asdict(cfg)}
     print(json.dumps(result))
     if args.json:

@@ -46,7 +46,8 @@ from fgnn.config import (
     SamplerConfig,
     TrainConfig,
 )
-from fgnn.recipes import FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, apply_recipe, recipe_for
+from fgnn.recipes import (FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, PINSAGE_REC_RECIPE,
+                          apply_recipe, recipe_for)
 
 __all__ = ["build_parser", "config_from_args", "main", "flags_markdown", "FLAG_FIELDS"]
 
@@ -256,6 +257,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     f"--model gcn on cora|citeseer|pubmed uses {KIPF_RECIPE.name} "
                     f"({KIPF_RECIPE.summary}) for every flag not given, and --task link on them "
                     f"(with --model gcn or sage) uses {GAE_RECIPE.name} ({GAE_RECIPE.summary}); "
+                    f"--task recsys --model pinsage uses {PINSAGE_REC_RECIPE.name} "
+                    f"({PINSAGE_REC_RECIPE.summary}); "
                     f"other datasets and models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}). "
                     "The defaults below say where those recipes differ; the run's output and "
                     "report name the recipe that applied.",
@@ -267,7 +270,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, "
                         "ondisk:DIR (homogeneous or typed), rmat:key=value,..., "
                         "uniform:key=value,..., hetero:key=value,... (a typed synthetic graph; "
-                        "typed datasets train with --model sage) (default: %(default)s)")
+                        "typed datasets train with --model sage), useritem:key=value,... (a "
+                        "planted user-item graph for --task recsys) (default: %(default)s)")
     g.add_argument("--data-root", default=job.data_root, metavar="DIR",
                    help="directory holding the dataset files; relative DIRs in the spec are "
                         "resolved against it (default: %(default)s)")
@@ -295,7 +299,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "sampled on the Samplers with the seed edges excluded from their own "
                         "neighbourhood; BCE on the decoder's pair scores; validation and test "
                         "AUC and AP; on a typed dataset the edges of one relation, "
-                        "--link-edge-type) (default: %(default)s)")
+                        "--link-edge-type); recsys: PinSAGE as a recommender on a user-item dataset "
+                        "(--dataset useritem:..., --model pinsage): Samplers draw each user's "
+                        "(query items, positive) example and item -> user -> item walks, "
+                        "Trainers the max-margin loss with hard negatives; validation and test "
+                        "recall@10 (= Hits@10) beside the planted ceiling and popularity "
+                        "(default: %(default)s)")
     g.add_argument("--neg-ratio", type=_int_at_least(1), default=lnk.neg_ratio, metavar="K",
                    help="link: uniform negatives per training edge, the destination replaced "
                         "(default: %(default)s)")

@@ -35,9 +35,9 @@ PLACEMENTS = ("replicate", "algorithm1", "auto")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
 FRONTIERS = ("all", "new")
 #: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
-RECIPES = ("fgnn-7.1", "kipf-welling", "gae")
+RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec")
 #: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.link.task`).
-TASKS = ("node", "link")
+TASKS = ("node", "link", "recsys")
 #: Seed edges kept out of a link sample's neighbourhood (:data:`fgnn.link.sampler.EXCLUDE_MODES`).
 LINK_EXCLUDE = ("none", "self", "reverse")
 #: Link scorers (:data:`fgnn.link.decoders.DECODERS`).

@@ -291,7 +291,7 @@ class Job:
             self._say(f"fgnn: {early_stop_message(result.early_stop)}")
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
-        if cfg.task == "link":
+        if cfg.task in ("link", "recsys"):
             self._say("fgnn: final " + "  ".join(f"{k} {v:.4f}" for k, v in fin.items()))
         else:
             self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
@@ -473,6 +473,9 @@ def _check_typed(cfg: JobConfig, dataset: Dataset) -> None:
             _hetero.check_job(cfg, dataset)
         else:
             _hetero.check_homogeneous(cfg, dataset)
+            from fgnn.executors._recsys import check_job as check_recsys
+
+            check_recsys(cfg, dataset)  # task recsys <-> a user-item dataset
     except _hetero.TypedJobError as e:
         raise JobConfigError(e.field, e.value, e.why) from e
 

@@ -1,6 +1,6 @@
 """Training recipes: the settings a dataset and model get when the user sets nothing else.
 
-Three recipes exist:
+Four recipes exist:
 
 * ``fgnn-7.1`` -- the FGNN §7.1 defaults of :mod:`fgnn.config` (3-layer GCN with fanouts
   15, 10, 5, hidden 256, ...), for every dataset without a published recipe.
@@ -22,6 +22,10 @@ Three recipes exist:
   drawn with frontier ``new`` (PyG's): at these fanouts the same GCN as ``all``, with a shorter
   Sample stage and only the seeds' hop checked for seed edges.
 
+* ``pinsage-rec`` -- ``task="recsys"`` with ``--model pinsage`` (any dataset; the job refuses
+  one that is not a user-item graph): the single-process recommender recipe of
+  :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.executors._recsys`).
+
 A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields.
 :func:`apply_recipe` writes them into a config except for the fields the user set, so a flag
 always wins over the recipe, and records the recipe's name in ``JobConfig.recipe`` (the report
@@ -36,7 +40,8 @@ from typing import Any, Collection, Mapping
 
 from fgnn.config import JobConfig
 
-__all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "FULL_FANOUT", "recipe_for",
+__all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
+           "FULL_FANOUT", "recipe_for",
            "apply_recipe"]
 
 #: A fanout above the largest degree of Cora (168), CiteSeer (99) and PubMed (171): the k-hop
@@ -103,6 +108,28 @@ GAE_RECIPE = Recipe(
     },
 )
 
+PINSAGE_REC_RECIPE = Recipe(
+    "pinsage-rec",
+    "PinSAGE as a recommender (Ying et al. 2018, fgnn.hetero.recsys's recipe): 2 layers of "
+    "importance pooling over the top 10 of 20 item -> user -> item walks of 2 hops, hidden "
+    "128, no dropout, lr 3e-3, no weight decay, batches of 512 users, 13 epochs",
+    {
+        "model.hidden": 128,
+        "model.dropout": 0.0,
+        "model.input_dropout": 0.0,
+        "train.lr": 3e-3,
+        "train.weight_decay": 0.0,
+        "train.batch_size": 512,
+        # 13 epochs of 2^16 users in batches of 512: about the 1600 steps of the
+        # single-process recipe at the issue's size (docs/benchmarks.md)
+        "train.epochs": 13,
+        "sampler.num_walks": 20,
+        "sampler.walk_length": 4,
+        "sampler.top_k": 10,
+        "sampler.num_layers": 2,
+    },
+)
+
 #: Datasets (spec kinds) whose GCN gets :data:`KIPF_RECIPE` (and link prediction
 #: :data:`GAE_RECIPE`).
 _PLANETOID = ("cora", "citeseer", "pubmed")
@@ -114,6 +141,8 @@ def recipe_for(dataset: str, model: str, task: str = "node") -> Recipe:
     node classification and GAE's for link prediction with a GCN or GraphSAGE encoder; the
     FGNN §7.1 defaults otherwise."""
     kind = dataset.strip().partition(":")[0].strip().lower() if isinstance(dataset, str) else ""
+    if task == "recsys":
+        return PINSAGE_REC_RECIPE if model == "pinsage" else FGNN_RECIPE
     if kind not in _PLANETOID:
         return FGNN_RECIPE
     if task == "link":

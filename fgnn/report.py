@@ -43,6 +43,8 @@ __all__ = [
 _NUM = (int, float)
 #: The ``final`` scores of a link-prediction report (``config.task == "link"``).
 LINK_FINAL = ("val_auc", "val_ap", "test_auc", "test_ap")
+#: The ``final`` scores a recommender report must have (``config.task == "recsys"``).
+RECSYS_FINAL = ("val_recall@10", "test_recall@10", "test_ceiling@10", "test_popularity@10")
 
 
 
@@ -168,7 +170,13 @@ def validate_report(report: Mapping[str, Any]) -> None:
     task = report["config"].get("task", "node")
     if task not in TASKS:
         _fail("config.task", f"must be one of {', '.join(TASKS)}", task)
-    for key in (LINK_FINAL if task == "link" else ("train_acc", "val_acc", "test_acc")):
+    if task == "recsys":  # recall@K, ceiling, popularity and their ratio per split
+        for key in RECSYS_FINAL:
+            _number(final, key, "final", hi=1.0)
+        for key in final:
+            _number(final, key, "final", hi=None)
+    for key in (() if task == "recsys" else LINK_FINAL if task == "link"
+                else ("train_acc", "val_acc", "test_acc")):
         _number(final, key, "final", hi=1.0)
     if task == "link":
         for key in final:  # MRR and Hits@K when asked for
@@ -337,7 +345,7 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(ledger)
     if report.get("early_stop"):
         lines.append(early_stop_message(report["early_stop"]))
-    if cfg.get("task") == "link":
+    if cfg.get("task") in ("link", "recsys"):
         lines.append("final    " + "   ".join(f"{k} {_fmt(v, '.4f')}" for k, v in fin.items()))
     else:
         lines.append(f"final    train {_fmt(fin['train_acc'], '.4f')}   "

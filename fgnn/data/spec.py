@@ -15,6 +15,10 @@ Grammar::
                               classes, feat_dim, field_dim, authors_per_paper,
                               cites_per_paper, homophily, signal, train_frac, val_frac,
                               test_frac, seed
+    useritem[:key=value,...]  planted user-item graph for ``--task recsys``
+                              (:mod:`fgnn.hetero.useritem`); keys: users_log2, items_log2,
+                              interactions_log2, dim, affinity, popularity_exponent,
+                              feat_noise, seed
 
 A typed dataset (``hetero``, or an ``ondisk:DIR`` in the typed format) loads as a
 :class:`~fgnn.hetero.dataset.HeteroDataset`, which the runtime trains with a relational model.
@@ -45,7 +49,7 @@ from fgnn.data.synthetic import estimate_bytes, rmat_dataset, uniform_dataset
 __all__ = ["load_dataset", "parse_spec", "planetoid_root", "estimate_spec_bytes",
            "check_spec_memory", "SPEC_KINDS"]
 
-SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform", "hetero")
+SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform", "hetero", "useritem")
 PLANETOID_ENV = "FGNN_PLANETOID_ROOT"
 
 
@@ -80,6 +84,9 @@ _KEYS: dict[str, dict[str, Callable[[str], Any]]] = {
                **{k: float for k in ("homophily", "signal", "train_frac", "val_frac",
                                      "test_frac")}},
     **{name: {"normalize_features": _bool} for name in PLANETOID_NAMES},
+    "useritem": {**{k: _int for k in ("users_log2", "items_log2", "interactions_log2", "dim",
+                                      "seed")},
+                 **{k: float for k in ("affinity", "popularity_exponent", "feat_noise")}},
 }
 
 
@@ -205,6 +212,13 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
 
         try:
             return typed_synthetic(**params)
+        except ValueError as exc:
+            raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
+    if kind == "useritem":
+        from fgnn.hetero.useritem import useritem_dataset
+
+        try:
+            return useritem_dataset(**params)
         except ValueError as exc:
             raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
     check_spec_memory(spec)

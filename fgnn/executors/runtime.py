@@ -160,6 +160,9 @@ class Runtime:
             _hetero.check_job(config, dataset)
         else:
             _hetero.check_homogeneous(config, dataset)
+            from fgnn.executors._recsys import check_job as check_recsys
+
+            check_recsys(config, dataset)
         self.sampler = sampler if sampler is not None else (
             _hetero.build_sampler(config, dataset) if self.hetero else _build_sampler(config))
         #: a link job's split and scores (:mod:`fgnn.link.task`); None for node classification
@@ -189,6 +192,8 @@ class Runtime:
                             set(crash_after_apply or ()))
         self.workers = WorkerGroup(spec, self.services, self.watchdog)
         planner = _hetero.HeteroCachePlanner if self.hetero else CachePlanner
+        if config.task == "recsys":  # user rows are never read (fgnn.executors._recsys)
+            from fgnn.executors._recsys import RecsysCachePlanner as planner
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
@@ -514,6 +519,9 @@ class Runtime:
         stats.eval_s = scored.time_s
         if self.link is None:
             score = stats.val_acc = scored.accuracy("val")
+        elif self.config.task == "recsys":  # a recommender: validation recall@K
+            score = stats.val_acc = self.link.metrics("val", *scored.pairs["val"])[
+                self.link.select]
         else:  # link prediction: the validation AUC picks the weights
             m = self.link.metrics("val", *scored.pairs["val"])
             score, stats.val_auc, stats.val_ap = m["auc"], m["auc"], m["ap"]
@@ -701,6 +709,10 @@ def _link_task(config: JobConfig, dataset: Dataset, model: Optional[nn.Module]) 
     Raises:
         ValueError: a custom model without ``pair_logits`` (:class:`~fgnn.link.task.LinkModel`).
     """
+    if config.task == "recsys":  # a recommender: users' examples, items' embeddings
+        from fgnn.executors._recsys import RecsysTask
+
+        return RecsysTask.build(config, dataset)
     if config.task != "link":
         return None
     from fgnn.link.task import LinkTask
@@ -724,6 +736,10 @@ def _build_model(config: JobConfig, dataset: Dataset, sampler: Sampler) -> nn.Mo
         return typed_link_model(config, dataset, sampler.num_layers)
     if _hetero.is_hetero(dataset):
         return _hetero.build_model(config, dataset, sampler.num_layers)
+    if config.task == "recsys":
+        from fgnn.executors._recsys import build_model as build_rec_model
+
+        return build_rec_model(config, dataset)
     if config.task == "link":
         from fgnn.link.task import build_link_model
 

@@ -245,7 +245,11 @@ class SamplerExecutor:
                       else graph_from_payload(graph, self.device))
         self.sampler = sampler
         self.link = None
-        if link is not None and link.get("typed"):  # one relation of a typed graph
+        if link is not None and link.get("kind") == "recsys":  # a recommender (_recsys)
+            from fgnn.executors._recsys import RecsysSampling
+
+            self.link = RecsysSampling(link, sampler, self.device)
+        elif link is not None and link.get("typed"):  # one relation of a typed graph
             from fgnn.executors._typed_link import link_sampling
 
             self.link = link_sampling(link, sampler, self.device)

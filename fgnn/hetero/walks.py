@@ -10,7 +10,7 @@ pooling). Item ids are local to the item type.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -61,6 +61,31 @@ class ItemWalkSampler:
         self.offset = offsets[self.item_type]
         self.num_walks, self.hops, self.top_k, self.num_layers = num_walks, hops, top_k, num_layers
         self._remap = Remapper()
+
+    @classmethod
+    def on_topology(cls, homo: Any, num_items: int, offset: int = 0, num_walks: int = 20,
+                    hops: int = 2, top_k: int = 10, num_layers: int = 2,
+                    item_type: str = "item") -> "ItemWalkSampler":
+        """The same walks on an already merged topology: ``homo`` (a
+        :class:`~fgnn.graph.CSRGraph`) holds both directions of every interaction, the items
+        are vertices ``[offset, offset + num_items)`` and every other vertex is of the other
+        type (the layout of :mod:`fgnn.hetero.useritem`: items first, ``offset`` 0).
+
+        Raises:
+            ValueError: when an argument is not a positive int or the items do not fit.
+        """
+        for name, v in (("num_walks", num_walks), ("hops", hops), ("top_k", top_k),
+                        ("num_layers", num_layers), ("num_items", num_items)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"ItemWalkSampler: {name} must be a positive int, got {v!r}")
+        if offset < 0 or offset + num_items > homo.num_nodes:
+            raise ValueError(f"ItemWalkSampler: items [{offset}, {offset + num_items}) do not "
+                             f"fit a topology of {homo.num_nodes} vertices")
+        self = cls.__new__(cls)
+        self.item_type, self.num_items, self.homo, self.offset = item_type, num_items, homo, offset
+        self.num_walks, self.hops, self.top_k, self.num_layers = num_walks, hops, top_k, num_layers
+        self._remap = Remapper()
+        return self
 
     def walk_counts(self, items: torch.Tensor, top_k: int, num_walks: Optional[int] = None,
                     generator: Optional[torch.Generator] = None

@@ -89,14 +89,21 @@ def build_link_model(config: "JobConfig", feat_dim: int, num_layers: int) -> Lin
 
 
 def pair_loss(model: nn.Module, h: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-    """Mean BCE of the sample's pairs (``pairs[2]`` the 0/1 labels)."""
+    """Mean BCE of the sample's pairs (``pairs[2]`` the 0/1 labels); a model with its own
+    ``pairs_loss`` (a recommender, :class:`~fgnn.models.pinsage_rec.PinSAGERecModel`) scores
+    them itself."""
+    if callable(getattr(model, "pairs_loss", None)):
+        return model.pairs_loss(h, pairs)
     return bce_loss(model.pair_logits(h, pairs), pairs[2])
 
 
 @torch.no_grad()
 def pair_scores(model: nn.Module, h: torch.Tensor, pairs: torch.Tensor) -> dict[str, Any]:
     """An evaluation chunk's record: the pairs' logits (float32, in pair order), their labels,
-    and ``correct`` / ``count`` / ``loss_sum`` (logit > 0 predicts an edge; summed BCE)."""
+    and ``correct`` / ``count`` / ``loss_sum`` (logit > 0 predicts an edge; summed BCE); a model
+    with its own ``pairs_record`` (a recommender) makes the record itself."""
+    if callable(getattr(model, "pairs_record", None)):
+        return model.pairs_record(h, pairs)
     logits = model.pair_logits(h, pairs).float()
     label = pairs[2].to(logits.dtype)
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, label, reduction="sum")

@@ -19,7 +19,8 @@ from fgnn.models.aggregate import check_hparams, check_inputs
 from fgnn.models.pinsage import PinSAGEConv
 from fgnn.sampling.base import Block
 
-__all__ = ["PinSAGEEmbedder", "ItemBias", "ITEM_BIASES", "max_margin_loss"]
+__all__ = ["PinSAGEEmbedder", "ItemBias", "ITEM_BIASES", "max_margin_loss", "PinSAGERecModel",
+           "QUERY", "POSITIVE", "NEGATIVE", "EMBED"]
 
 ITEM_BIASES = ("none", "degree", "item", "both")
 
@@ -143,3 +144,80 @@ def max_margin_loss(query: torch.Tensor, positive: torch.Tensor, negatives: torc
         neg = neg + negative_bias
     owner = torch.arange(neg.shape[0], device=neg.device).repeat_interleave(neg.shape[1])
     return scores_max_margin_loss(pos, neg.reshape(-1), owner, margin)
+
+
+#: Roles in a recommender sample's ``pairs`` (row 2; :class:`PinSAGERecModel`).
+QUERY, POSITIVE, NEGATIVE, EMBED = 0, 1, 2, 3
+
+
+class PinSAGERecModel(nn.Module):
+    """PinSAGE item embeddings, the learned item bias and the max-margin loss as one module,
+    the way the factored runtime trains a recommender (``task="recsys"``,
+    :mod:`fgnn.executors._recsys`): the parameter server, the gradient exchange and checkpoints
+    treat it as any model.
+
+    A sample's ``pairs`` is ``(4, P)`` int64: row 0 the local id of an item among the sample's
+    seeds, row 1 the example it belongs to (``-1`` for a shared negative and an item to
+    embed), row 2 its role (:data:`QUERY`, :data:`POSITIVE`, :data:`NEGATIVE`, :data:`EMBED`),
+    row 3 its global item id. Queries are listed example-major, ``query_items`` per example.
+
+    Args:
+        in_dim, out_dim, num_layers, hidden: the :class:`PinSAGEEmbedder`'s.
+        log_degree: ``(I,)`` standardised log degree of each item (the ``"degree"`` bias).
+        margin: the max-margin loss's margin.
+        hardest: each query's hinge runs on its ``hardest`` highest-scoring shared negatives
+            (0: all of them).
+        bias_scale: the bias is ``bias_scale * ItemBias(...)``: with Adam, its parameters then
+            move ``bias_scale`` times the job's learning rate (``RecConfig.bias_lr / lr``, the
+            single-process recipe's two learning rates under one optimizer).
+        item_bias: ``"degree"`` or ``"none"`` (:data:`ITEM_BIASES`).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, num_layers: int, hidden: int,
+                 log_degree: torch.Tensor, margin: float = 0.1, hardest: int = 10,
+                 bias_scale: float = 10.0, item_bias: str = "degree") -> None:
+        super().__init__()
+        self.embedder = PinSAGEEmbedder(in_dim, out_dim, num_layers, hidden)
+        self.bias = None if item_bias == "none" else ItemBias(item_bias, log_degree)
+        self.margin, self.hardest, self.bias_scale = float(margin), int(hardest), float(bias_scale)
+        self.num_layers, self.hidden, self.in_dim = num_layers, hidden, in_dim
+        self.num_classes = out_dim
+
+    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
+        """Unit-norm embeddings ``(num_seeds, out_dim)`` of the sample's seed items."""
+        return self.embedder(blocks, x)
+
+    def item_bias(self, items: torch.Tensor) -> Optional[torch.Tensor]:
+        """The score's bias of ``items`` (None without one)."""
+        return None if self.bias is None else self.bias_scale * self.bias(items)
+
+    def pairs_loss(self, h: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+        """The max-margin loss of a training sample: query = normalised mean embedding of its
+        query items; each query's hinge on its ``hardest`` highest-scoring shared negatives
+        (``pairs`` as in the class docstring)."""
+        role, loc, items = pairs[2], pairs[0], pairs[3]
+        zp, ze = h[loc[role == POSITIVE]], h[loc[role == NEGATIVE]]
+        b = zp.shape[0]
+        zq = F.normalize(h[loc[role == QUERY]].view(b, -1, h.shape[1]).mean(1), dim=-1)
+        bp = be = None
+        if self.bias is not None:
+            bp = self.item_bias(items[role == POSITIVE])
+            be = self.item_bias(items[role == NEGATIVE])
+        if self.hardest and self.hardest < ze.shape[0]:
+            scores = zq @ ze.t() + (be if be is not None else 0.0)
+            top = scores.detach().topk(self.hardest, dim=1).indices
+            return max_margin_loss(zq, zp, ze[top], self.margin, bp,
+                                   be[top] if be is not None else None)
+        return max_margin_loss(zq, zp, ze, self.margin, bp, be)
+
+    @torch.no_grad()
+    def pairs_record(self, h: torch.Tensor, pairs: torch.Tensor) -> dict:
+        """An evaluation chunk's record: ``pair_scores`` ``(n, D + 1)`` float32, each item's
+        embedding and score bias, and ``pair_labels`` their global item ids (chunk order)."""
+        items = pairs[3]
+        z = h[pairs[0]].float()
+        b = self.item_bias(items)
+        b = torch.zeros(z.shape[0], device=z.device) if b is None else b.float()
+        return {"pair_scores": torch.cat([z, b.unsqueeze(1)], 1).cpu().numpy(),
+                "pair_labels": items.cpu().numpy(), "correct": 0,
+                "count": int(items.numel()), "loss_sum": 0.0}
