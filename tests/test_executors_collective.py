@@ -102,11 +102,11 @@ class _Group:
             F.cross_entropy(m.model(x[idx]), y[idx]).backward()
             g = flatten([p.grad for p in m.params])
             m.pending(step)
-            ok = self.ledger.deliver(0, t, m.name, int(idx.numel()), 0)
+            ok = self.ledger.deliver(0, t, m.name, int(idx.numel()), m.incarnation)
             if die_after_deliver:
                 m.stop()
                 return
-            m.settle(step, g, int(idx.numel()), ok, t)
+            m.settle(step, g, int(idx.numel()), ok, t, task=t)
             if redeliver and t not in self.again and len(self.queue) > 1:
                 self.again.add(t)
                 with self.lock:
