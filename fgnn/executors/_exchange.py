@@ -81,6 +81,10 @@ class TrainerExchange:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._send_loop, daemon=True, name=f"{name}-sender").start()
         self._after_grant = False  # the event read last was a ``grant``
+        # tasks of this epoch a slot was requested for ("asked") or taken for ("taken"): one
+        # request per task, whether the prefetch callback or the training thread comes first
+        self._asks: dict[int, str] = {}
+        self._asks_lock = threading.Lock()
 
     def begin(self, epoch: int) -> None:
         """Join the ledger's ``epoch`` (the runtime called ``begin_epoch`` on it); a no-op
@@ -91,6 +95,8 @@ class TrainerExchange:
             return
         self.member.finish(GROUP_TIMEOUT_S)  # the last epoch's reducer reaches its end
         self._epoch, self._after_grant = epoch, False
+        with self._asks_lock:
+            self._asks.clear()
         handle = ray.get_runtime_context().current_actor
         self.member.begin(self.incarnation, handle, epoch)
 
@@ -153,7 +159,7 @@ class TrainerExchange:
         ``has_next``: unused (the next task's slot is claimed when its fetch completes, see
         :meth:`prefetched`)."""
         t0 = time.perf_counter()
-        got = self._claim(stop)
+        got = self._claim(task_id, stop)
         if got is None:
             return None
         step, waited, parts = got
@@ -201,16 +207,31 @@ class TrainerExchange:
         in an event, most often the closing step's ``reduce``)."""
         if fetch.cancelled() or fetch.exception() is not None or fetch.result() is None:
             return
-        if self.member.ready.is_set():
+        self._ask(fetch.result().task_id, ahead=True)
+
+    def _ask(self, task_id: int, ahead: bool) -> None:
+        """Request a slot for ``task_id`` unless one was requested for it already: ahead (the
+        prefetch callback) only for a task not seen yet and once the member is in a group; the
+        training thread for a task with no request outstanding (a task leased again after it
+        was taken counts anew). The callback may run after the training thread took the task
+        up (a future's waiters wake before its callbacks run), so neither may ask twice."""
+        with self._asks_lock:
+            state = self._asks.get(task_id)
+            if ahead and (state is not None or not self.member.ready.is_set()):
+                return
+            if not ahead and state == "asked":
+                return
+            self._asks[task_id] = "asked"
             self.member.ask()
 
-    def _claim(self, stop: threading.Event) -> Optional[tuple[int, float, dict[str, float]]]:
+    def _claim(self, task_id: int, stop: threading.Event
+               ) -> Optional[tuple[int, float, dict[str, float]]]:
         """A slot for the task about to compute: ``(step, seconds waited for other Trainers'
         work, the exchange part of the wait by piece)``, or None when stopped first.
 
-        Slots are not tied to tasks: the member's oldest grant serves the oldest task, and a
-        request is sent here only when none is outstanding (the prefetch requested for the
-        next task already, :meth:`prefetched`), so the member asks once per task. The wait up
+        Slots are not tied to tasks: the member's oldest grant serves the oldest task; a
+        request is sent here only when none was sent for this task (:meth:`prefetched`
+        requests ahead), so the member asks once per task. The wait up
         to the moment the last gradient of the step the grant waited for was ready is a wait
         for other Trainers' work (:func:`~fgnn.executors.ps.step_wait`); the rest (that
         gradient's delivery, the close, the event's way to this process) is exchange: its
@@ -219,8 +240,12 @@ class TrainerExchange:
         reducer) and ``x_gwake_s`` (the training thread's wake-up)."""
         t0, w0 = time.perf_counter(), time.time()
         while not stop.is_set() and self.member.active:
-            got = self.member.claim(self.incarnation, 1.0)
+            if self.member.ready.is_set():
+                self._ask(task_id, ahead=False)
+            got = self.member.claim(self.incarnation, 1.0, ask=False)
             if got is not None:
+                with self._asks_lock:
+                    self._asks[task_id] = "taken"
                 w1 = time.time()
                 waited = step_wait(got[1], w0, time.perf_counter() - t0)
                 cuts = [min(max(m, w0 + waited), w1) for m in (got[2], got[3])]

@@ -762,21 +762,24 @@ class ExchangeMember:
             self._asked += 1
         self._post("request", self.name, self.incarnation, self.epoch)
 
-    def claim(self, incarnation: Optional[int] = None, timeout_s: float = 1.0
-              ) -> Optional[tuple[int, Optional[float], float, float]]:
+    def claim(self, incarnation: Optional[int] = None, timeout_s: float = 1.0,
+              ask: bool = True) -> Optional[tuple[int, Optional[float], float, float]]:
         """A slot for the oldest task this member holds: ``(step, ready_at, granted_at,
         read_at)``, where ``ready_at`` is the wall time the last gradient of the step the
         request waited for was ready (None: it did not wait for a close;
         :func:`~fgnn.executors.ps.step_wait`), ``granted_at`` the wall time the ledger
-        published the grant and ``read_at`` the time this member's reducer read it. Asks
-        for one first when no request is outstanding. None when none was granted within
+        published the grant and ``read_at`` the time this member's reducer read it. With
+        ``ask``, asks for one first when no request is outstanding (a caller that requests
+        ahead, :meth:`ask`, counts its requests per task itself and passes False: "none
+        outstanding" cannot tell a request made for this task from one for the next). None
+        when none was granted within
         ``timeout_s`` (the request stays queued: call again), or before this member has joined
         a group. ``incarnation``: unused (the member's own, given to :meth:`begin`)."""
         if not self.ready.is_set():
             self.ready.wait(timeout_s)
             return None
         with self._cv:
-            ask = not self._grants and self._asked == 0
+            ask = ask and not self._grants and self._asked == 0
         if ask:
             self.ask()
         with self._cv:
