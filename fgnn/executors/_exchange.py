@@ -162,11 +162,12 @@ class TrainerExchange:
         got = self._claim(task_id, stop)
         if got is None:
             return None
-        step, waited, parts = got
+        step, waited, read, parts = got
         t1 = time.perf_counter()
         if not self.member.wait_version(step, stop):
             return None
         t2 = time.perf_counter()
+        tv = min(max(read, t0 + waited), t1)  # the wait for the weights began at the grant
         loss = backward()
         grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
                         for p in self.member.params])
@@ -177,14 +178,15 @@ class TrainerExchange:
         # sync_s: the exchange as the training thread sees it: the wait for the slot's grant
         # less its wait for other Trainers' work (ps.step_wait), the wait for the previous
         # step's sum and Adam step, handing the delivery to the sender thread; step_wait_s:
-        # waiting for other Trainers' work
+        # waiting for other Trainers' work. By part: the claim until the grant was read (its
+        # pieces in ``parts``), then the wait for the weights (``_parts``, from ``tv``)
         self.member.pending(step)
         args = (epoch, task_id, self.name, seeds, self.incarnation, time.time())
         t4 = time.perf_counter()
         rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
                    sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
-                   deferred=True, x_claim_s=t1 - t0 - waited, x_deliver_s=t4 - t3,
-                   **parts, **self._parts(step, t1, t2))
+                   deferred=True, x_claim_s=tv - t0 - waited, x_deliver_s=t4 - t3,
+                   **parts, **self._parts(step, tv, t2))
         self._outbox.put(lambda: self._deliver(step, grad, seeds, args, (task_id, rec)))
         return rec
 
@@ -225,9 +227,11 @@ class TrainerExchange:
             self.member.ask()
 
     def _claim(self, task_id: int, stop: threading.Event
-               ) -> Optional[tuple[int, float, dict[str, float]]]:
+               ) -> Optional[tuple[int, float, float, dict[str, float]]]:
         """A slot for the task about to compute: ``(step, seconds waited for other Trainers'
-        work, the exchange part of the wait by piece)``, or None when stopped first.
+        work, the moment (``perf_counter``) the grant was read, the exchange part of the wait
+        until then by piece)``, or None when stopped first. A grant that came with a step's
+        close is returned once that step is applied (:meth:`ExchangeMember.claim`).
 
         Slots are not tied to tasks: the member's oldest grant serves the oldest task; a
         request is sent here only when none was sent for this task (:meth:`prefetched`
@@ -235,9 +239,9 @@ class TrainerExchange:
         to the moment the last gradient of the step the grant waited for was ready is a wait
         for other Trainers' work (:func:`~fgnn.executors.ps.step_wait`); the rest (that
         gradient's delivery, the close, the event's way to this process) is exchange: its
-        pieces are ``x_grant_s`` (until the ledger published the grant: the last delivery's
-        way and the close, or the request's way), ``x_gevent_s`` (the event's way to the
-        reducer) and ``x_gwake_s`` (the training thread's wake-up)."""
+        pieces until the grant was read are ``x_grant_s`` (until the ledger published the
+        grant: the last delivery's way and the close, or the request's way) and ``x_gevent_s``
+        (the event's way to the reducer)."""
         t0, w0 = time.perf_counter(), time.time()
         while not stop.is_set() and self.member.active:
             if self.member.ready.is_set():
@@ -246,12 +250,11 @@ class TrainerExchange:
             if got is not None:
                 with self._asks_lock:
                     self._asks[task_id] = "taken"
-                w1 = time.time()
-                waited = step_wait(got[1], w0, time.perf_counter() - t0)
+                w1, p1 = time.time(), time.perf_counter()
+                waited = step_wait(got[1], w0, p1 - t0)
                 cuts = [min(max(m, w0 + waited), w1) for m in (got[2], got[3])]
-                return got[0], waited, {"x_grant_s": cuts[0] - w0 - waited,
-                                        "x_gevent_s": cuts[1] - cuts[0],
-                                        "x_gwake_s": w1 - cuts[1]}
+                return got[0], waited, p1 - (w1 - cuts[1]), {
+                    "x_grant_s": cuts[0] - w0 - waited, "x_gevent_s": cuts[1] - cuts[0]}
         return None
 
     def state(self) -> dict[str, Any]:

@@ -764,8 +764,8 @@ class ExchangeMember:
 
     def claim(self, incarnation: Optional[int] = None, timeout_s: float = 1.0,
               ask: bool = True) -> Optional[tuple[int, Optional[float], float, float]]:
-        """A slot for the oldest task this member holds: ``(step, ready_at, granted_at,
-        read_at)``, where ``ready_at`` is the wall time the last gradient of the step the
+        """A slot for the oldest task this member holds, once this member holds the weights of
+        its step: ``(step, ready_at, granted_at, read_at)``, where ``ready_at`` is the wall time the last gradient of the step the
         request waited for was ready (None: it did not wait for a close;
         :func:`~fgnn.executors.ps.step_wait`), ``granted_at`` the wall time the ledger
         published the grant and ``read_at`` the time this member's reducer read it. With
@@ -783,8 +783,14 @@ class ExchangeMember:
         if ask:
             self.ask()
         with self._cv:
-            self._cv.wait_for(lambda: self._grants or self._stop.is_set(), timeout_s)
-            return self._grants.popleft() if self._grants else None
+            self._cv.wait_for(self._slot_ready, timeout_s)
+            return self._grants.popleft() if self._slot_ready() and self._grants else None
+
+    def _slot_ready(self) -> bool:
+        """A grant is there and this member holds its step's weights (a grant that came with
+        a step's close waits for that step's sum and Adam step: the training thread wakes once,
+        not once for the grant and again for the weights); or the member stops."""
+        return self._stop.is_set() or bool(self._grants and self.version >= self._grants[0][0])
 
     def wait_version(self, step: int, stop: Optional[threading.Event] = None) -> bool:
         """Wait until this member holds the weights of ``step``; False when it cannot (the
@@ -865,7 +871,8 @@ class ExchangeMember:
             if mine:
                 self._grants.extend(mine)
                 self._asked = max(0, self._asked - len(mine))
-                self._cv.notify_all()
+                if step <= self.version:  # a grant with a close wakes the training thread
+                    self._cv.notify_all()  # once, when the step is applied (:meth:`claim`)
 
     def _form(self, ev: Event) -> None:
         """Join generation ``ev.generation``: build its group, take rank 0's state when this
