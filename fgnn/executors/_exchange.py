@@ -156,8 +156,8 @@ class TrainerExchange:
         deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
         applied) or None when stopped before a slot.
 
-        ``has_next``: unused (the next task's slot is claimed when its fetch completes, see
-        :meth:`prefetched`)."""
+        ``has_next``: unused (the next task's slot is requested when its fetch completes,
+        see :meth:`prefetched`)."""
         t0 = time.perf_counter()
         got = self._claim(task_id, stop)
         if got is None:
@@ -255,7 +255,25 @@ class TrainerExchange:
                 cuts = [min(max(m, w0 + waited), w1) for m in (got[2], got[3])]
                 return got[0], waited, p1 - (w1 - cuts[1]), {
                     "x_grant_s": cuts[0] - w0 - waited, "x_gevent_s": cuts[1] - cuts[0]}
+            self._probe_ledger()  # a second without a grant: is the ledger there?
         return None
+
+    def _probe_ledger(self) -> None:
+        """No grant for a second: ask the ledger for anything. Nothing else on a task's path
+        waits for its replies (the grants come through the store, which dies with it), so
+        without this a dead ledger left every Trainer waiting until the stall guard; now
+        Ray's death error of the ledger ends this ``run_epoch``, and the runtime names the
+        service that died.
+
+        Raises:
+            ray.exceptions.RayActorError: the ledger actor is gone.
+        """
+        import ray
+
+        try:
+            ray.get(self.ledger.store_address.remote(), timeout=10.0)
+        except ray.exceptions.GetTimeoutError:
+            pass  # busy or hung: the stall guard decides
 
     def state(self) -> dict[str, Any]:
         """The member's state (after its reducer reached the epoch's end)."""
