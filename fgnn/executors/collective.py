@@ -35,7 +35,7 @@ Two pieces:
 
 Every member of the epoch's group (standby Trainers included, from the epoch's start) takes part
 in every reduction, so a standby that switches to training mid-epoch already holds the current
-weights: it only starts claiming slots.
+weights: it only starts requesting slots.
 
 Why ``torch.distributed`` rather than Ray's collective API: its process groups can be built per
 generation from a store prefix without global state (``ProcessGroupGloo(store, rank, size)``), so
