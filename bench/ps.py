@@ -10,13 +10,13 @@ wait for the current step to close waits for other Trainers' work until that ste
 gradient was ready (its Trainer stamps the wall time on the push or delivery); the rest of its
 wait is exchange (:func:`fgnn.executors.ps.step_wait`). With the server the exchange is then: the
 claim's reply (with the weights when they changed; after a close, the last push's transit, the
-server's sum and Adam step) and the push of the gradient. With the collective: the claim's reply
-(sent while the previous task computed), the wait for the previous step's sum over the group and
-Adam step on the Trainer's own device, and handing the delivery to the sender thread.
-Waiting for other Trainers' work (``step_wait_s``) is reported on its own, and so is every
-attempt that found no slot within the server's (ledger's) 1 s wait. Before 2026-11-25 a claim's
-whole wait for a close counted as step wait, in both designs (``ratio_old_rule``). Ratios are
-taken over executor-time: the sum over tasks divided by the sum over training executors of the
+server's sum and Adam step) and the push of the gradient. With the collective: the wait for the
+slot's grant (requested while the previous task computed; granted in the ledger's events, which
+the Trainer's reducer reads from the store, most often the closing step's ``reduce``), the wait
+for the previous step's sum over the group and Adam step on the Trainer's own device, and handing
+the delivery to the sender thread. Waiting for other Trainers' work (``step_wait_s``) is
+reported on its own, and so is every attempt that found no slot within the server's 1 s wait.
+Ratios are taken over executor-time: the sum over tasks divided by the sum over training executors of the
 epoch time. The goal of issue 18: the collective's share at most half the server's (``ratio`` <=
 0.5). The epoch times are printed beside the shares, because a share also falls when the epoch
 gets slower; the exchange's parts per task (``x_*`` fields of the records) are printed per epoch.
@@ -64,17 +64,14 @@ def exchange_shares(stats: Any, detail: dict[str, Any]) -> dict[str, Any]:
     trainers = max(1, len(detail["batches_by"]))
     executor_s = trainers * stats.time_s
     parts = detail.get("exchange_parts", {})
-    # the rule before 2026-11-25: a claim's whole wait in the server (ledger) was a step wait
-    old_sync = detail["sync_s"] + detail["step_wait_s"] - parts.get("x_oldwait_s", 0.0)
     return {"epoch": stats.epoch, "time_s": stats.time_s, "tasks": stats.batches,
             "steps": detail["steps"], "trainers": trainers,
             "sync_s": detail["sync_s"], "step_wait_s": detail["step_wait_s"],
             "ps_busy_s": detail["ps_busy_s"],
             "sync_per_task_ms": 1e3 * detail["sync_s"] / max(1, stats.batches),
             "parts_per_task_ms": {k[2:-2]: 1e3 * v / max(1, stats.batches)
-                                  for k, v in sorted(parts.items()) if k != "x_oldwait_s"},
+                                  for k, v in sorted(parts.items())},
             "exchange_share": detail["sync_s"] / executor_s,
-            "exchange_share_old_rule": old_sync / executor_s,
             "step_wait_share": detail["step_wait_s"] / executor_s}
 
 
@@ -113,14 +110,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"the warm-up)")
     if len(designs) == 2:
         ratio = out["collective"]["exchange_share"] / max(out["server"]["exchange_share"], 1e-12)
-        old = (out["collective"]["exchange_share_old_rule"]
-               / max(out["server"]["exchange_share_old_rule"], 1e-12))
-        out.update(ratio=ratio, meets_ratio_goal=ratio <= RATIO_GOAL, ratio_old_rule=old,
+        out.update(ratio=ratio, meets_ratio_goal=ratio <= RATIO_GOAL,
                    epoch_time_ratio=out["collective"]["epoch_time_s"]
                    / max(out["server"]["epoch_time_s"], 1e-12))
         print(f"collective / server exchange share: {ratio:.2f} (goal <= {RATIO_GOAL}); "
-              f"epoch time {out['epoch_time_ratio']:.2f}; by the rule before 2026-11-25 (a "
-              f"claim's whole wait for a close was a step wait): {old:.2f}")
+              f"epoch time {out['epoch_time_ratio']:.2f}")
     print(json.dumps(out, default=str))
     if args.json:
         from fgnn.atomic import atomic_open
@@ -159,8 +153,6 @@ def run_design(args: argparse.Namespace, ds: Any, exchange: str) -> dict[str, An
     parts = {k: sum(r["parts_per_task_ms"].get(k, 0.0) for r in later) / len(later)
              for k in later[0]["parts_per_task_ms"]}
     return {"allocation": result.allocation, "epochs": rows, "exchange_share": share,
-            "exchange_share_old_rule": sum(r["exchange_share_old_rule"] for r in later)
-            / len(later),
             "parts_per_task_ms": parts,
             "meets_goal": share < GOAL,
             "step_wait_share": sum(r["step_wait_share"] for r in later) / len(later),
@@ -173,7 +165,7 @@ def _mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     runs themselves under ``runs`` (one run: that run's result as it is)."""
     if len(runs) == 1:
         return runs[0]
-    keys = ("exchange_share", "exchange_share_old_rule", "step_wait_share", "sync_per_task_ms",
+    keys = ("exchange_share", "step_wait_share", "sync_per_task_ms",
             "epoch_time_s")
     mean = {k: sum(r[k] for r in runs) / len(runs) for k in keys}
     return {**mean, "meets_goal": mean["exchange_share"] < GOAL, "runs": runs}

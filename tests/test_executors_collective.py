@@ -102,11 +102,11 @@ class _Group:
             F.cross_entropy(m.model(x[idx]), y[idx]).backward()
             g = flatten([p.grad for p in m.params])
             m.pending(step)
-            ok = self.ledger.deliver(0, t, m.name, int(idx.numel()), 0)
+            ok = self.ledger.deliver(0, t, m.name, int(idx.numel()), m.incarnation)
             if die_after_deliver:
                 m.stop()
                 return
-            m.settle(step, g, int(idx.numel()), ok, t)
+            m.settle(step, g, int(idx.numel()), ok, t, task=t)
             if redeliver and t not in self.again and len(self.queue) > 1:
                 self.again.add(t)
                 with self.lock:
@@ -417,3 +417,50 @@ def test_group_sum_on_gloo_is_the_same_sum_on_every_member():
         t.join(20)
     assert all(torch.equal(o, out[0]) for o in out)
     assert torch.allclose(out[0], bufs[0] + bufs[1] + bufs[2], atol=1e-6)
+
+
+def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_late():
+    """The Trainer's side (``fgnn/executors/_exchange.py``): a slot is requested ahead by the
+    prefetch's done-callback, or by the training thread when the task comes up first. A
+    ``Future``'s waiters wake before its callbacks run, so the training thread can take a task
+    up (and request its slot) before the callback for that task requests one too. Counting
+    "a request outstanding?" cannot tell the two apart: the task got two slots, the surplus
+    one was held to the epoch's end, and its last step never closed (the Ray case above
+    stalled with 36 of 40 tasks done). One request per task, whichever comes first."""
+    import queue as queue_mod
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from fgnn.executors._exchange import TrainerExchange
+
+    class Counting(StepLedger):
+        requests = 0
+
+        def request(self, *a):  # noqa: D102 - counts, then the ledger's own
+            Counting.requests += 1
+            return super().request(*a)
+
+    ledger = Counting()
+    ledger.begin_epoch(0, 8, 4)
+    member = ExchangeMember("t0", _model(), LR, call=lambda m, *a: getattr(ledger, m)(*a),
+                            store=dist.HashStore(), timeout_s=10.0)
+    member.begin(0)
+    ex = object.__new__(TrainerExchange)  # no Ray: only what a task's path reads
+    ex.name, ex.member, ex.incarnation, ex._epoch = "t0", member, 0, 0
+    ex._outbox = queue_mod.SimpleQueue()  # deliveries stay queued: not under test
+    ex._lock, ex._next, ex._claiming = threading.Lock(), None, False
+    ex._asks, ex._asks_lock = {}, threading.Lock()
+    assert member.ready.wait(10)
+    x, y = _data(8)
+
+    def backward() -> torch.Tensor:
+        loss = F.cross_entropy(member.model(x), y)
+        loss.backward()
+        return loss
+
+    fetch: Future = Future()
+    fetch.set_result(SimpleNamespace(task_id=5))  # its waiter (the training thread) woke
+    rec = ex.train(0, 5, 8, {}, backward, threading.Event())
+    ex.prefetched(fetch)  # ... and only now the callback for the same task runs
+    assert rec is not None and Counting.requests == 1, Counting.requests
+    member.stop()

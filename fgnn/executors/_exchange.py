@@ -3,9 +3,11 @@
 :class:`TrainerExchange` owns the Trainer's :class:`~fgnn.executors.collective.ExchangeMember`
 (its weights and Adam state stay on the Trainer's device), connects it to the job's
 :class:`~fgnn.executors.collective.StepLedger` actor and its rendezvous store, and runs one
-training step the collective way: claim a slot (sent when the prefetch brought the task, while
-the previous one computed), wait for the step's weights, forward/backward, deliver the task id to
-the ledger (the gradient stays on the device until the step's all-reduce).
+training step the collective way: take a slot (requested when the prefetch brought the task,
+while the previous one computed; the ledger grants it in an event the member's reducer reads
+from the store, most often the closing step's ``reduce``, so no Ray reply is waited for), wait
+for the step's weights, forward/backward, deliver the task id to the ledger (the gradient stays
+on the device until the step's all-reduce; its verdict comes in the step's ``reduce`` event).
 A task is acknowledged to the queue only once the step holding its gradient is applied, so a
 Trainer that dies before that leaves the task leased: it goes back to the queue and its lost
 gradient does not count.
@@ -69,17 +71,20 @@ class TrainerExchange:
         self.member = ExchangeMember(
             name, model, spec.lr, spec.weight_decay, spec.optimizer_state,
             call=lambda method, *a: ray.get(getattr(self.ledger, method).remote(*a)),
+            post=lambda method, *a: getattr(self.ledger, method).remote(*a),
             store=store, on_applied=self._applied,
-            resolve=lambda reply: reply is not None and ray.get(reply)[0], events=self._event)
+            resolve=lambda reply: reply is not None and bool(ray.get(reply)), events=self._event)
         self._store = store
         # Ray calls whose reply nobody waits for (deliveries, acknowledgements, progress
         # reports) leave the training and reducer threads' paths: one sender thread submits
         # them in order (a submission took 15-20 ms on the path at a load of 50 on 2 cores)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._send_loop, daemon=True, name=f"{name}-sender").start()
-        self._next: Any = None  # a claim sent while the last task computed, for this one
-        self._lock = threading.Lock()
-        self._claiming = False  # the training thread waits in a claim of its own
+        self._after_grant = False  # the event read last was a ``grant``
+        # tasks of this epoch a slot was requested for ("asked") or taken for ("taken"): one
+        # request per task, whether the prefetch callback or the training thread comes first
+        self._asks: dict[int, str] = {}
+        self._asks_lock = threading.Lock()
 
     def begin(self, epoch: int) -> None:
         """Join the ledger's ``epoch`` (the runtime called ``begin_epoch`` on it); a no-op
@@ -89,9 +94,11 @@ class TrainerExchange:
         if self.member.active and self._epoch == epoch:
             return
         self.member.finish(GROUP_TIMEOUT_S)  # the last epoch's reducer reaches its end
-        self._epoch, self._next = epoch, None
+        self._epoch, self._after_grant = epoch, False
+        with self._asks_lock:
+            self._asks.clear()
         handle = ray.get_runtime_context().current_actor
-        self.member.begin(self.incarnation, handle)
+        self.member.begin(self.incarnation, handle, epoch)
 
     def _event(self, index: int, version: int) -> Optional[Event]:
         """The ledger's event ``index`` read from the store (a socket wait, no Ray call on the
@@ -99,10 +106,13 @@ class TrainerExchange:
 
         The wait is long (``GROUP_TIMEOUT_S``): every step, death and epoch end appends an
         event, and c10d logs a warning for every timed-out wait (it printed one every 5 s)."""
-        self._outbox.put(lambda: self.ledger.report.remote(self.name, index, version))
+        if not self._after_grant:  # reports after a grant change nothing in the ledger
+            self._outbox.put(lambda: self.ledger.report.remote(self.name, index, version))
         t0 = time.monotonic()
         try:  # a get waits for the key (the store's timeout): one round trip, not two
-            return pickle.loads(self._store.get(f"fgnn-ev{index}"))
+            ev = pickle.loads(self._store.get(f"fgnn-ev{index}"))
+            self._after_grant = ev.kind == "grant"
+            return ev
         except RuntimeError:  # not there yet (a timeout), or the store is gone (the ledger
             if time.monotonic() - t0 < 1.0:  # died): no busy loop until the job stops
                 time.sleep(1.0)
@@ -119,14 +129,15 @@ class TrainerExchange:
 
     def _deliver(self, step: int, grad: torch.Tensor, seeds: int, args: tuple,
                  ack: Any) -> None:
-        """Deliver a task to the ledger (on the sender thread) and settle its gradient with the
-        reply; a submission that fails settles it as not accepted (the reducer never waits on
-        it), and the task, never acknowledged, goes back to the queue."""
+        """Deliver a task to the ledger (on the sender thread) and settle its gradient (its
+        verdict comes in the step's ``reduce`` event; the reply serves a step reduced again
+        after a death); a submission that fails settles it as not accepted (the reducer never
+        waits on it), and the task, never acknowledged, goes back to the queue."""
         reply = None
         try:
-            reply = self.ledger.deliver_and_claim.remote(*args)
+            reply = self.ledger.deliver.remote(*args)
         finally:
-            self.member.settle(step, grad, seeds, reply, ack)
+            self.member.settle(step, grad, seeds, reply, ack, task=args[1])
 
     def _applied(self, step: int, acks: list) -> None:
         """The reducer applied ``step``: acknowledge its tasks of this Trainer."""
@@ -145,17 +156,18 @@ class TrainerExchange:
         deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
         applied) or None when stopped before a slot.
 
-        ``has_next``: unused (the next task's slot is claimed when its fetch completes, see
-        :meth:`prefetched`)."""
+        ``has_next``: unused (the next task's slot is requested when its fetch completes,
+        see :meth:`prefetched`)."""
         t0 = time.perf_counter()
-        got = self._claim(stop)
+        got = self._claim(task_id, stop)
         if got is None:
             return None
-        step, waited, old = got
+        step, waited, read, parts = got
         t1 = time.perf_counter()
         if not self.member.wait_version(step, stop):
             return None
         t2 = time.perf_counter()
+        tv = min(max(read, t0 + waited), t1)  # the wait for the weights began at the grant
         loss = backward()
         grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
                         for p in self.member.params])
@@ -163,17 +175,18 @@ class TrainerExchange:
             time.sleep(delay_s)
         t3 = time.perf_counter()
         rec = dict(rec)
-        # sync_s: the exchange as the training thread sees it: the claim's reply less its wait
-        # for other Trainers' work (ps.step_wait), the wait for the previous step's sum and
-        # Adam step, sending the delivery (its reply is read by the reducer); step_wait_s:
-        # waiting for other Trainers' work
+        # sync_s: the exchange as the training thread sees it: the wait for the slot's grant
+        # less its wait for other Trainers' work (ps.step_wait), the wait for the previous
+        # step's sum and Adam step, handing the delivery to the sender thread; step_wait_s:
+        # waiting for other Trainers' work. By part: the claim until the grant was read (its
+        # pieces in ``parts``), then the wait for the weights (``_parts``, from ``tv``)
         self.member.pending(step)
-        args = (epoch, task_id, self.name, seeds, self.incarnation, False, time.time())
+        args = (epoch, task_id, self.name, seeds, self.incarnation, time.time())
         t4 = time.perf_counter()
         rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
                    sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
-                   deferred=True, x_claim_s=t1 - t0 - waited, x_deliver_s=t4 - t3,
-                   x_oldwait_s=old, **self._parts(step, t1, t2))
+                   deferred=True, x_claim_s=tv - t0 - waited, x_deliver_s=t4 - t3,
+                   **parts, **self._parts(step, tv, t2))
         self._outbox.put(lambda: self._deliver(step, grad, seeds, args, (task_id, rec)))
         return rec
 
@@ -191,49 +204,76 @@ class TrainerExchange:
         return out
 
     def prefetched(self, fetch: Any) -> None:
-        """The Trainer's prefetch of its next task completed (a done ``Future``): claim a slot
-        now, while the current task computes, so the claim's round trip is off the next task's
-        path (the reply is read when it starts). Not while the training thread waits in a
-        claim of its own: it would take this one."""
+        """The Trainer's prefetch of its next task completed (a done ``Future``): request its
+        slot now, while the current task computes (:meth:`ExchangeMember.ask`; the grant comes
+        in an event, most often the closing step's ``reduce``)."""
         if fetch.cancelled() or fetch.exception() is not None or fetch.result() is None:
             return
-        with self._lock:
-            if self._next is None and not self._claiming and self.member.ready.is_set():
-                self._next = self.ledger.claim.remote(self.name, 1.0, self.incarnation)
+        self._ask(fetch.result().task_id, ahead=True)
 
-    def _claim(self, stop: threading.Event) -> Optional[tuple[int, float, float]]:
+    def _ask(self, task_id: int, ahead: bool) -> None:
+        """Request a slot for ``task_id`` unless one was requested for it already: ahead (the
+        prefetch callback) only for a task not seen yet and once the member is in a group; the
+        training thread for a task with no request outstanding (a task leased again after it
+        was taken counts anew). The callback may run after the training thread took the task
+        up (a future's waiters wake before its callbacks run), so neither may ask twice."""
+        with self._asks_lock:
+            state = self._asks.get(task_id)
+            if ahead and (state is not None or not self.member.ready.is_set()):
+                return
+            if not ahead and state == "asked":
+                return
+            self._asks[task_id] = "asked"
+            self.member.ask()
+
+    def _claim(self, task_id: int, stop: threading.Event
+               ) -> Optional[tuple[int, float, float, dict[str, float]]]:
         """A slot for the task about to compute: ``(step, seconds waited for other Trainers'
-        work, the same by the rule before 2026-11-25)``, or None when stopped first.
+        work, the moment (``perf_counter``) the grant was read, the exchange part of the wait
+        until then by piece)``, or None when stopped first. A grant that came with a step's
+        close is returned once that step is applied (:meth:`ExchangeMember.claim`).
 
-        Slots are not tied to tasks: the Trainer's first claim that is granted serves its
-        oldest task. A claim sent ahead (:meth:`prefetched`) is read first; while it is
-        outstanding the thread sends none of its own, so a slot granted to the task behind
-        never leaves this one without one (that deadlocked a step: the last slot held for a
-        task that could not start before this one). Only the part of an ahead claim's wait
-        that this thread saw, up to the moment the closing step's last gradient was ready,
-        counts as a wait for other Trainers' work (:func:`~fgnn.executors.ps.step_wait`), and
-        so does every attempt that found no free slot within the ledger's wait (the ledger
-        waited for one all along)."""
+        Slots are not tied to tasks: the member's oldest grant serves the oldest task; a
+        request is sent here only when none was sent for this task (:meth:`prefetched`
+        requests ahead), so the member asks once per task. The wait up
+        to the moment the last gradient of the step the grant waited for was ready is a wait
+        for other Trainers' work (:func:`~fgnn.executors.ps.step_wait`); the rest (that
+        gradient's delivery, the close, the event's way to this process) is exchange: its
+        pieces until the grant was read are ``x_grant_s`` (until the ledger published the
+        grant: the last delivery's way and the close, or the request's way) and ``x_gevent_s``
+        (the event's way to the reducer)."""
+        t0, w0 = time.perf_counter(), time.time()
+        while not stop.is_set() and self.member.active:
+            if self.member.ready.is_set():
+                self._ask(task_id, ahead=False)
+            got = self.member.claim(self.incarnation, 1.0, ask=False)
+            if got is not None:
+                with self._asks_lock:
+                    self._asks[task_id] = "taken"
+                w1, p1 = time.time(), time.perf_counter()
+                waited = step_wait(got[1], w0, p1 - t0)
+                cuts = [min(max(m, w0 + waited), w1) for m in (got[2], got[3])]
+                return got[0], waited, p1 - (w1 - cuts[1]), {
+                    "x_grant_s": cuts[0] - w0 - waited, "x_gevent_s": cuts[1] - cuts[0]}
+            self._probe_ledger()  # a second without a grant: is the ledger there?
+        return None
+
+    def _probe_ledger(self) -> None:
+        """No grant for a second: ask the ledger for anything. Nothing else on a task's path
+        waits for its replies (the grants come through the store, which dies with it), so
+        without this a dead ledger left every Trainer waiting until the stall guard; now
+        Ray's death error of the ledger ends this ``run_epoch``, and the runtime names the
+        service that died.
+
+        Raises:
+            ray.exceptions.RayActorError: the ledger actor is gone.
+        """
         import ray
 
-        lost = 0.0  # attempts that found no slot
-        while not stop.is_set() and self.member.active:
-            with self._lock:
-                ahead, self._next = self._next, None
-                self._claiming = ahead is None
-            t0, w0 = time.perf_counter(), time.time()
-            try:
-                got = (self.member.claim(self.incarnation, 1.0) if ahead is None
-                       else ray.get(ahead))
-            finally:
-                with self._lock:
-                    self._claiming = False
-            seen = time.perf_counter() - t0
-            if got is not None:  # before 2026-11-25 the ledger's whole wait was a step wait
-                old = got[1] if ahead is None else min(got[1], seen)
-                return got[0], lost + step_wait(got[2], w0, seen), lost + old
-            lost += seen
-        return None
+        try:
+            ray.get(self.ledger.store_address.remote(), timeout=10.0)
+        except ray.exceptions.GetTimeoutError:
+            pass  # busy or hung: the stall guard decides
 
     def state(self) -> dict[str, Any]:
         """The member's state (after its reducer reached the epoch's end)."""

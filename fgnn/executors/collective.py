@@ -12,12 +12,15 @@ weights are ever sent back.
 Two pieces:
 
 * :class:`StepLedger` -- the coordinator (a small threaded actor; it holds no tensors in the
-  step path). It hands out the R slots of the open step (:meth:`~StepLedger.claim`), keeps the
-  exactly-once ledger (:meth:`~StepLedger.deliver` turns a duplicate task away), closes a step
-  once every slot delivered, and keeps an *event log* every member replays in order: ``form``
-  (a new group generation: rank 0, the member with the newest state, broadcasts weights and
-  optimizer state), ``reduce`` (all-reduce step ``s`` and apply it) and ``end`` (the epoch is
-  over). Membership changes only at step boundaries: joins (a restarted Trainer) wait for a
+  step path). It hands out the R slots of the open step to the members' requests
+  (:meth:`~StepLedger.request`), keeps the exactly-once ledger (:meth:`~StepLedger.deliver`
+  turns a duplicate task away), closes a step once every slot delivered, and keeps an *event
+  log* every member replays in order: ``form`` (a new group generation: rank 0, the member with
+  the newest state, broadcasts weights and optimizer state), ``reduce`` (all-reduce step ``s``
+  and apply it; it also lists the step's accepted deliveries and grants the queued requests
+  their slots of step ``s + 1``), ``grant`` (slots granted between closes) and ``end`` (the
+  epoch is over). No reply of the ledger is on a step's path: a member learns its slots and
+  its gradients' verdicts from the events it reads anyway. Membership changes only at step boundaries: joins (a restarted Trainer) wait for a
   boundary; a death is applied before the next reduce; a death during a reduce re-forms the group
   once every survivor has reported how far it got, and the steps no survivor completed are
   reduced again without the dead member's gradients, whose tasks go back to "not applied" (their
@@ -32,7 +35,7 @@ Two pieces:
 
 Every member of the epoch's group (standby Trainers included, from the epoch's start) takes part
 in every reduction, so a standby that switches to training mid-epoch already holds the current
-weights: it only starts claiming slots.
+weights: it only starts requesting slots.
 
 Why ``torch.distributed`` rather than Ray's collective API: its process groups can be built per
 generation from a store prefix without global state (``ProcessGroupGloo(store, rank, size)``), so
@@ -42,11 +45,12 @@ groups as threads of one process.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import pickle
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -65,18 +69,30 @@ class Event:
     """One entry of the ledger's event log, replayed in order by every member it names.
 
     Attributes:
-        kind: ``"form"``, ``"reduce"`` or ``"end"``.
+        kind: ``"form"``, ``"reduce"``, ``"grant"`` or ``"end"``.
         generation: the group generation the event runs in (its store prefix).
         members: the group's members in rank order (rank 0 first).
         step: the step to reduce (``reduce``); for ``form``, the version every member must
             reach after the state broadcast: steps from rank 0's version up to it are reduced
-            again with the survivors' retained gradients.
+            again with the survivors' retained gradients; for ``grant``, the step its slots
+            are in.
+        grants: slots granted to the members' requests (:meth:`StepLedger.request`), one
+            ``(member, incarnation, ready_at)`` each: in the ``reduce`` of step ``s`` slots of
+            step ``s + 1``, in a ``grant`` slots of ``step``. ``ready_at``: the wall time the
+            last gradient of the step the request waited for was ready (None: no wait), see
+            :func:`~fgnn.executors.ps.step_wait`.
+        tasks: ``reduce``: the step's accepted deliveries, ``(member, task id)`` each (a
+            member counts exactly these of its gradients, without waiting for the replies).
+        at: the wall time the ledger appended it.
     """
 
     kind: str
     generation: int
     members: tuple[str, ...]
     step: int = 0
+    grants: tuple[tuple[str, int, Optional[float]], ...] = ()
+    tasks: tuple[tuple[str, int], ...] = ()
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -156,14 +172,16 @@ class StepLedger:
         self._by: dict[int, str] = {}
         self._holders: Counter[str] = Counter()
         self._open: dict[int, str] = {}  # task -> consumer, delivered in the open step
+        self._delivered: list[tuple[str, int]] = []  # (consumer, task) accepted, in order
+        self._waiting: list[tuple[str, Optional[int]]] = []  # requests without a slot yet
         self._closed: dict[int, dict[int, str]] = {}  # step -> its tasks, until settled
         self._joining: list[str] = []
         self._expect: set[str] = set()
         self._dead: set[str] = set()
         self._claimed = self._received = self._accepted = 0
-        self._steps, self._busy_s, self._wait_s = 0, 0.0, 0.0
+        self._steps, self._busy_s = 0, 0.0
         # wall time the open step's last gradient was ready (its Trainer's clock), and that of
-        # the step closed last: a claim that waited for a close waited for other Trainers'
+        # the step closed last: a request that waited for a close waited for other Trainers'
         # work only until then (:func:`~fgnn.executors.ps.step_wait`)
         self._ready, self._closed_ready = 0.0, 0.0
         self._ended = False
@@ -171,6 +189,7 @@ class StepLedger:
     def _append(self, ev: Event) -> None:
         """Add ``ev`` to the log; with a served store also under the key ``fgnn-ev<index>``,
         where members wait for it on a socket instead of a Ray call."""
+        ev = dataclasses.replace(ev, at=time.time())
         self._log.append(ev)
         if self._store is not None:
             self._store.set(f"fgnn-ev{len(self._log) - 1}", pickle.dumps(ev))
@@ -238,6 +257,8 @@ class StepLedger:
             self._expect.discard(consumer)
             n = self._holders.pop(consumer, 0)
             self._claimed -= n
+            self._waiting = [w for w in self._waiting if w[0] != consumer]
+            self._delivered = [d for d in self._delivered if d[0] != consumer]
             for task in [t for t, c in self._open.items() if c == consumer]:
                 del self._open[task]
                 self._applied[task] -= 1
@@ -251,6 +272,7 @@ class StepLedger:
                 self._dead.add(consumer)
             self._maybe_close()
             self._reform()
+            self._publish(time.time())
             self._cv.notify_all()
             return n
 
@@ -308,7 +330,10 @@ class StepLedger:
         reduced = [e.step for e in self._log if e.kind == "reduce"
                    and e.generation == self.generation]
         upto = reduced[-1] + 1 if reduced else self.version
-        last = len(self._log)
+        # past the last event that is not a ``grant`` (a member need not report having read
+        # grants: they change no group)
+        last = next((i + 1 for i in range(len(self._log) - 1, -1, -1)
+                     if self._log[i].kind != "grant"), 0)
         if self._dead and any(self._at[m][0] < last for m in survivors):
             return  # a survivor is still inside a reduction: wait for its report
         done = max([self._at[m][1] for m in survivors], default=upto)
@@ -328,6 +353,7 @@ class StepLedger:
         self._members = members
         if members:
             self._append(Event("form", self.generation, tuple(members), upto))
+            self._publish(time.time())  # requests of the joiners
         self._ended_check()
 
     # ------------------------------------------------------------------ slots and gradients
@@ -337,58 +363,51 @@ class StepLedger:
             return self.group
         return max(0, min(self.group, self.tasks - self._accepted + self._received))
 
-    def claim(self, consumer: str, timeout_s: float = 1.0,
-              incarnation: Optional[int] = None
-              ) -> Optional[tuple[int, float, Optional[float]]]:
-        """Take a slot of the open step: ``(step, seconds waited, ready_at)``, or None when none
-        freed up within ``timeout_s`` (or the caller is not a member's live incarnation). The
-        caller computes its gradient from the weights of ``step`` (its member's version).
-        ``ready_at``: when the claim waited for a step to close, the wall time that step's last
-        gradient was ready (the end of the wait for other Trainers' work); None when it did not
-        wait for a close (:func:`~fgnn.executors.ps.step_wait`).
+    def request(self, consumer: str, incarnation: Optional[int] = None,
+                epoch: Optional[int] = None) -> None:
+        """``consumer`` holds a task and asks for a slot for it: granted at once when the open
+        step has one free, else queued (first come, first served) and granted when a slot
+        frees up, most often at the step's close. Grants are published in the event log every
+        member reads (a ``grant`` event, or the closing step's ``reduce``), so the caller never
+        waits for this call's reply. A request of another epoch or of a dead incarnation is
+        dropped.
 
-        A Trainer claims for a task it holds, at most two at a time (the one it computes and
-        the one its prefetch brought), so the waiters at a step's close never outnumber the
-        Trainers, and no claim starves another."""
-        t0 = time.perf_counter()
+        A Trainer requests for a task it holds, one request per task (at most two at a time:
+        the one it computes and the one its prefetch brought), so the waiters at a step's close
+        never outnumber the Trainers, and a slot is never held by a Trainer without a task."""
         with self._cv:
-            v0, free = self.version, self._free(consumer, incarnation)
-            if not free:
-                self._cv.wait_for(lambda: self._free(consumer, incarnation), timeout_s)
-            waited = time.perf_counter() - t0
-            self._wait_s += waited
-            got = self._try_claim(consumer, incarnation)
-            if got is None:
-                return None
-            ready = None if free else (self._closed_ready if self.version != v0
-                                       else time.time())
-            return got, waited, ready
+            if (epoch is not None and epoch != self.epoch) or consumer not in self._live \
+                    or self._stale(consumer, incarnation):
+                return
+            self._waiting.append((consumer, incarnation))
+            self._publish(None)
 
-    def _free(self, consumer: str, incarnation: Optional[int]) -> bool:
-        return (self._claimed < self.slots() and consumer in self._members) or \
-            self._stale(consumer, incarnation)
+    def _grant(self, ready_at: Optional[float]) -> tuple[tuple[str, int, Optional[float]], ...]:
+        """Give the open step's free slots to the queued requests of live members, in order
+        (under the lock): the grants. Requests of dead incarnations are dropped; those of
+        members not yet in a group wait on."""
+        grants, keep = [], []
+        for consumer, inc in self._waiting:
+            if self._stale(consumer, inc) or consumer not in self._live:
+                continue
+            if consumer in self._members and self._claimed < self.slots():
+                self._claimed += 1
+                self._holders[consumer] += 1
+                grants.append((consumer, inc, ready_at))
+            else:
+                keep.append((consumer, inc))
+        self._waiting = keep
+        return tuple(grants)
 
-    def _try_claim(self, consumer: str, incarnation: Optional[int]) -> Optional[int]:
-        """Take a free slot of the open step for a live member (under the lock): its step."""
-        if not self._free(consumer, incarnation) or self._stale(consumer, incarnation):
-            return None
-        self._claimed += 1
-        self._holders[consumer] += 1
-        return self.version
-
-    def deliver_and_claim(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
-                          incarnation: Optional[int] = None, claim_next: bool = True,
-                          ready_at: Optional[float] = None
-                          ) -> tuple[bool, Optional[tuple[int, float, None]]]:
-        """:meth:`deliver`, then a slot for the caller's next task when one is free right now
-        (one round trip per task; only a caller that already holds its next task may ask, as a
-        slot held while waiting for a task could block the holders of the last tasks)."""
-        ok = self.deliver(epoch, task_id, consumer, seeds, incarnation, ready_at)
-        if not claim_next:
-            return ok, None
-        with self._cv:
-            step = self._try_claim(consumer, incarnation)
-        return ok, None if step is None else (step, 0.0, None)
+    def _publish(self, ready_at: Optional[float]) -> None:
+        """Grant what can be granted now and publish it in a ``grant`` event (under the
+        lock)."""
+        if not self._waiting:
+            return
+        grants = self._grant(ready_at)
+        if grants:
+            self._append(Event("grant", self.generation, tuple(self._members), self.version,
+                               grants=grants))
 
     def deliver(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
                 incarnation: Optional[int] = None, ready_at: Optional[float] = None) -> bool:
@@ -417,6 +436,7 @@ class StepLedger:
                 self._applied[task_id] += 1
                 self._by.setdefault(task_id, consumer)
                 self._open[task_id] = consumer
+                self._delivered.append((consumer, task_id))
                 self._accepted += 1
                 self._received += 1
             else:
@@ -424,6 +444,7 @@ class StepLedger:
                 self._claimed -= 1
             self._maybe_close()
             self._reform()
+            self._publish(time.time())
             self._cv.notify_all()
             self._busy_s += time.perf_counter() - t0
             return ok
@@ -434,7 +455,8 @@ class StepLedger:
 
     def _maybe_close(self) -> None:
         """Close the open step once every claimed slot delivered and no slot is left: deaths
-        re-form the group first, then a ``reduce`` event, then joins at the boundary."""
+        re-form the group first, then a ``reduce`` event (with the step's accepted deliveries
+        and the next step's slots for the queued requests), then joins at the boundary."""
         if self._received == 0 or self._received < self._claimed \
                 or self._received < self.slots():
             return
@@ -442,13 +464,16 @@ class StepLedger:
             self._reform()
             if self._dead:
                 return  # waits for the survivors' reports (next_event closes it then)
-        self._append(Event("reduce", self.generation, tuple(self._members), self.version))
-        self._closed[self.version] = dict(self._open)
+        step, tasks = self.version, tuple(self._delivered)
+        self._closed[step] = dict(self._open)
         self.version += 1
         self._steps += 1
-        self._open = {}
+        self._open, self._delivered = {}, []
         self._closed_ready, self._ready = self._ready, 0.0
         self._claimed = self._received = 0
+        grants = self._grant(self._closed_ready)
+        self._append(Event("reduce", self.generation, tuple(self._members), step,
+                           grants=grants, tasks=tasks))
         self._ended_check()
 
     def _ended_check(self) -> None:
@@ -488,12 +513,12 @@ class StepLedger:
     def ledger(self) -> dict[str, Any]:
         """This epoch's exactly-once ledger, as :meth:`ParameterServer.ledger
         <fgnn.executors.ps.ParameterServer.ledger>` reports it (``busy_s``: time inside
-        :meth:`deliver`; ``claim_s``: inside :meth:`claim`, waits included)."""
+        :meth:`deliver`)."""
         with self._cv:
             return {"epoch": self.epoch, "attempts": dict(self._attempts),
                     "applied": {t: n for t, n in self._applied.items() if n},
                     "rejected": dict(self._rejected), "by": dict(self._by),
-                    "steps": self._steps, "busy_s": self._busy_s, "claim_s": self._wait_s,
+                    "steps": self._steps, "busy_s": self._busy_s,
                     "generation": self.generation}
 
     def _holder_state(self) -> dict[str, Any]:
@@ -617,10 +642,13 @@ def _init_adam(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> None:
 class ExchangeMember:
     """One Trainer's side of the collective exchange: weights and Adam state on its device.
 
-    The training thread, per task: :meth:`claim` a slot (the step ``s`` to compute), wait for the
-    weights of ``s`` (:meth:`wait_version`), compute the gradient, :meth:`pending` then the
-    ledger's ``deliver`` then :meth:`settle` (the gradient counts only when the ledger accepted
-    it; the reducer reads the verdict, so the training thread does not wait for it). The reducer thread (:meth:`begin`) replays the ledger's events: it builds each
+    The training thread, per task: :meth:`claim` a slot (the step ``s`` to compute; the request
+    may have been sent ahead with :meth:`ask`, the grant comes in the ledger's events), wait
+    for the weights of ``s`` (:meth:`wait_version`), compute the gradient, :meth:`pending` then
+    the ledger's ``deliver`` then :meth:`settle` (the gradient counts only when the ledger
+    accepted it; the reducer reads the verdict in the step's ``reduce`` event, so no thread
+    waits for the delivery's reply). The reducer thread (:meth:`begin`) replays the ledger's
+    events: it builds each
     generation's process group, receives rank 0's state when it lags, all-reduces every step's
     ``[seed-weighted gradient sum, seed count]`` and applies the mean with Adam; then
     ``on_applied(step, acks)`` hands back what :meth:`settle` registered for that step.
@@ -633,11 +661,14 @@ class ExchangeMember:
         optimizer_state: optional optimizer ``state_dict`` to resume from.
         call: ``call(method, *args)`` runs a :class:`StepLedger` method (a Ray call, or a
             direct one in-process).
+        post: ``post(method, *args)``: the same without waiting for the reply (a Ray call
+            submitted); None: ``call``.
         store: the ``torch.distributed`` store the groups rendezvous through.
         on_applied: ``on_applied(step, [(ack, accepted), ...])`` after each applied step (runs
             on the reducer thread); None: nothing.
         resolve: turns the ``answer`` given to :meth:`settle` into the ledger's verdict
-            (``ray.get`` of the delivery's reply on Ray).
+            (``ray.get`` of the delivery's reply on Ray); used only for a gradient whose step's
+            ``reduce`` event this member did not read (a step reduced again after a death).
         events: ``events(index, version)``: the ledger's event at ``index`` (None after a short
             wait), having reported ``version``; None: ``call("next_event", ...)``.
         timeout_s: seconds a collective waits for its peers before it counts as failed.
@@ -645,7 +676,7 @@ class ExchangeMember:
 
     def __init__(self, name: str, model: nn.Module, lr: float, weight_decay: float = 0.0,
                  optimizer_state: Optional[dict] = None, *, call: Callable[..., Any],
-                 store: Any, on_applied: Optional[Callable[[int, list], None]] = None,
+                 store: Any, post: Optional[Callable[..., Any]] = None, on_applied: Optional[Callable[[int, list], None]] = None,
                  resolve: Callable[[Any], bool] = bool,
                  events: Optional[Callable[[int, int], Optional[Event]]] = None,
                  timeout_s: float = GROUP_TIMEOUT_S) -> None:
@@ -661,8 +692,17 @@ class ExchangeMember:
         _init_adam(self.optimizer, self.params)
         self.version = 0
         self._call, self._store, self._on_applied = call, store, on_applied
+        self._post = post or call
         self._cv = threading.Condition()
-        self._entries: dict[int, list[tuple[Any, torch.Tensor, float, Any]]] = {}
+        self._entries: dict[int, list[tuple[Any, torch.Tensor, float, Any, Optional[int]]]] = {}
+        self.incarnation: Optional[int] = None
+        self.epoch: Optional[int] = None
+        # slots granted to this member's requests, (step, ready_at), oldest first; requests
+        # sent and not granted yet; per step, the task ids of its accepted deliveries (its
+        # ``reduce`` event) that are still to be matched with the gradients kept for it
+        self._grants: deque[tuple[int, Optional[float], float, float]] = deque()
+        self._asked = 0
+        self._verdicts: dict[int, Counter[int]] = {}
         self._resolve = resolve
         self._events = events or (lambda i, v: call("next_event", name, i, v, 1.0))
         self._inflight: Counter[int] = Counter()
@@ -679,13 +719,18 @@ class ExchangeMember:
         self._event_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
-    def begin(self, incarnation: int, handle: Any = None) -> None:
-        """Join the ledger's current epoch and start the reducer thread (a no-op while one
-        runs)."""
+    def begin(self, incarnation: int, handle: Any = None, epoch: Optional[int] = None) -> None:
+        """Join the ledger's current epoch (``epoch``: its number, which requests name; None:
+        whichever is current) and start the reducer thread (a no-op while one runs)."""
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
         self.ready.clear()
+        with self._cv:
+            self.incarnation, self.epoch = incarnation, epoch
+            self._grants.clear()
+            self._asked = 0
+            self._verdicts.clear()
         start = self._call("join", self.name, incarnation, self.version, handle)
         self._thread = threading.Thread(target=self._replay, args=(start,), daemon=True,
                                         name=f"{self.name}-reducer")
@@ -710,15 +755,42 @@ class ExchangeMember:
         return self._thread is not None and self._thread.is_alive()
 
     # ------------------------------------------------------------------ the training thread
-    def claim(self, incarnation: Optional[int], timeout_s: float = 1.0
-              ) -> Optional[tuple[int, float, Optional[float]]]:
-        """A slot of the open step from the ledger: ``(step, seconds waited in the ledger,
-        ready_at)`` (:meth:`StepLedger.claim`); None on timeout (or before this member has
-        joined a group)."""
+    def ask(self) -> None:
+        """Request a slot for a task this member holds (:meth:`StepLedger.request`; the reply
+        is not waited for: the grant comes in an event). One request per task."""
+        with self._cv:
+            self._asked += 1
+        self._post("request", self.name, self.incarnation, self.epoch)
+
+    def claim(self, incarnation: Optional[int] = None, timeout_s: float = 1.0,
+              ask: bool = True) -> Optional[tuple[int, Optional[float], float, float]]:
+        """A slot for the oldest task this member holds, once this member holds the weights of
+        its step: ``(step, ready_at, granted_at, read_at)``, where ``ready_at`` is the wall time the last gradient of the step the
+        request waited for was ready (None: it did not wait for a close;
+        :func:`~fgnn.executors.ps.step_wait`), ``granted_at`` the wall time the ledger
+        published the grant and ``read_at`` the time this member's reducer read it. With
+        ``ask``, asks for one first when no request is outstanding (a caller that requests
+        ahead, :meth:`ask`, counts its requests per task itself and passes False: "none
+        outstanding" cannot tell a request made for this task from one for the next). None
+        when none was granted within
+        ``timeout_s`` (the request stays queued: call again), or before this member has joined
+        a group. ``incarnation``: unused (the member's own, given to :meth:`begin`)."""
         if not self.ready.is_set():
             self.ready.wait(timeout_s)
             return None
-        return self._call("claim", self.name, timeout_s, incarnation)
+        with self._cv:
+            ask = ask and not self._grants and self._asked == 0
+        if ask:
+            self.ask()
+        with self._cv:
+            self._cv.wait_for(self._slot_ready, timeout_s)
+            return self._grants.popleft() if self._slot_ready() and self._grants else None
+
+    def _slot_ready(self) -> bool:
+        """A grant is there and this member holds its step's weights (a grant that came with
+        a step's close waits for that step's sum and Adam step: the training thread wakes once,
+        not once for the grant and again for the weights); or the member stops."""
+        return self._stop.is_set() or bool(self._grants and self.version >= self._grants[0][0])
 
     def wait_version(self, step: int, stop: Optional[threading.Event] = None) -> bool:
         """Wait until this member holds the weights of ``step``; False when it cannot (the
@@ -738,13 +810,14 @@ class ExchangeMember:
             self._inflight[step] += 1
 
     def settle(self, step: int, grad: torch.Tensor, seeds: int, answer: Any,
-               ack: Any = None) -> None:
-        """Keep ``grad`` (the mean over ``seeds`` seeds) for ``step`` with the ledger's
-        ``answer`` to its delivery (True/False, or a token ``resolve`` turns into it: the
-        training thread need not wait for the reply) and ``ack`` for ``on_applied``; release
-        the :meth:`pending` mark. Only accepted gradients enter the step's sum."""
+               ack: Any = None, task: Optional[int] = None) -> None:
+        """Keep ``grad`` (the mean over ``seeds`` seeds) of task ``task`` for ``step`` with the
+        ledger's ``answer`` to its delivery (True/False, or a token ``resolve`` turns into it:
+        the training thread need not wait for the reply) and ``ack`` for ``on_applied``;
+        release the :meth:`pending` mark. Only accepted gradients enter the step's sum: those
+        the step's ``reduce`` event lists (by ``task``), else those ``answer`` accepts."""
         with self._cv:
-            self._entries.setdefault(step, []).append((answer, grad, float(seeds), ack))
+            self._entries.setdefault(step, []).append((answer, grad, float(seeds), ack, task))
             self._inflight[step] -= 1
             self._cv.notify_all()
 
@@ -760,10 +833,11 @@ class ExchangeMember:
                     continue
                 index += 1
                 self._event_at = time.perf_counter()
+                self._note_event(ev)
                 if ev.kind == "end" or (joined and self.name not in ev.members):
                     return
-                if self.name not in ev.members:
-                    continue  # before this member's first group
+                if self.name not in ev.members or ev.kind == "grant":
+                    continue  # before this member's first group, or only slots
                 try:
                     if ev.kind == "form":
                         self._form(ev)
@@ -782,6 +856,23 @@ class ExchangeMember:
             self.ready.set()
             with self._cv:
                 self._cv.notify_all()
+
+    def _note_event(self, ev: Event) -> None:
+        """Take this member's slots from ``ev``'s grants (a ``reduce`` grants slots of the step
+        after the one it reduces) and, from a ``reduce``, its accepted deliveries of the step;
+        wake the training thread when a slot came."""
+        step = ev.step + 1 if ev.kind == "reduce" else ev.step
+        now = time.time()
+        mine = [(step, ready, ev.at, now) for name, inc, ready in ev.grants
+                if name == self.name and inc == self.incarnation]
+        with self._cv:
+            if ev.kind == "reduce":
+                self._verdicts[ev.step] = Counter(t for name, t in ev.tasks if name == self.name)
+            if mine:
+                self._grants.extend(mine)
+                self._asked = max(0, self._asked - len(mine))
+                if step <= self.version:  # a grant with a close wakes the training thread
+                    self._cv.notify_all()  # once, when the step is applied (:meth:`claim`)
 
     def _form(self, ev: Event) -> None:
         """Join generation ``ev.generation``: build its group, take rank 0's state when this
@@ -813,7 +904,7 @@ class ExchangeMember:
                 del self._inflight[s]
             self._cv.notify_all()
         for step, entries in adopted:
-            verdicts = [(ack, bool(self._resolve(answer))) for answer, _, _, ack in entries]
+            verdicts = [(ack, bool(self._resolve(answer))) for answer, _, _, ack, _ in entries]
             if self._on_applied is not None and verdicts:
                 self._on_applied(step, verdicts)
 
@@ -826,11 +917,16 @@ class ExchangeMember:
         with self._cv:
             self._cv.wait_for(lambda: self._inflight[step] <= 0 or self._stop.is_set())
             entries = list(self._entries.get(step, []))
+            listed = self._verdicts.pop(step, None)
         n = sum(p.numel() for p in self.params)
         buf = torch.zeros(n + 1, device=self.device)
         verdicts = []
-        for answer, grad, seeds, ack in entries:
-            ok = bool(self._resolve(answer))
+        for answer, grad, seeds, ack, task in entries:
+            if listed is not None and task is not None:  # the reduce event's list
+                ok = listed[task] > 0
+                listed[task] -= 1
+            else:
+                ok = bool(self._resolve(answer))
             if ok:
                 buf[:-1].add_(grad, alpha=seeds)
                 buf[-1] += seeds

@@ -391,7 +391,6 @@ class TrainerExecutor:
         (:func:`~fgnn.executors.ps.step_wait`), or None when stopped first."""
         import ray
 
-        self._oldwait = 0.0
         if self._next_claim is not None:
             self._adopt(self._next_claim)
             self._next_claim = None
@@ -404,7 +403,6 @@ class TrainerExecutor:
             if got is not None:
                 seen = time.perf_counter() - t0
                 self._adopt(got)
-                self._oldwait = got.waited_s + lost  # the rule before 2026-11-25 (bench/ps.py)
                 return step_wait(got.ready_at, w0, seen) + lost
             lost += time.perf_counter() - t0
         return None
@@ -465,7 +463,7 @@ class TrainerExecutor:
         # work, ps.step_wait; the push); step_wait_s: waiting for other Trainers' work
         rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t3 - t0 - waited,
                    sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited,
-                   x_claim_s=t1 - t0 - waited, x_push_s=t3 - t2, x_oldwait_s=self._oldwait)
+                   x_claim_s=t1 - t0 - waited, x_push_s=t3 - t2)
         return rec
 
     @torch.no_grad()
