@@ -396,6 +396,9 @@ class Job:
             local = rc.address is None or rc.address == "local"
             dashboard = local and rc.dashboard_host is not None
             if local:
+                # "local": a new node even when another cluster (``ray start``) runs on this
+                # machine; Ray would join that one and refuse num_cpus/num_gpus
+                kwargs["address"] = "local"
                 kind, _ = describe_devices(rc.gpus_needed)
                 if kind == "logical":
                     kwargs["num_gpus"] = rc.gpus_needed

@@ -193,6 +193,44 @@ class _Stop(Exception):
 
 
 @pytest.mark.parametrize("starter", ["job-with-dashboard", "job", "runtime"])
+def test_a_local_job_starts_its_own_node_while_another_cluster_runs_here(monkeypatch, starter):
+    """With a ``ray start`` cluster on this machine, Ray's ``ray.init()`` without an address
+    joins it (``/tmp/ray/ray_current_cluster``) and then refuses ``num_cpus``/``num_gpus``:
+    "When connecting to an existing cluster, num_cpus and num_gpus must not be provided." The
+    address fgnn passes must make Ray's own ``canonicalize_bootstrap_address`` start a new node
+    (return None) even when its cluster lookup finds one."""
+    import types
+
+    import ray
+    from ray._private import services
+
+    from fgnn.config import JobConfig, RuntimeConfig
+    from fgnn.executors.runtime import Runtime
+    from fgnn.job import Job
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda: ["192.0.2.2:45207"])
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir=None: "192.0.2.2:45207")
+    host = "127.0.0.1" if starter == "job-with-dashboard" else None
+    cfg = JobConfig(runtime=RuntimeConfig(devices=2, dashboard_host=host))
+    with pytest.raises(_Stop):
+        if starter == "runtime":
+            Runtime._init_ray(types.SimpleNamespace(config=cfg))
+        else:
+            Job(cfg)._init_ray()
+    address = calls[0].get("address")
+    assert services.canonicalize_bootstrap_address(address) is None, address
+
+
+@pytest.mark.parametrize("starter", ["job-with-dashboard", "job", "runtime"])
 def test_a_ray_fgnn_starts_passes_objects_up_to_4_mib_inline(monkeypatch, starter):
     """Gradient pushes and weights (296 KiB for GraphSAGE 128-256-16) cross on every task; Ray's
     100 KiB default sends them through the object store."""
