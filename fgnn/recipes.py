@@ -14,22 +14,24 @@ Four recipes exist:
   features are row-normalised by the Planetoid loader; the test score is that of the best
   validation epoch.
 * ``gae`` -- the GAE link-prediction setting (Kipf & Welling, 2016) for ``task="link"`` on the
-  Planetoid datasets with ``--model gcn`` (or ``sage``, as the encoder): an 85/5/10 edge split,
+  Planetoid datasets with ``--model gcn`` (or ``sage``, as the encoder): the raw binary bag of
+  words as features (GAE's own code does not row-normalise them; the recipe adds
+  ``:normalize_features=false`` to the dataset spec unless the spec sets it, and on CiteSeer the
+  row-normalised rows cost 3 points of AUC), an 85/5/10 edge split,
   a 2-layer encoder with hidden 32 and 16-wide embeddings, no dropout, a dot-product decoder, Adam
   with lr 0.01 and no weight decay, 200 epochs, batches of 512 training edges with one uniform
   negative each, the full neighbourhood (fanouts 1000,1000) with the batch's seed edges
   excluded in both directions (``bench/link_gae.py``, which reaches the paper's AUC with these),
   drawn with frontier ``new`` (PyG's): at these fanouts the same GCN as ``all``, with a shorter
   Sample stage and only the seeds' hop checked for seed edges.
-
 * ``pinsage-rec`` -- ``task="recsys"`` with ``--model pinsage`` (any dataset; the job refuses
   one that is not a user-item graph): the single-process recommender recipe of
   :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.executors._recsys`).
 
-A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields.
-:func:`apply_recipe` writes them into a config except for the fields the user set, so a flag
-always wins over the recipe, and records the recipe's name in ``JobConfig.recipe`` (the report
-carries it).
+A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields (and options of the
+dataset spec). :func:`apply_recipe` writes them into a config except for the fields the user set, so
+a flag always wins over the recipe, and records the recipe's name in ``JobConfig.recipe`` (the
+report carries it).
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ from dataclasses import dataclass
 from typing import Any, Collection, Mapping
 
 from fgnn.config import JobConfig
+from fgnn.data.spec import parse_spec
 
 __all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
-           "FULL_FANOUT", "recipe_for",
-           "apply_recipe"]
+           "FULL_FANOUT", "recipe_for", "apply_recipe", "with_spec_options"]
 
 #: A fanout above the largest degree of Cora (168), CiteSeer (99) and PubMed (171): the k-hop
 #: sampler keeps every neighbour of a vertex whose degree is at most its fanout.
@@ -57,11 +59,16 @@ class Recipe:
         name: one of :data:`fgnn.config.RECIPES` (validated by ``JobConfig.recipe``).
         summary: one line for ``--help``, the job's output and the docs.
         values: dotted :class:`~fgnn.config.JobConfig` field -> value.
+        spec_options: dataset-spec key -> value, added to the job's dataset spec unless the
+            spec gives that key (``cora`` -> ``cora:normalize_features=false``).
     """
 
     name: str
     summary: str
     values: Mapping[str, Any]
+    spec_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Dataset-spec options (``key=value`` of :func:`fgnn.data.load_dataset`) the recipe adds
+    to ``JobConfig.dataset`` unless the spec names them itself."""
 
 
 FGNN_RECIPE = Recipe("fgnn-7.1", "FGNN §7.1 defaults", {})
@@ -84,10 +91,10 @@ KIPF_RECIPE = Recipe(
 
 GAE_RECIPE = Recipe(
     "gae",
-    f"GAE link prediction: 85/5/10 edge split, 2 layers, hidden 32, embeddings 16, no dropout, "
-    f"dot decoder, lr 0.01, 200 epochs, batches of 512 edges with 1 negative each, full "
-    f"neighbourhood (fanouts {FULL_FANOUT},{FULL_FANOUT}, frontier new) without the batch's "
-    f"edges",
+    f"GAE link prediction: raw (not row-normalised) features, 85/5/10 edge split, 2 layers, "
+    f"hidden 32, embeddings 16, no dropout, dot decoder, lr 0.01, 200 epochs, batches of 512 "
+    f"edges with 1 negative each, full neighbourhood (fanouts {FULL_FANOUT},{FULL_FANOUT}, "
+    f"frontier new) without the batch's edges",
     {
         "model.hidden": 32,
         "model.dropout": 0.0,
@@ -106,6 +113,9 @@ GAE_RECIPE = Recipe(
         # hop drawn and checked for seed edges (docs/benchmarks.md, issue 20).
         "sampler.frontier": "new",
     },
+    # GAE's encoder reads the raw binary bag of words (tkipf/gae does not row-normalise the
+    # features): on CiteSeer row-normalised rows lose 3 points of AUC (docs/benchmarks.md).
+    spec_options={"normalize_features": False},
 )
 
 PINSAGE_REC_RECIPE = Recipe(
@@ -170,4 +180,22 @@ def apply_recipe(config: JobConfig, recipe: Recipe, given: Collection[str] = ())
         parts.setdefault(section, {})[name] = value
     changes: dict[str, Any] = {s: dataclasses.replace(getattr(config, s), **v)
                                for s, v in parts.items()}
+    if recipe.spec_options:
+        changes["dataset"] = with_spec_options(config.dataset, recipe.spec_options)
     return dataclasses.replace(config, recipe=recipe.name, **changes)
+
+
+def with_spec_options(spec: str, options: Mapping[str, Any]) -> str:
+    """``spec`` with ``key=value`` appended for every key of ``options`` it does not name
+    (booleans written ``true``/``false``): the spec's own values win.
+
+    Raises:
+        ValueError: as :func:`fgnn.data.spec.parse_spec` on a malformed spec.
+    """
+    params = parse_spec(spec)[1]
+    extra = [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+             for k, v in options.items() if k not in params]
+    if not extra:
+        return spec
+    kind, _, rest = spec.strip().partition(":")
+    return f"{kind}:{','.join(filter(None, [rest.strip(' ,')] + extra))}"

@@ -9,7 +9,8 @@ import pytest
 
 from fgnn.cli import build_parser, config_from_args
 from fgnn.config import JobConfig, SamplerConfig
-from fgnn.recipes import FGNN_RECIPE, FULL_FANOUT, KIPF_RECIPE, apply_recipe, recipe_for
+from fgnn.recipes import (FGNN_RECIPE, FULL_FANOUT, GAE_RECIPE, KIPF_RECIPE, apply_recipe,
+                          recipe_for, with_spec_options)
 
 
 def _config(*argv: str) -> JobConfig:
@@ -57,6 +58,33 @@ def test_a_flag_typed_at_its_fgnn_default_still_wins():
     """``--hidden 256`` equals the parser's default; it is typed, so the recipe's 64 loses."""
     cfg = _config("--dataset", "cora", "--hidden", "256", "--input-dropout", "0")
     assert (cfg.model.hidden, cfg.model.input_dropout) == (256, 0.0)
+
+
+@pytest.mark.parametrize("dataset", ["cora", "citeseer", "PubMed"])
+def test_gae_recipe_reads_the_raw_planetoid_features(dataset):
+    """GAE's encoder reads the raw bag of words (tkipf/gae); node classification keeps the
+    row-normalised rows of Kipf & Welling's GCN."""
+    assert _config("--dataset", dataset, "--task", "link").dataset == \
+        f"{dataset}:normalize_features=false"
+    assert _config("--dataset", dataset).dataset == dataset
+
+
+def test_a_spec_option_typed_in_the_dataset_wins_over_the_gae_recipe():
+    for spec in ("cora:normalize_features=true", "citeseer:normalize_features=false"):
+        cfg = _config("--dataset", spec, "--task", "link")
+        assert (cfg.recipe, cfg.dataset) == ("gae", spec)
+
+
+def test_with_spec_options_appends_only_missing_keys():
+    opts = GAE_RECIPE.spec_options
+    assert with_spec_options("cora", opts) == "cora:normalize_features=false"
+    assert with_spec_options(" cora: ", opts) == "cora:normalize_features=false"
+    assert with_spec_options("cora:normalize_features=true", opts) == \
+        "cora:normalize_features=true"
+    assert with_spec_options("rmat:scale=8", {"seed": 3}) == "rmat:scale=8,seed=3"
+    assert with_spec_options("rmat:scale=8", {}) == "rmat:scale=8"
+    with pytest.raises(ValueError, match="unknown key 'bogus'"):
+        with_spec_options("cora:bogus=1", opts)
 
 
 def test_recipe_for_and_apply_recipe_in_python():
