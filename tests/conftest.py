@@ -121,3 +121,20 @@ def descendants(root: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+@pytest.fixture
+def cli_error(capsys):
+    """``cli_error(argv)``: run ``launch.py``'s ``main(argv)`` (no progress, no dashboard),
+    require exit 2 with exactly one line on stderr, and return that line."""
+    def run(argv: list[str]) -> str:
+        from fgnn.cli import main
+
+        with pytest.raises(SystemExit) as e:
+            main(list(argv) + ["--no-progress", "--dashboard-host", "off"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        return err[0]
+
+    return run

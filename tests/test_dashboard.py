@@ -192,6 +192,35 @@ class _Stop(Exception):
     """Raised by a fake ``ray.init`` once it has recorded its arguments."""
 
 
+def _ray_init_kwargs(monkeypatch, starter: str) -> dict:
+    """The keyword arguments ``starter`` (``job``, ``job-with-dashboard`` or ``runtime``) gives
+    ``ray.init`` when it starts Ray for a 2-device job (a fake ``ray.init`` stops it there)."""
+    import types
+
+    import ray
+
+    from fgnn.config import JobConfig, RuntimeConfig
+    from fgnn.executors.runtime import Runtime
+    from fgnn.job import Job
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    host = "127.0.0.1" if starter == "job-with-dashboard" else None
+    cfg = JobConfig(runtime=RuntimeConfig(devices=2, dashboard_host=host))
+    with pytest.raises(_Stop):
+        if starter == "runtime":
+            Runtime._init_ray(types.SimpleNamespace(config=cfg))
+        else:
+            Job(cfg)._init_ray()
+    return calls[0]
+
+
 @pytest.mark.parametrize("starter", ["job-with-dashboard", "job", "runtime"])
 def test_a_local_job_starts_its_own_node_while_another_cluster_runs_here(monkeypatch, starter):
     """With a ``ray start`` cluster on this machine, Ray's ``ray.init()`` without an address
@@ -199,34 +228,12 @@ def test_a_local_job_starts_its_own_node_while_another_cluster_runs_here(monkeyp
     "When connecting to an existing cluster, num_cpus and num_gpus must not be provided." The
     address fgnn passes must make Ray's own ``canonicalize_bootstrap_address`` start a new node
     (return None) even when its cluster lookup finds one."""
-    import types
-
-    import ray
     from ray._private import services
 
-    from fgnn.config import JobConfig, RuntimeConfig
-    from fgnn.executors.runtime import Runtime
-    from fgnn.job import Job
-
-    calls: list[dict] = []
-
-    def init(**kwargs):
-        calls.append(kwargs)
-        raise _Stop
-
-    monkeypatch.setattr(ray, "init", init)
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(services, "find_gcs_addresses", lambda: ["192.0.2.2:45207"])
     monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir=None: "192.0.2.2:45207")
-    host = "127.0.0.1" if starter == "job-with-dashboard" else None
-    cfg = JobConfig(runtime=RuntimeConfig(devices=2, dashboard_host=host))
-    with pytest.raises(_Stop):
-        if starter == "runtime":
-            Runtime._init_ray(types.SimpleNamespace(config=cfg))
-        else:
-            Job(cfg)._init_ray()
-    address = calls[0].get("address")
+    address = _ray_init_kwargs(monkeypatch, starter).get("address")
     assert services.canonicalize_bootstrap_address(address) is None, address
 
 
@@ -234,28 +241,6 @@ def test_a_local_job_starts_its_own_node_while_another_cluster_runs_here(monkeyp
 def test_a_ray_fgnn_starts_passes_objects_up_to_4_mib_inline(monkeypatch, starter):
     """Gradient pushes and weights (296 KiB for GraphSAGE 128-256-16) cross on every task; Ray's
     100 KiB default sends them through the object store."""
-    import types
-
-    import ray
-
-    from fgnn.config import JobConfig, RuntimeConfig
-    from fgnn.executors.runtime import Runtime
-    from fgnn.job import Job
-
-    calls: list[dict] = []
-
-    def init(**kwargs):
-        calls.append(kwargs)
-        raise _Stop
-
-    monkeypatch.setattr(ray, "init", init)
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    host = "127.0.0.1" if starter == "job-with-dashboard" else None
-    cfg = JobConfig(runtime=RuntimeConfig(devices=2, dashboard_host=host))
-    with pytest.raises(_Stop):
-        if starter == "runtime":
-            Runtime._init_ray(types.SimpleNamespace(config=cfg))
-        else:
-            Job(cfg)._init_ray()
+    calls = [_ray_init_kwargs(monkeypatch, starter)]
     assert calls[0]["_system_config"] == {"max_direct_call_object_size": 4 * 1024 * 1024}
     assert raystart.INLINE_OBJECT_BYTES == 4 * 1024 * 1024

@@ -168,23 +168,12 @@ def test_typed_link_job_on_four_logical_devices_learns_the_planted_relation(ray_
     assert res["allocation"]["typed_cache"]["cached_rows"]["author"] == 0
 
 
-def _one_line_error(argv: list[str], capsys) -> str:
-    from fgnn.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main(argv + ["--no-progress", "--dashboard-host", "off"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
 @pytest.mark.parametrize("value, says", [("cited", "'cited' is not a relation"),
                                          ("paper,writes,author", "is not a relation"),
                                          ("a,b", "is not a relation")])
-def test_a_bad_link_edge_type_is_one_line_listing_the_relations(value, says, capsys):
-    line = _one_line_error(["--dataset", "hetero:papers=200,authors=50", "--model", "sage",
-                            "--task", "link", "--link-edge-type", value], capsys)
+def test_a_bad_link_edge_type_is_one_line_listing_the_relations(value, says, cli_error):
+    line = cli_error(["--dataset", "hetero:papers=200,authors=50", "--model", "sage",
+                            "--task", "link", "--link-edge-type", value])
     assert line.startswith("launch.py: error: argument --link-edge-type: "), line
     assert says in line and "author,writes,paper" in line, line
 
@@ -210,13 +199,12 @@ def test_the_model_embeds_both_endpoint_types_and_trains_through_the_decoder(dec
     assert emb is not None and float(emb.abs().sum()) > 0
 
 
-def test_a_typed_ondisk_graph_without_a_default_relation_asks_for_one(tmp_path, capsys):
+def test_a_typed_ondisk_graph_without_a_default_relation_asks_for_one(tmp_path, cli_error):
     from fgnn.data.ondisk_hetero import save_ondisk_hetero
 
     ds = load_dataset("hetero:papers=100,authors=30")
     root = save_ondisk_hetero(ds.graph, tmp_path / "typed", num_classes=ds.num_classes)
-    line = _one_line_error(["--dataset", f"ondisk:{root}", "--model", "sage", "--task", "link"],
-                           capsys)
+    line = cli_error(["--dataset", f"ondisk:{root}", "--model", "sage", "--task", "link"])
     assert line.startswith("launch.py: error: argument --link-edge-type: "), line
     assert "has 6 relations, name the one to predict" in line, line
 

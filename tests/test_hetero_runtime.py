@@ -161,55 +161,43 @@ def test_launch_trains_a_typed_ondisk_dataset_and_writes_a_report(ray_cluster, t
     assert [e["epoch"] for e in load_report(resumed)["epochs"]] == [3]
 
 
-def _one_line_error(argv: list[str], capsys) -> str:
-    from fgnn.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main(argv + ["--no-progress", "--dashboard-host", "off"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
-def test_an_unknown_relation_in_relation_fanouts_is_one_line(capsys):
-    line = _one_line_error(["--dataset", "hetero:papers=200,authors=50", "--model", "sage",
-                            "--fanouts", "5,5", "--relation-fanouts", "cited=5,5"], capsys)
+def test_an_unknown_relation_in_relation_fanouts_is_one_line(cli_error):
+    line = cli_error(["--dataset", "hetero:papers=200,authors=50", "--model", "sage",
+                            "--fanouts", "5,5", "--relation-fanouts", "cited=5,5"])
     assert line.startswith("launch.py: error: argument --relation-fanouts: 'cited' is not a "
                            "relation of dataset"), line
     assert "paper:cites:paper" in line
 
 
-def test_relation_fanouts_need_one_fanout_per_layer_and_a_typed_dataset(capsys):
-    line = _one_line_error(["--dataset", "hetero:papers=200,authors=50", "--model", "sage",
-                            "--fanouts", "5,5", "--relation-fanouts", "cites=5"], capsys)
+def test_relation_fanouts_need_one_fanout_per_layer_and_a_typed_dataset(cli_error):
+    line = cli_error(["--dataset", "hetero:papers=200,authors=50", "--model", "sage",
+                            "--fanouts", "5,5", "--relation-fanouts", "cites=5"])
     assert line.startswith("launch.py: error: argument --relation-fanouts: "), line
-    line = _one_line_error(["--dataset", "rmat:scale=6,feat_dim=4", "--fanouts", "5,5",
-                            "--relation-fanouts", "cites=5,5"], capsys)
+    line = cli_error(["--dataset", "rmat:scale=6,feat_dim=4", "--fanouts", "5,5",
+                            "--relation-fanouts", "cites=5,5"])
     assert "needs a typed dataset" in line, line
 
 
-def test_a_typed_graph_without_labels_is_one_line(tmp_path, capsys):
+def test_a_typed_graph_without_labels_is_one_line(tmp_path, cli_error):
     from fgnn.data.ondisk_hetero import save_ondisk_hetero
     from fgnn.hetero import HeteroGraph
 
     g = load_dataset("hetero:papers=100,authors=30").graph
     bare = HeteroGraph(g.num_nodes, g.relations, g.features, meta={"name": "bare"})
     root = save_ondisk_hetero(bare, tmp_path / "bare")
-    line = _one_line_error(["--dataset", f"ondisk:{root}", "--model", "sage"], capsys)
+    line = cli_error(["--dataset", f"ondisk:{root}", "--model", "sage"])
     assert line.startswith("launch.py: error: argument --dataset: cannot load dataset: "), line
     assert "no labelled target type" in line
 
 
-def test_a_typed_dataset_refuses_other_models_in_one_line(capsys):
-    line = _one_line_error(["--dataset", "hetero:papers=200,authors=50", "--model", "gcn"],
-                           capsys)
+def test_a_typed_dataset_refuses_other_models_in_one_line(cli_error):
+    line = cli_error(["--dataset", "hetero:papers=200,authors=50", "--model", "gcn"])
     assert line.startswith("launch.py: error: argument --model: 'gcn' is not supported on the "
                            "typed dataset"), line
 
 
-def test_a_bad_hetero_spec_key_is_one_line(capsys):
-    line = _one_line_error(["--dataset", "hetero:papers=200,wings=2", "--model", "sage"], capsys)
+def test_a_bad_hetero_spec_key_is_one_line(cli_error):
+    line = cli_error(["--dataset", "hetero:papers=200,wings=2", "--model", "sage"])
     assert "unknown key 'wings' for hetero" in line, line
 
 

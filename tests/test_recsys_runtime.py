@@ -86,17 +86,8 @@ def test_sampler_examples_come_from_the_task_generator_and_use_training_items_on
         assert not (q == pos.unsqueeze(1)).any()  # a query never holds its positive
 
 
-def test_a_recsys_job_refuses_other_datasets_models_and_tasks_in_one_line(capsys):
-    from fgnn.cli import main
-
-    def line(argv):
-        with pytest.raises(SystemExit) as e:
-            main(argv + ["--no-progress", "--dashboard-host", "off"])
-        assert e.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1, err
-        return err[0]
-
+def test_a_recsys_job_refuses_other_datasets_models_and_tasks_in_one_line(cli_error):
+    line = cli_error
     small = "useritem:users_log2=6,items_log2=5,interactions_log2=9"
     got = line(["--dataset", "rmat:scale=6,feat_dim=4", "--task", "recsys", "--model",
                 "pinsage"])
