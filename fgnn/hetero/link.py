@@ -35,7 +35,7 @@ import torch
 from fgnn.graph import CSRGraph
 from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
 from fgnn.link.edges import EdgeSet
-from fgnn.link.negatives import Negatives
+from fgnn.link.negatives import Negatives, uniform_negatives
 
 __all__ = ["resolve_edge_type", "reverse_of", "TypedLinkSplit", "typed_link_split",
            "typed_negatives", "with_relation"]
@@ -145,31 +145,7 @@ def typed_negatives(src: torch.Tensor, num_dst: int, k: int = 1,
     Raises:
         ValueError: on ``k < 1`` or ``num_dst < 1``.
     """
-    if k < 1 or num_dst < 1:
-        raise ValueError(f"typed_negatives: k and num_dst must be >= 1, got k={k!r}, "
-                         f"num_dst={num_dst!r}")
-    src = src.long()
-    pos_index = torch.arange(src.numel(), device=src.device).repeat_interleave(k)
-    neg_src = src.repeat_interleave(k)
-    neg_dst = torch.randint(0, num_dst, (neg_src.numel(),), generator=generator,
-                            device=src.device)
-    if known is None and not no_self:
-        return Negatives(neg_src, neg_dst, pos_index)
-
-    def bad_of(s: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        bad = known.contains(s, d) if known is not None else torch.zeros_like(s, dtype=bool)
-        return bad | (d == s) if no_self else bad
-
-    bad = bad_of(neg_src, neg_dst)
-    for _ in range(max_rounds):
-        idx = torch.nonzero(bad).squeeze(1)
-        if idx.numel() == 0:
-            break
-        neg_dst[idx] = torch.randint(0, num_dst, (idx.numel(),), generator=generator,
-                                     device=src.device)
-        bad[idx] = bad_of(neg_src[idx], neg_dst[idx])
-    keep = ~bad
-    return Negatives(neg_src[keep], neg_dst[keep], pos_index[keep])
+    return uniform_negatives(src, num_dst, k, generator, known, max_rounds, no_self=no_self)
 
 
 @dataclass

@@ -42,7 +42,8 @@ def _randint(n: int, size: int, generator: Optional[torch.Generator],
 
 def uniform_negatives(src: torch.Tensor, num_nodes: int, k: int = 1,
                       generator: Optional[torch.Generator] = None,
-                      known: Optional[EdgeSet] = None, max_rounds: int = 10) -> Negatives:
+                      known: Optional[EdgeSet] = None, max_rounds: int = 10,
+                      no_self: Optional[bool] = None) -> Negatives:
     """``k`` negatives per positive source, the destination drawn uniformly from ``[0, N)``.
 
     Args:
@@ -53,6 +54,9 @@ def uniform_negatives(src: torch.Tensor, num_nodes: int, k: int = 1,
         known: edges a negative must never be (the filter of false negatives); ``None`` keeps
             every draw (plain uniform sampling, false negatives included).
         max_rounds: redraws of filtered draws before they are dropped.
+        no_self: also redraw ``d' == s``; ``None``: exactly when ``known`` is given (a typed
+            relation between two node types passes ``False``: there ``s`` and ``d'`` are ids of
+            different types).
 
     Returns:
         :class:`Negatives`, positive-major (the ``k`` draws of positive 0 first); fewer than
@@ -72,16 +76,22 @@ def uniform_negatives(src: torch.Tensor, num_nodes: int, k: int = 1,
     pos_index = torch.arange(src.numel(), device=dev).repeat_interleave(k)
     neg_src = src.repeat_interleave(k)
     neg_dst = _randint(num_nodes, neg_src.numel(), generator, dev)
-    if known is None:
+    no_self = known is not None if no_self is None else no_self
+    if known is None and not no_self:
         return Negatives(neg_src, neg_dst, pos_index)
-    bad = known.contains(neg_src, neg_dst) | (neg_dst == neg_src)
+
+    def bad_of(s: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        bad = known.contains(s, d) if known is not None else torch.zeros_like(s, dtype=torch.bool)
+        return bad | (d == s) if no_self else bad
+
+    bad = bad_of(neg_src, neg_dst)
     for _ in range(max_rounds):
         idx = torch.nonzero(bad).squeeze(1)
         if idx.numel() == 0:
             break
         redraw = _randint(num_nodes, idx.numel(), generator, dev)
         neg_dst[idx] = redraw
-        bad[idx] = known.contains(neg_src[idx], redraw) | (redraw == neg_src[idx])
+        bad[idx] = bad_of(neg_src[idx], redraw)
     keep = ~bad
     return Negatives(neg_src[keep], neg_dst[keep], pos_index[keep])
 
