@@ -13,8 +13,9 @@ claim's reply (with the weights when they changed; after a close, the last push'
 server's sum and Adam step) and the push of the gradient. With the collective: the wait for the
 slot's grant (requested while the previous task computed; granted in the ledger's events, which
 the Trainer's reducer reads from the store, most often the closing step's ``reduce``), the wait
-for the previous step's sum over the group and Adam step on the Trainer's own device, and handing
-the delivery to the sender thread. Waiting for other Trainers' work (``step_wait_s``) is
+for the previous step's sum over the group (from the members' gradient rings in shared memory,
+CPU members on one host) and Adam step on the Trainer's own device, any wait for a free row of
+its ring, and handing the delivery to the sender thread. Waiting for other Trainers' work (``step_wait_s``) is
 reported on its own, and so is every attempt that found no slot within the server's 1 s wait.
 Ratios are taken over executor-time: the sum over tasks divided by the sum over training executors of the
 epoch time. The goal of issue 18: the collective's share at most half the server's (``ratio`` <=

@@ -9,11 +9,16 @@ this process, each with its own model copy, grouped by gloo over a shared ``Hash
   group's state and keep the single-process steps;
 * a member that dies while idle (no call of it fails, so nobody releases it) is found by the
   ledger's liveness probe, in-process and on Ray (a standby killed with and without a restart).
+
+Most cases run on both transports of a CPU group: ``gloo`` (each member's own gradients, summed
+over the group) and ``shm`` (every member adds the listed rows of the members' gradient rings
+in shared memory, :mod:`fgnn.executors._gradring`).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Optional
 
@@ -24,6 +29,7 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
+from fgnn.executors._gradring import GradientRing  # noqa: E402
 from fgnn.executors.collective import (ExchangeMember, StepLedger, group_broadcast,  # noqa: E402
                                       group_sum, new_group)
 from fgnn.executors.ps import flatten  # noqa: E402
@@ -59,8 +65,12 @@ class _Group:
     """A ledger, a shared store and members run as threads on one epoch's tasks."""
 
     def __init__(self, n: int, tasks: list[torch.Tensor], group: int,
-                 ledger: Optional[StepLedger] = None, timeout_s: float = 30.0) -> None:
+                 ledger: Optional[StepLedger] = None, timeout_s: float = 30.0,
+                 ring_dir: Optional[str] = None, ring_rows: int = 8,
+                 events: Optional[dict] = None) -> None:
         self.ledger = ledger or StepLedger()
+        self.ring_dir, self.ring_rows, self.events = ring_dir, ring_rows, events or {}
+        self.epoch = 0
         self.store = dist.HashStore()
         self.queue = deque(enumerate(tasks))
         self.lock = threading.Lock()
@@ -75,7 +85,9 @@ class _Group:
             with self.lock:
                 self.acked += [t for t, ok in acks if ok]
         return ExchangeMember(name, _model(), LR, call=lambda m, *a: getattr(self.ledger, m)(*a),
-                              store=self.store, on_applied=applied, timeout_s=self.timeout_s)
+                              store=self.store, on_applied=applied, timeout_s=self.timeout_s,
+                              ring_dir=self.ring_dir, ring_rows=self.ring_rows,
+                              events=self.events.get(name))
 
     def train(self, m: ExchangeMember, x: torch.Tensor, y: torch.Tensor, limit: int = 10**9,
               redeliver: bool = False, die_after_deliver: bool = False) -> None:
@@ -100,13 +112,14 @@ class _Group:
             for p in m.params:
                 p.grad = None
             F.cross_entropy(m.model(x[idx]), y[idx]).backward()
-            g = flatten([p.grad for p in m.params])
+            row, g, _ = m.stage(step, [p.grad for p in m.params], int(idx.numel()))
             m.pending(step)
-            ok = self.ledger.deliver(0, t, m.name, int(idx.numel()), m.incarnation)
+            ok = self.ledger.deliver(self.epoch, t, m.name, int(idx.numel()), m.incarnation,
+                                     None, row)
             if die_after_deliver:
                 m.stop()
                 return
-            m.settle(step, g, int(idx.numel()), ok, t, task=t)
+            m.settle(step, g, int(idx.numel()), ok, t, task=t, row=row)
             if redeliver and t not in self.again and len(self.queue) > 1:
                 self.again.add(t)
                 with self.lock:
@@ -131,6 +144,13 @@ class _Group:
         return out
 
 
+@pytest.fixture(params=["gloo", "shm"])
+def rings(request, tmp_path) -> Optional[str]:
+    """The group's transport: None (gloo) or the directory of the members' gradient rings
+    (shared memory)."""
+    return None if request.param == "gloo" else str(tmp_path)
+
+
 def _epoch(n_seeds: int = 40, batch: int = 10, parts: int = 4) -> tuple:
     x, y = _data(n_seeds)
     tasks = epoch_batches(torch.arange(n_seeds), batch, 0, 0, parts)
@@ -138,13 +158,13 @@ def _epoch(n_seeds: int = 40, batch: int = 10, parts: int = 4) -> tuple:
     return x, y, tasks, _single(x, y, batches)
 
 
-def test_collective_steps_are_the_single_process_steps():
+def test_collective_steps_are_the_single_process_steps(rings):
     x, y, tasks, want = _epoch(n_seeds=38)  # 4 mini-batches, the last one smaller
-    g = _Group(3, tasks, group=4)
+    g = _Group(3, tasks, group=4, ring_dir=rings)
     g.run(x, y)
     weights = g.finish()
     for w in weights:
-        assert torch.allclose(w, want, atol=1e-6)
+        assert torch.allclose(w, want, atol=1e-6) and torch.equal(w, weights[0])
     led = g.ledger.ledger()
     assert led["steps"] == 4 and led["applied"] == {t: 1 for t in range(len(tasks))}
     assert sorted(g.acked) == list(range(len(tasks)))  # acknowledged once each, after applying
@@ -154,11 +174,11 @@ def test_collective_steps_are_the_single_process_steps():
 
 
 @pytest.mark.parametrize("rule", ["on", "off"])
-def test_a_redelivered_task_is_never_applied(monkeypatch, rule):
+def test_a_redelivered_task_is_never_applied(monkeypatch, rule, rings):
     x, y, tasks, want = _epoch(n_seeds=20)
     if rule == "off":  # the exactly-once check disabled: the duplicate must show
         monkeypatch.setattr(StepLedger, "_admit", lambda self, epoch, task: epoch == self.epoch)
-    g = _Group(2, tasks, group=4)
+    g = _Group(2, tasks, group=4, ring_dir=rings)
     g.run(x, y, m0={"redeliver": True}, m1={"redeliver": True})
     weights = g.finish()
     led = g.ledger.ledger()
@@ -170,9 +190,9 @@ def test_a_redelivered_task_is_never_applied(monkeypatch, rule):
         assert set(led["rejected"]) == {t for t, n in led["attempts"].items() if n == 2}
 
 
-def test_a_member_dying_between_steps_is_dropped_and_the_steps_stay_exact():
+def test_a_member_dying_between_steps_is_dropped_and_the_steps_stay_exact(rings):
     x, y, tasks, want = _epoch(n_seeds=40)
-    g = _Group(3, tasks, group=4)
+    g = _Group(3, tasks, group=4, ring_dir=rings)
     for m in g.members.values():
         m.begin(0)
     dead = g.members["m2"]
@@ -223,9 +243,9 @@ def test_a_member_dying_inside_a_reduction_rebuilds_the_group_exactly_once(n_see
     assert not torch.equal(w0, flatten(list(_model().parameters())))  # it trained
 
 
-def test_a_standby_training_mid_epoch_and_a_late_joiner_keep_the_steps_exact():
+def test_a_standby_training_mid_epoch_and_a_late_joiner_keep_the_steps_exact(rings):
     x, y, tasks, want = _epoch(n_seeds=60)  # 6 steps
-    g = _Group(2, tasks, group=4)
+    g = _Group(2, tasks, group=4, ring_dir=rings)
     for m in g.members.values():
         m.begin(0)
     # m1 is a standby: a member from the start (it reduces zeros), training from step 2 on
@@ -246,15 +266,17 @@ def test_a_standby_training_mid_epoch_and_a_late_joiner_keep_the_steps_exact():
     assert g.ledger.ledger()["by"] and {"m1", "late"} & set(g.ledger.ledger()["by"].values())
 
 
-def test_an_idle_member_dying_is_detected_by_the_ledger_and_the_group_rebuilt():
+def test_an_idle_member_dying_is_detected_by_the_ledger_and_the_group_rebuilt(rings):
     """A standby that never trains dies while idle: nobody releases it (the runtime sees no
-    call of it fail), so the survivors' all-reduce fails; the ledger must find the dead member
-    itself (its liveness probe) and re-form the group, and the epoch's steps stay exact.
-    Before the probe the survivors waited for a ``form`` event for ever."""
+    call of it fail), so the survivors' all-reduce fails (gloo); the ledger must find the dead
+    member itself (its liveness probe) and re-form the group, and the epoch's steps stay exact.
+    Before the probe the survivors waited for a ``form`` event for ever. From shared memory
+    no sum fails: the ledger probes once every task is in and a member has not applied
+    every step (without that the epoch never ended)."""
     x, y, tasks, want = _epoch(n_seeds=60)  # 6 steps
     dead: set[str] = set()
     ledger = StepLedger(alive=lambda name: name not in dead)
-    g = _Group(3, tasks, group=4, ledger=ledger, timeout_s=2.0)
+    g = _Group(3, tasks, group=4, ledger=ledger, timeout_s=2.0, ring_dir=rings)
     for m in g.members.values():
         m.begin(0)
     first = threading.Thread(target=g.train, args=(g.members["m0"], x, y, 5))
@@ -464,3 +486,159 @@ def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_la
     ex.prefetched(fetch)  # ... and only now the callback for the same task runs
     assert rec is not None and Counting.requests == 1, Counting.requests
     member.stop()
+
+
+def _gated_events(ledger: StepLedger, name: str, gate: threading.Event, delay_s: float = 0.0):
+    """A member's event reader that holds every ``reduce`` event until ``gate`` is set (its
+    reducer stalls, as on a starved process), each for ``delay_s`` more."""
+    def events(index: int, version: int):
+        ev = ledger.next_event(name, index, version, 1.0)
+        if ev is not None and ev.kind == "reduce":
+            gate.wait()
+            time.sleep(delay_s)
+        return ev
+    return events
+
+
+@pytest.mark.parametrize("transport", ["gloo", "shm"])
+def test_a_shared_memory_group_never_waits_for_a_slow_member(transport, tmp_path):
+    """From shared memory a step's sum reads the listed rows: no member waits for another
+    one's reducer. With a standby whose reducer stalls, the Trainers take every step of the
+    epoch (on gloo each sum waits for the stalled member, so they cannot); once it wakes, the
+    standby applies the same steps, bit for bit."""
+    x, y, tasks, want = _epoch(n_seeds=40)  # 4 steps, 16 tasks
+    ledger, gate = StepLedger(), threading.Event()
+    g = _Group(3, tasks, group=4, ledger=ledger, ring_rows=16, events={
+        "m2": _gated_events(ledger, "m2", gate)},
+        ring_dir=None if transport == "gloo" else str(tmp_path))
+    for m in g.members.values():
+        m.begin(0)
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(4)
+    done = not any(t.is_alive() for t in threads)
+    assert g.members["m2"].version == 0 and g.members["m0"].transport == transport
+    gate.set()
+    for t in threads:
+        t.join(30)
+    assert done == (transport == "shm")
+    weights = g.finish()
+    for w in weights:
+        assert torch.allclose(w, want, atol=1e-6) and torch.equal(w, weights[0])
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_a_ring_row_is_reused_only_after_every_member_applied_its_step(monkeypatch, tmp_path,
+                                                                      rule):
+    """Rings of 2 rows, and a standby whose reducer reads each step 50 ms late: the Trainers
+    write a row again only once the standby applied the step it held, and every member ends
+    with the single-process weights. With the rule off they overwrite rows the standby has
+    not read yet, and its weights go wrong."""
+    if rule == "off":
+        monkeypatch.setattr(GradientRing, "reusable", staticmethod(lambda before, readers: True))
+    x, y, tasks, want = _epoch(n_seeds=60)  # 6 steps, 24 tasks: each Trainer writes ~12 rows
+    ledger, gate = StepLedger(), threading.Event()
+    gate.set()
+    g = _Group(3, tasks, group=4, ledger=ledger, ring_rows=2, ring_dir=str(tmp_path),
+               events={"m2": _gated_events(ledger, "m2", gate, delay_s=0.05)})
+    for m in g.members.values():
+        m.begin(0)
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    weights = g.finish()
+    exact = all(torch.allclose(w, want, atol=1e-6) for w in weights)
+    assert exact == (rule == "on")
+
+
+def test_a_member_dying_after_its_delivery_still_counts_from_shared_memory(tmp_path):
+    """From shared memory a delivered gradient is in the member's ring before the ledger
+    accepts it, so a member that dies right after its delivery (before the step closes and
+    before the runtime releases it) loses nothing: the step sums its row and its task counts
+    once (on gloo the step's sum fails and the task is trained again, see
+    :func:`test_a_member_dying_inside_a_reduction_rebuilds_the_group_exactly_once`)."""
+    x, y, tasks, want = _epoch(n_seeds=40)
+    dead = {"m2"}  # found by the ledger's probe once every task is in
+    g = _Group(3, tasks, group=4, ring_dir=str(tmp_path),
+               ledger=StepLedger(alive=lambda name: name not in dead))
+    for m in g.members.values():
+        m.begin(0)
+    g.train(g.members["m2"], x, y, die_after_deliver=True)  # task 0 of step 0, then dies
+    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for w in g.finish(["m0", "m1"]):
+        assert torch.allclose(w, want, atol=1e-6)
+    led = g.ledger.ledger()
+    assert led["applied"] == {t: 1 for t in range(len(tasks))} and led["by"][0] == "m2"
+    assert led["attempts"][0] == 1 and sorted(g.acked) == list(range(1, len(tasks)))
+
+
+def test_the_ledger_names_rings_only_for_one_host_with_a_ring_each():
+    """A ``form`` lists the members' ring files (rank order) only when every member has one
+    and all are on one host; otherwise the group sums over gloo."""
+    def form(rings: dict) -> tuple:
+        ledger = StepLedger()
+        ledger.begin_epoch(0, 4, 2)
+        ledger.expect(list(rings))
+        for i, (name, ring) in enumerate(rings.items()):
+            ledger.join(name, i, 0, None, ring)
+        return [e for e in ledger._log if e.kind == "form"][-1].rings
+
+    assert form({"a": ("h1", "/r/a"), "b": ("h1", "/r/b")}) == ("/r/a", "/r/b")
+    assert form({"a": ("h1", "/r/a"), "b": ("h2", "/r/b")}) == ()
+    assert form({"a": ("h1", "/r/a"), "b": None}) == ()
+
+
+def test_a_gradient_ring_round_trip(tmp_path):
+    """A ring's rows and published steps as another process sees them (the file), its
+    reuse rule, and a file that is not a ring refused."""
+    path = str(tmp_path / "r")
+    ring = GradientRing.create(path, 3, 5, applied=2)
+    row, before = ring.next_row(7)
+    ring.rows[row] = torch.arange(5.0)
+    other = GradientRing.open(path)
+    assert other.rows.shape == (3, 5) and other.applied == 2
+    assert torch.equal(other.rows[row], torch.arange(5.0))
+    ring.applied = 8
+    assert other.applied == 8 and before is None
+    for _ in range(2):
+        ring.next_row(9)
+    assert ring.next_row(10) == (0, 7)  # row 0 again: it held step 7
+    assert GradientRing.reusable(7, [ring, other]) and not GradientRing.reusable(8, [ring])
+    (tmp_path / "junk").write_bytes(b"\0" * 200)
+    with pytest.raises(ValueError, match="not a gradient ring"):
+        GradientRing.open(str(tmp_path / "junk"))
+    with pytest.raises(FileExistsError):
+        GradientRing.create(path, 3, 5)
+
+
+def test_a_member_joining_after_the_epochs_end_waits_for_the_next_epoch(rings):
+    """A restarted Trainer that joins once the epoch's ``end`` is in the log: the members'
+    reducers stopped at the ``end``, so a group formed then never forms. The ledger formed
+    one anyway, and the joiner waited for its peers until the group's timeout (60 s in a
+    job), holding up the next epoch (``FGNN_TEST_EXCHANGE=collective pytest
+    tests/test_runtime.py -k killed_trainers`` stalled that way, 1 run in 4). The joiner now
+    joins the next epoch's group, and that epoch's steps stay the same on every member."""
+    x, y, tasks, _ = _epoch(n_seeds=20)
+    g = _Group(2, tasks, group=4, ring_dir=rings)
+    g.run(x, y)
+    g.finish()
+    late = g.member("late")
+    g.members["late"] = late
+    late.begin(7)
+    assert [e.kind for e in g.ledger._log][-1] == "end"  # no group after the epoch's end
+    g.epoch = 1
+    g.ledger.begin_epoch(1, len(tasks), 4)
+    assert late.finish(5), "the joiner still waits in a group that cannot form"
+    g.queue.extend(enumerate(tasks))
+    g.run(x, y)
+    weights = g.finish()
+    assert all(torch.equal(w, weights[0]) for w in weights)
+    assert g.ledger.ledger()["applied"] == {t: 1 for t in range(len(tasks))}

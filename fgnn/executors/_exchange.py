@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from fgnn.executors.collective import GROUP_TIMEOUT_S, Event, ExchangeMember, ExchangeSpec
-from fgnn.executors.ps import flatten, step_wait
+from fgnn.executors.ps import step_wait
 
 __all__ = ["TrainerExchange"]
 
@@ -73,7 +73,8 @@ class TrainerExchange:
             call=lambda method, *a: ray.get(getattr(self.ledger, method).remote(*a)),
             post=lambda method, *a: getattr(self.ledger, method).remote(*a),
             store=store, on_applied=self._applied,
-            resolve=lambda reply: reply is not None and bool(ray.get(reply)), events=self._event)
+            resolve=lambda reply: reply is not None and bool(ray.get(reply)), events=self._event,
+            ring_dir=spec.ring_dir, ring_prefix=spec.ring_prefix)
         self._store = store
         # Ray calls whose reply nobody waits for (deliveries, acknowledgements, progress
         # reports) leave the training and reducer threads' paths: one sender thread submits
@@ -137,7 +138,7 @@ class TrainerExchange:
         try:
             reply = self.ledger.deliver.remote(*args)
         finally:
-            self.member.settle(step, grad, seeds, reply, ack, task=args[1])
+            self.member.settle(step, grad, seeds, reply, ack, task=args[1], row=args[-1])
 
     def _applied(self, step: int, acks: list) -> None:
         """The reducer applied ``step``: acknowledge its tasks of this Trainer."""
@@ -169,8 +170,9 @@ class TrainerExchange:
         t2 = time.perf_counter()
         tv = min(max(read, t0 + waited), t1)  # the wait for the weights began at the grant
         loss = backward()
-        grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
-                        for p in self.member.params])
+        row, grad, ring_s = self.member.stage(
+            step, [p.grad if p.grad is not None else torch.zeros_like(p)
+                   for p in self.member.params], seeds, stop)
         if delay_s > 0:
             time.sleep(delay_s)
         t3 = time.perf_counter()
@@ -179,14 +181,15 @@ class TrainerExchange:
         # less its wait for other Trainers' work (ps.step_wait), the wait for the previous
         # step's sum and Adam step, handing the delivery to the sender thread; step_wait_s:
         # waiting for other Trainers' work. By part: the claim until the grant was read (its
-        # pieces in ``parts``), then the wait for the weights (``_parts``, from ``tv``)
+        # pieces in ``parts``), then the wait for the weights (``_parts``, from ``tv``); a wait
+        # for a free row of the gradient ring (a member lagging steps behind) is exchange too
         self.member.pending(step)
-        args = (epoch, task_id, self.name, seeds, self.incarnation, time.time())
+        args = (epoch, task_id, self.name, seeds, self.incarnation, time.time(), row)
         t4 = time.perf_counter()
         rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
-                   sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3), step_wait_s=waited,
-                   deferred=True, x_claim_s=tv - t0 - waited, x_deliver_s=t4 - t3,
-                   **parts, **self._parts(step, tv, t2))
+                   sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3) + ring_s,
+                   step_wait_s=waited, deferred=True, x_claim_s=tv - t0 - waited,
+                   x_deliver_s=t4 - t3, x_ring_s=ring_s, **parts, **self._parts(step, tv, t2))
         self._outbox.put(lambda: self._deliver(step, grad, seeds, args, (task_id, rec)))
         return rec
 

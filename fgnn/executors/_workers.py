@@ -67,6 +67,8 @@ class Services:
     exchange: Any = None
     """The Trainers' :class:`~fgnn.executors.collective.ExchangeSpec` with
     ``runtime.exchange="collective"`` (None: the parameter server)."""
+    ring_files: Optional[str] = None
+    """The path prefix of the collective's gradient ring files (removed at the job's end)."""
 
 
 @dataclass

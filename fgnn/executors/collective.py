@@ -4,10 +4,14 @@ The step rule is the parameter server's (:mod:`fgnn.executors.ps`): a step avera
 of R tasks (one mini-batch), weighted by their seed counts, and every gradient of a step is
 computed from the previous step's weights. What moves differs: only gradients, once per step, in
 one sum of ``[sum of seed-weighted gradients, seed count]`` over the Trainers of the current
-group (``torch.distributed`` process groups: an all-reduce on NCCL/CUDA, on gloo/CPU a direct
-exchange between every pair of members summed in rank order, :func:`group_sum`). Each member
-then takes the same Adam step on its own device, so every member holds the same weights and no
-weights are ever sent back.
+group. On CUDA: an NCCL all-reduce. CPU members on one host sum from shared memory: a Trainer
+writes each task's gradient into its :class:`~fgnn.executors._gradring.GradientRing` before it
+delivers the task, the step's ``reduce`` event lists the accepted deliveries with their rows,
+and every member adds those rows in the listed order (the same bits everywhere, and no member
+waits for another one). Otherwise (members on several hosts, or without room for a ring):
+gloo, a direct exchange between every pair of members summed in rank order (:func:`group_sum`).
+Each member then takes the same Adam step on its own device, so every member holds the same
+weights and no weights are ever sent back.
 
 Two pieces:
 
@@ -28,7 +32,10 @@ Two pieces:
   standby killed while idle: no call of the runtime's fails) shows as a failed collective: the
   member tells the ledger (:meth:`~StepLedger.failed`), which probes its members' liveness and
   releases the dead one; a restarted Trainer announces its new incarnation
-  (:meth:`~StepLedger.hello`), which releases the one it replaces.
+  (:meth:`~StepLedger.hello`), which releases the one it replaces. From shared memory no sum
+  fails (a dead member's listed rows are still in its file): a dead member shows as one that
+  never applies a step, so a writer waiting for it to free a ring row tells the ledger, and
+  the ledger probes its members once every task of the epoch is in and a member lags.
 * :class:`ExchangeMember` -- one Trainer's side: its device weights and optimizer, the
   seed-weighted gradient sum of each step it took part in, and a reducer thread that replays the
   ledger's events. A member with no task in a step contributes zeros and a zero count.
@@ -57,6 +64,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from fgnn.executors._gradring import DEFAULT_ROWS, GradientRing, host_key, ring_bytes
+from fgnn.executors.ps import flatten
+
 __all__ = ["StepLedger", "Event", "ExchangeMember", "ExchangeSpec", "group_broadcast",
            "group_sum", "new_group"]
 
@@ -81,8 +91,12 @@ class Event:
             step ``s + 1``, in a ``grant`` slots of ``step``. ``ready_at``: the wall time the
             last gradient of the step the request waited for was ready (None: no wait), see
             :func:`~fgnn.executors.ps.step_wait`.
-        tasks: ``reduce``: the step's accepted deliveries, ``(member, task id)`` each (a
-            member counts exactly these of its gradients, without waiting for the replies).
+        tasks: ``reduce``: the step's accepted deliveries, ``(member, task id, row)`` each (a
+            member counts exactly these of its gradients, without waiting for the replies;
+            ``row``: the row of the member's :class:`~fgnn.executors._gradring.GradientRing`
+            holding the gradient, or None).
+        rings: ``form``: the members' gradient ring files in rank order when every member has
+            one on one host (the group then sums from shared memory), else empty (gloo).
         at: the wall time the ledger appended it.
     """
 
@@ -91,7 +105,8 @@ class Event:
     members: tuple[str, ...]
     step: int = 0
     grants: tuple[tuple[str, int, Optional[float]], ...] = ()
-    tasks: tuple[tuple[str, int], ...] = ()
+    tasks: tuple[tuple[str, int, Optional[int]], ...] = ()
+    rings: tuple[str, ...] = ()
     at: float = 0.0
 
 
@@ -105,12 +120,32 @@ class ExchangeSpec:
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
         optimizer_state: optional optimizer ``state_dict`` to resume from.
+        ring_dir: where CPU members create their gradient rings (``/dev/shm``); None: no
+            shared-memory transport (the members sum over gloo).
+        ring_prefix: the job's prefix of ring file names (the runtime removes
+            ``ring_dir/ring_prefix-*`` at the job's end).
     """
 
     ledger: Any
     lr: float
     weight_decay: float = 0.0
     optimizer_state: Optional[dict] = None
+    ring_dir: Optional[str] = None
+    ring_prefix: str = "fgnn-ring"
+
+
+@dataclass
+class _Gradient:
+    """One task's gradient kept for its step's sum: ``flat`` (the mean over ``seeds`` seeds)
+    or ``row`` of the member's ring (``[seeds * gradient, seeds]``), the ledger's ``answer``
+    to its delivery, the ``ack`` for ``on_applied`` and the ``task`` id."""
+
+    answer: Any
+    flat: Optional[torch.Tensor]
+    seeds: float
+    ack: Any
+    task: Optional[int]
+    row: Optional[int]
 
 
 def new_group(store: Any, generation: int, rank: int, size: int, device: torch.device,
@@ -155,6 +190,7 @@ class StepLedger:
         self._members: list[str] = []
         self._at: dict[str, tuple[int, int]] = {}  # member -> (events processed, version)
         self._handles: dict[str, Any] = {}
+        self._rings: dict[str, Optional[tuple[str, str]]] = {}  # member -> (host, ring file)
         self._snapshot: Optional[dict[str, Any]] = None
         self._store: Any = None
         if serve_store:
@@ -172,7 +208,8 @@ class StepLedger:
         self._by: dict[int, str] = {}
         self._holders: Counter[str] = Counter()
         self._open: dict[int, str] = {}  # task -> consumer, delivered in the open step
-        self._delivered: list[tuple[str, int]] = []  # (consumer, task) accepted, in order
+        # (consumer, task, ring row) accepted, in order
+        self._delivered: list[tuple[str, int, Optional[int]]] = []
         self._waiting: list[tuple[str, Optional[int]]] = []  # requests without a slot yet
         self._closed: dict[int, dict[int, str]] = {}  # step -> its tasks, until settled
         self._joining: list[str] = []
@@ -230,12 +267,15 @@ class StepLedger:
             self._reform()
             self._cv.notify_all()
 
-    def join(self, consumer: str, incarnation: int, version: int, handle: Any = None) -> int:
+    def join(self, consumer: str, incarnation: int, version: int, handle: Any = None,
+             ring: Optional[tuple[str, str]] = None) -> int:
         """Enrol ``consumer`` (holding ``version`` steps) for this epoch; it becomes a member
-        at the next step boundary. Returns the index of the first event it must replay."""
+        at the next step boundary. ``ring``: ``(host key, file)`` of its gradient ring, or
+        None. Returns the index of the first event it must replay."""
         with self._cv:
             self._live[consumer] = int(incarnation)
             self._handles[consumer] = handle
+            self._rings[consumer] = None if ring is None else (str(ring[0]), str(ring[1]))
             self._dead.discard(consumer)
             start = len(self._log)
             if consumer in self._members:  # a restarted incarnation: a member no more
@@ -292,17 +332,23 @@ class StepLedger:
         re-formed) or the generation changes; at most ``GROUP_TIMEOUT_S``, in a thread of its
         own (one per generation), so this call returns at once."""
         with self._cv:
-            if generation != self.generation or generation in self._watching:
-                return
-            self._watching.add(generation)
-        threading.Thread(target=self._watch, args=(generation,), daemon=True,
-                         name=f"ledger-watch-g{generation}").start()
+            if generation == self.generation:
+                self._start_watch()
+
+    def _start_watch(self) -> None:
+        """Probe the members of the current generation in a thread (one per generation; under
+        the lock)."""
+        if self.generation in self._watching:
+            return
+        self._watching.add(self.generation)
+        threading.Thread(target=self._watch, args=(self.generation,), daemon=True,
+                         name=f"ledger-watch-g{self.generation}").start()
 
     def _watch(self, generation: int) -> None:
         deadline = time.monotonic() + GROUP_TIMEOUT_S
         while time.monotonic() < deadline:
             with self._cv:
-                if self.generation != generation:
+                if self.generation != generation or self._ended:
                     return
                 members = list(self._members)
             gone = [m for m in members if not _probe(self._alive, m)]
@@ -321,8 +367,12 @@ class StepLedger:
 
         It may come in the middle of a step: rank 0 is a member with the newest state, and a
         member already at that version keeps its weights (they are equal), so a training thread
-        computing on them is not disturbed."""
-        if not self._dead and not self._joining:
+        computing on them is not disturbed.
+
+        Not once the epoch's ``end`` is in the log: its members' reducers stop there, so a
+        group formed after it never forms (the joiner waited for its peers until the group's
+        timeout, and the next epoch with it); a joiner then waits for the next epoch."""
+        if self._ended or (not self._dead and not self._joining):
             return
         if not self._members and self._expect - set(self._joining):
             return  # the epoch's first group: wait for every expected member
@@ -352,9 +402,18 @@ class StepLedger:
         self.generation += 1
         self._members = members
         if members:
-            self._append(Event("form", self.generation, tuple(members), upto))
+            self._append(Event("form", self.generation, tuple(members), upto,
+                               rings=self._shared_rings(members)))
             self._publish(time.time())  # requests of the joiners
         self._ended_check()
+
+    def _shared_rings(self, members: list[str]) -> tuple[str, ...]:
+        """The members' ring files in rank order when every member has one on one host (the
+        group sums from shared memory), else ``()`` (gloo)."""
+        rings = [self._rings.get(m) for m in members]
+        if any(r is None for r in rings) or len({r[0] for r in rings}) != 1:
+            return ()
+        return tuple(r[1] for r in rings)
 
     # ------------------------------------------------------------------ slots and gradients
     def slots(self) -> int:
@@ -410,11 +469,14 @@ class StepLedger:
                                grants=grants))
 
     def deliver(self, epoch: int, task_id: int, consumer: str, seeds: int = 1,
-                incarnation: Optional[int] = None, ready_at: Optional[float] = None) -> bool:
+                incarnation: Optional[int] = None, ready_at: Optional[float] = None,
+                row: Optional[int] = None) -> bool:
         """``consumer`` added the gradient of ``task_id`` to its sum of the open step: True when
         it counts (exactly once per epoch), False for a duplicate, another epoch or a dead
         incarnation (the caller then drops that gradient). The step closes when every slot
-        delivered. ``ready_at``: the wall time the gradient was ready (default: now).
+        delivered. ``ready_at``: the wall time the gradient was ready (default: now); ``row``:
+        the row of the consumer's gradient ring holding it (written before this call), or
+        None.
 
         Raises:
             ValueError: when ``consumer`` holds no slot, or ``seeds <= 0``.
@@ -436,7 +498,7 @@ class StepLedger:
                 self._applied[task_id] += 1
                 self._by.setdefault(task_id, consumer)
                 self._open[task_id] = consumer
-                self._delivered.append((consumer, task_id))
+                self._delivered.append((consumer, task_id, None if row is None else int(row)))
                 self._accepted += 1
                 self._received += 1
             else:
@@ -478,12 +540,19 @@ class StepLedger:
 
     def _ended_check(self) -> None:
         """Append ``end`` once every task is accepted and every member applied every step (a
-        death in the last reduction must still re-form the group and reduce again)."""
-        if (not self._ended and self.tasks is not None and self._accepted >= self.tasks
-                and self._received == 0 and not self._closed and not self._dead
-                and self._members):
-            self._ended = True
-            self._append(Event("end", self.generation, tuple(self._members)))
+        death in the last reduction must still re-form the group and reduce again).
+
+        When every task is in but a member has not applied every step, its members are probed
+        (:meth:`failed`): a member that died idle fails nobody's call when the group sums
+        from shared memory, and without the probe the epoch never ended."""
+        if (self._ended or self.tasks is None or self._accepted < self.tasks
+                or self._received or not self._members):
+            return
+        if self._closed or self._dead:
+            self._start_watch()
+            return
+        self._ended = True
+        self._append(Event("end", self.generation, tuple(self._members)))
 
     # ------------------------------------------------------------------ the event log
     def next_event(self, consumer: str, index: int, version: int,
@@ -582,6 +651,23 @@ def group_sum(pg: Any, buf: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows).sum(0)
 
 
+def _rows_sum(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """The sum of ring rows, added in the given order (the same bits on every member)."""
+    buf = torch.zeros(width)
+    for r in rows:
+        buf.add_(r)
+    return buf
+
+
+def _add_gradient(buf: torch.Tensor, entry: _Gradient, ring: Optional[GradientRing]) -> None:
+    """Add a kept gradient to ``buf`` as ``[seeds * gradient, seeds]``."""
+    if entry.row is not None and ring is not None:
+        buf.add_(ring.rows[entry.row].to(buf.device))
+    else:
+        buf[:-1].add_(entry.flat, alpha=entry.seeds)
+        buf[-1] += entry.seeds
+
+
 def group_broadcast(pg: Any, buf: torch.Tensor) -> torch.Tensor:
     """Rank 0's ``buf`` on every member of ``pg`` (in place on the others).
 
@@ -672,14 +758,20 @@ class ExchangeMember:
         events: ``events(index, version)``: the ledger's event at ``index`` (None after a short
             wait), having reported ``version``; None: ``call("next_event", ...)``.
         timeout_s: seconds a collective waits for its peers before it counts as failed.
+        ring_dir: where a CPU member creates its gradient ring (one file per incarnation,
+            ``ring_dir/ring_prefix-<name>-<incarnation>``); None: no ring (gloo sums).
+        ring_prefix: the job's prefix of ring file names.
+        ring_rows: rows of the ring.
     """
 
     def __init__(self, name: str, model: nn.Module, lr: float, weight_decay: float = 0.0,
                  optimizer_state: Optional[dict] = None, *, call: Callable[..., Any],
-                 store: Any, post: Optional[Callable[..., Any]] = None, on_applied: Optional[Callable[[int, list], None]] = None,
+                 store: Any, post: Optional[Callable[..., Any]] = None,
+                 on_applied: Optional[Callable[[int, list], None]] = None,
                  resolve: Callable[[Any], bool] = bool,
                  events: Optional[Callable[[int, int], Optional[Event]]] = None,
-                 timeout_s: float = GROUP_TIMEOUT_S) -> None:
+                 timeout_s: float = GROUP_TIMEOUT_S, ring_dir: Optional[str] = None,
+                 ring_prefix: str = "fgnn-ring", ring_rows: int = DEFAULT_ROWS) -> None:
         self.name, self.model = name, model
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.device = self.params[0].device if self.params else torch.device("cpu")
@@ -694,7 +786,7 @@ class ExchangeMember:
         self._call, self._store, self._on_applied = call, store, on_applied
         self._post = post or call
         self._cv = threading.Condition()
-        self._entries: dict[int, list[tuple[Any, torch.Tensor, float, Any, Optional[int]]]] = {}
+        self._entries: dict[int, list[_Gradient]] = {}
         self.incarnation: Optional[int] = None
         self.epoch: Optional[int] = None
         # slots granted to this member's requests, (step, ready_at), oldest first; requests
@@ -703,6 +795,13 @@ class ExchangeMember:
         self._grants: deque[tuple[int, Optional[float], float, float]] = deque()
         self._asked = 0
         self._verdicts: dict[int, Counter[int]] = {}
+        # per step, its ``reduce`` event's deliveries (member, task, ring row), until reduced
+        self._listed: dict[int, tuple[tuple[str, int, Optional[int]], ...]] = {}
+        self._ring_dir, self._ring_prefix, self._ring_rows = ring_dir, ring_prefix, ring_rows
+        self._ring: Optional[GradientRing] = None
+        # the current group's rings by member (empty: the group sums over gloo)
+        self._peers: dict[str, GradientRing] = {}
+        self._opened: dict[str, GradientRing] = {}
         self._resolve = resolve
         self._events = events or (lambda i, v: call("next_event", name, i, v, 1.0))
         self._inflight: Counter[int] = Counter()
@@ -717,6 +816,7 @@ class ExchangeMember:
         # end (the exchange's parts as a training thread waiting for that step sees them)
         self.timeline: dict[int, tuple[float, float, float, float]] = {}
         self._event_at = 0.0
+        self._generation = -1  # of the group this member is in
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, incarnation: int, handle: Any = None, epoch: Optional[int] = None) -> None:
@@ -731,10 +831,34 @@ class ExchangeMember:
             self._grants.clear()
             self._asked = 0
             self._verdicts.clear()
-        start = self._call("join", self.name, incarnation, self.version, handle)
+            self._listed.clear()
+        ring = self._make_ring(incarnation)
+        start = self._call("join", self.name, incarnation, self.version, handle,
+                           None if ring is None else (host_key(), ring.path))
         self._thread = threading.Thread(target=self._replay, args=(start,), daemon=True,
                                         name=f"{self.name}-reducer")
         self._thread.start()
+
+    def _make_ring(self, incarnation: int) -> Optional[GradientRing]:
+        """This incarnation's gradient ring (made once), when this member is on a CPU and has a
+        ring directory with room for it; None otherwise (its group sums over gloo)."""
+        import logging
+        import os
+        import shutil
+
+        if self._ring is not None or self._ring_dir is None or self.device.type != "cpu":
+            return self._ring
+        width = sum(p.numel() for p in self.params) + 1
+        path = os.path.join(self._ring_dir, f"{self._ring_prefix}-{self.name}-{incarnation}")
+        try:  # room for every member's ring several times over, or none at all
+            if shutil.disk_usage(self._ring_dir).free < 16 * ring_bytes(self._ring_rows, width):
+                raise OSError(f"too little free space in {self._ring_dir}")
+            self._ring = GradientRing.create(path, self._ring_rows, width, self.version)
+        except OSError as err:
+            logging.getLogger(__name__).warning(
+                "%s: no shared-memory gradient ring (%s): the group sums over gloo", self.name,
+                err)
+        return self._ring
 
     def finish(self, timeout_s: Optional[float] = None) -> bool:
         """Wait for the reducer thread to reach the epoch's end; True when it did."""
@@ -803,21 +927,75 @@ class ExchangeMember:
                 self._cv.wait(0.5)
             return self.version == step
 
+    def stage(self, step: int, tensors: list[torch.Tensor], seeds: int,
+              stop: Optional[threading.Event] = None
+              ) -> tuple[Optional[int], Optional[torch.Tensor], float]:
+        """A task's gradient (``tensors``, the mean over ``seeds`` seeds) of ``step`` made
+        ready for the step's sum, before its delivery: written to the next row of this
+        member's ring as ``[seeds * gradient, seeds]`` (shared memory), else flattened.
+
+        A row is reused only once every member of the group has applied the step it held
+        (a member lagging that far makes the writer wait); after a second of waiting the
+        ledger is told (:meth:`StepLedger.failed`: it probes the members and releases a dead
+        one), and after ``timeout_s`` (or ``stop``) the gradient is kept in memory instead
+        (its step then sums over gloo).
+
+        Returns:
+            ``(row or None, flat gradient or None, seconds waited for a row)``.
+        """
+        ring = self._ring
+        if ring is None:
+            return None, flatten(tensors), 0.0
+        row, before = ring.next_row(step)
+        t0 = time.perf_counter()
+        told = False
+        while not GradientRing.reusable(before, self._readers()):
+            waited = time.perf_counter() - t0
+            if waited > self.timeout_s or self._stop.is_set() or (stop is not None
+                                                                   and stop.is_set()):
+                ring.unclaim(row, before)  # the row still holds its old step
+                return None, flatten(tensors), waited
+            if waited > 1.0 and not told:
+                told = True
+                self._post("failed", self.name, self._generation)
+            time.sleep(0.0005)
+        waited = time.perf_counter() - t0
+        out = ring.rows[row]
+        torch.cat([t.detach().reshape(-1).float() for t in tensors], out=out[:-1])
+        out[:-1].mul_(float(seeds))
+        out[-1] = float(seeds)
+        return row, None, waited
+
+    @property
+    def transport(self) -> str:
+        """How the current group sums: ``"shm"`` (the members' gradient rings) or ``"gloo"``
+        (NCCL on CUDA)."""
+        return "shm" if self._peers else "gloo"
+
+    def _readers(self) -> list[GradientRing]:
+        """The rings whose owners read this member's rows: the group's, this member's own
+        (``_peers`` is replaced whole at a ``form``, never changed: no lock)."""
+        return list(self._peers.values()) + [self._ring]
+
     def pending(self, step: int) -> None:
         """A gradient of ``step`` is about to be delivered: its reduction waits for
         :meth:`settle`."""
         with self._cv:
             self._inflight[step] += 1
 
-    def settle(self, step: int, grad: torch.Tensor, seeds: int, answer: Any,
-               ack: Any = None, task: Optional[int] = None) -> None:
-        """Keep ``grad`` (the mean over ``seeds`` seeds) of task ``task`` for ``step`` with the
+    def settle(self, step: int, grad: Optional[torch.Tensor], seeds: int, answer: Any,
+               ack: Any = None, task: Optional[int] = None, row: Optional[int] = None) -> None:
+        """Keep ``grad`` (the mean over ``seeds`` seeds; or ``row``, the ring row
+        :meth:`stage` wrote it to) of task ``task`` for ``step`` with the
         ledger's ``answer`` to its delivery (True/False, or a token ``resolve`` turns into it:
         the training thread need not wait for the reply) and ``ack`` for ``on_applied``;
         release the :meth:`pending` mark. Only accepted gradients enter the step's sum: those
         the step's ``reduce`` event lists (by ``task``), else those ``answer`` accepts."""
+        if grad is None and row is None:
+            raise ValueError("settle needs the gradient or its ring row")
         with self._cv:
-            self._entries.setdefault(step, []).append((answer, grad, float(seeds), ack, task))
+            self._entries.setdefault(step, []).append(
+                _Gradient(answer, grad, float(seeds), ack, task, row))
             self._inflight[step] -= 1
             self._cv.notify_all()
 
@@ -867,7 +1045,9 @@ class ExchangeMember:
                 if name == self.name and inc == self.incarnation]
         with self._cv:
             if ev.kind == "reduce":
-                self._verdicts[ev.step] = Counter(t for name, t in ev.tasks if name == self.name)
+                self._verdicts[ev.step] = Counter(t for name, t, _ in ev.tasks
+                                                  if name == self.name)
+                self._listed[ev.step] = ev.tasks
             if mine:
                 self._grants.extend(mine)
                 self._asked = max(0, self._asked - len(mine))
@@ -880,6 +1060,9 @@ class ExchangeMember:
         rank = ev.members.index(self.name)
         self._pg = new_group(self._store, ev.generation, rank, len(ev.members), self.device,
                              self.timeout_s)
+        peers = self._open_rings(ev)
+        with self._cv:
+            self._peers, self._generation = peers, ev.generation
         state = group_broadcast(self._pg, self._flat_state())
         theirs = int(state[0].item())
         if theirs > self.version:
@@ -887,6 +1070,30 @@ class ExchangeMember:
         self._settle_adopted()
         for step in range(self.version, ev.step):
             self._reduce_step(step)
+
+    def _open_rings(self, ev: Event) -> dict[str, GradientRing]:
+        """The rings of ``ev``'s members by name (opened once each), or ``{}`` when the group
+        sums over gloo (``ev.rings`` empty, or this member has no ring).
+
+        Raises:
+            RuntimeError: a ring the ledger listed cannot be opened (as a failed collective:
+                the ledger is told).
+        """
+        if not ev.rings or self._ring is None:
+            return {}
+        peers = {}
+        for name, path in zip(ev.members, ev.rings):
+            if path == self._ring.path:
+                peers[name] = self._ring
+                continue
+            if path not in self._opened:
+                try:
+                    self._opened[path] = GradientRing.open(path)
+                except (OSError, ValueError) as err:
+                    raise RuntimeError(f"{self.name}: cannot open {name}'s gradient ring: "
+                                       f"{err}") from err
+            peers[name] = self._opened[path]
+        return peers
 
     def _settle_adopted(self) -> None:
         """Steps below the adopted version that this member had not applied itself: rank 0
@@ -904,12 +1111,18 @@ class ExchangeMember:
                 del self._inflight[s]
             self._cv.notify_all()
         for step, entries in adopted:
-            verdicts = [(ack, bool(self._resolve(answer))) for answer, _, _, ack, _ in entries]
+            verdicts = [(e.ack, bool(self._resolve(e.answer))) for e in entries]
             if self._on_applied is not None and verdicts:
                 self._on_applied(step, verdicts)
 
     def _reduce_step(self, step: int) -> None:
-        """All-reduce ``[gradient sum, seeds]`` of ``step`` and take its Adam step.
+        """Sum ``[seed-weighted gradient sum, seeds]`` of ``step`` over the group and take its
+        Adam step.
+
+        From shared memory when the group has rings and every gradient the step's ``reduce``
+        event lists is in one (each member adds the listed rows in the listed order: the same
+        bits everywhere, no wait for another member); else over gloo (:func:`group_sum` of
+        each member's own accepted gradients).
 
         Raises:
             RuntimeError: the collective failed (a peer died: the ledger re-forms the group).
@@ -917,22 +1130,20 @@ class ExchangeMember:
         with self._cv:
             self._cv.wait_for(lambda: self._inflight[step] <= 0 or self._stop.is_set())
             entries = list(self._entries.get(step, []))
-            listed = self._verdicts.pop(step, None)
-        n = sum(p.numel() for p in self.params)
-        buf = torch.zeros(n + 1, device=self.device)
-        verdicts = []
-        for answer, grad, seeds, ack, task in entries:
-            if listed is not None and task is not None:  # the reduce event's list
-                ok = listed[task] > 0
-                listed[task] -= 1
-            else:
-                ok = bool(self._resolve(answer))
-            if ok:
-                buf[:-1].add_(grad, alpha=seeds)
-                buf[-1] += seeds
-            verdicts.append((ack, ok))
+            counted = self._verdicts.pop(step, None)
+            listed = self._listed.pop(step, None)
+            peers = self._peers
+        verdicts = [(e.ack, self._counts(e, counted)) for e in entries]
         t0 = time.perf_counter()
-        buf = group_sum(self._pg, buf)
+        if listed is not None and peers and all(r is not None and m in peers
+                                                for m, _, r in listed):
+            buf = _rows_sum([peers[m].rows[r] for m, _, r in listed], self._width)
+        else:
+            buf = torch.zeros(self._width, device=self.device)
+            for e, (_, ok) in zip(entries, verdicts):
+                if ok:
+                    _add_gradient(buf, e, self._ring)
+            buf = group_sum(self._pg, buf)
         t_sum = time.perf_counter()
         if buf[-1].item() > 0:
             mean = buf[:-1] / buf[-1]
@@ -943,17 +1154,38 @@ class ExchangeMember:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         t1 = time.perf_counter()
-        with self._cv:
-            self.version = step + 1
-            self._entries.pop(step, None)
-            self._inflight.pop(step, None)
-            self.timeline[step] = (self._event_at, t0, t_sum, t1)
-            self.timeline.pop(step - 8, None)
-            self._cv.notify_all()
+        self._applied_step(step, (self._event_at, t0, t_sum, t1))
         self.reduce_s += t1 - t0
         self.reductions += 1
         if self._on_applied is not None:
             self._on_applied(step, verdicts)
+
+    @property
+    def _width(self) -> int:
+        """``[gradient, seeds]``: the parameters' size plus one."""
+        return sum(p.numel() for p in self.params) + 1
+
+    def _counts(self, entry: _Gradient, counted: Optional[Counter]) -> bool:
+        """The verdict on a kept gradient: listed in its step's ``reduce`` event (by task,
+        ``counted``), else the ledger's answer to its delivery."""
+        if counted is not None and entry.task is not None:
+            ok = counted[entry.task] > 0
+            counted[entry.task] -= 1
+            return ok
+        return bool(self._resolve(entry.answer))
+
+    def _applied_step(self, step: int, marks: tuple[float, float, float, float]) -> None:
+        """``step`` is applied: the version moves on (published in this member's ring, where
+        writers read it) and the waiting training thread wakes."""
+        with self._cv:
+            self.version = step + 1
+            self._entries.pop(step, None)
+            self._inflight.pop(step, None)
+            self.timeline[step] = marks
+            self.timeline.pop(step - 8, None)
+            self._cv.notify_all()
+        if self._ring is not None:
+            self._ring.applied = self.version
 
     # ------------------------------------------------------------------ state
     def _flat_state(self) -> torch.Tensor:
@@ -982,12 +1214,12 @@ class ExchangeMember:
         with self._cv:
             self.version = int(flat[0].item())
             self._cv.notify_all()
+        if self._ring is not None:
+            self._ring.applied = self.version
 
     def state(self) -> dict[str, Any]:
         """``{"version", "flat", "model", "optimizer"}`` on the CPU: flat weights, model and
         optimizer state dicts (checkpoints, the final model)."""
-        from fgnn.executors.ps import flatten
-
         opt = self.optimizer.state_dict()
         opt["state"] = {k: {n: v.detach().cpu().clone() for n, v in s.items()}
                         for k, s in opt["state"].items()}

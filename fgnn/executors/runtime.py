@@ -65,9 +65,13 @@ checkpoint (:mod:`fgnn.checkpoint`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import glob
+import os
 import shutil
 import time
+import uuid
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
@@ -80,6 +84,7 @@ from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore
 from fgnn.executors import _hetero
 from fgnn.executors._caches import CachePlanner
+from fgnn.executors._gradring import default_ring_dir
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
 from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
@@ -374,10 +379,23 @@ class Runtime:
         if rt.exchange == "collective":  # a ledger without tensors; weights on the Trainers
             sv.ps = ray.remote(num_cpus=0, max_restarts=0)(StepLedger).options(
                 name="fgnn-ps", max_concurrency=256).remote(serve_store=True)
-            sv.exchange = ExchangeSpec(sv.ps, tc.lr, tc.weight_decay, resumed)
+            sv.exchange = ExchangeSpec(sv.ps, tc.lr, tc.weight_decay, resumed,
+                                       **self._ring_place(set(nodes.values())))
         else:
             sv.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
                 copy.deepcopy(self.model).cpu(), tc.lr, tc.weight_decay, resumed)
+
+    def _ring_place(self, nodes: set[str]) -> dict[str, Any]:
+        """Where the collective's CPU members keep their gradient rings: ``/dev/shm`` when
+        every executor is on the driver's node (which removes the files at the end); else
+        none (the members sum over gloo)."""
+        import ray
+
+        ring_dir = default_ring_dir()
+        if ring_dir is None or nodes - {ray.get_runtime_context().get_node_id()}:
+            return {"ring_dir": None}
+        self.services.ring_files = os.path.join(ring_dir, f"fgnn-ring-{uuid.uuid4().hex[:12]}")
+        return {"ring_dir": ring_dir, "ring_prefix": os.path.basename(self.services.ring_files)}
 
     def _build_layout(self, n_s: int) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest; the new
@@ -406,6 +424,9 @@ class Runtime:
                 pass
         if self.caches.reorder_dir is not None:
             shutil.rmtree(self.caches.reorder_dir, ignore_errors=True)
+        for path in glob.glob(f"{sv.ring_files}-*") if sv.ring_files else ():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     # ================================================================== the run
     def _run(self) -> RunResult:
