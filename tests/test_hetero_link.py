@@ -12,6 +12,11 @@
   relation; the test graph adds the validation edges only; other relations untouched.
 * End to end: ``fgnn.Job`` on 4 logical devices learns the planted relation (test AUC well above
   chance) and reports typed cache counters; bad ``--link-edge-type`` values are one line.
+* Resume: a checkpoint records the task and the relation; ``--resume`` with another relation
+  of the same size (``cites`` / ``cited_by``: same weight shapes) or another task is one line
+  naming the field and both values, exit 2 before Ray, nothing written; a checkpoint without
+  a relation is refused by a typed link job only; the same relation resumes (with Ray: only
+  the epoch left runs).
 """
 
 from __future__ import annotations
