@@ -408,3 +408,25 @@ def test_a_typed_link_run_resumes_its_relation_and_refuses_another(ray_cluster, 
     rep = load_report(resumed)
     assert [ep["epoch"] for ep in rep["epochs"]] == [1]
     assert rep["config"]["link"]["edge_type"] == CITES
+
+
+def test_an_untyped_link_checkpoint_records_no_relation_and_resumes(tmp_path, monkeypatch,
+                                                                     capsys):
+    """A link job on a homogeneous graph records ``link.edge_type`` None and resumes."""
+    from pathlib import Path
+
+    from fgnn.checkpoint import read_checkpoint, save_checkpoint
+    from fgnn.cli import build_parser, config_from_args, main
+    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+    from test_checkpoint import TINY, _no_ray
+
+    argv = ["--dataset", TINY, "--model", "sage", "--task", "link"]
+    rt = Runtime(config_from_args(build_parser().parse_args(argv)), load_dataset(TINY))
+    path = Path(tmp_path) / CHECKPOINT_NAME
+    save_checkpoint(path, rt.model, torch.optim.Adam(rt.model.parameters()), 0,
+                    extra=rt.checkpointer.extra(0))
+    job = read_checkpoint(path)["extra"]["job"]
+    assert (job["task"], job["link"]) == ("link", {"edge_type": None})
+    _no_ray(monkeypatch)
+    assert main(argv + ["--resume", "--checkpoint-dir", str(tmp_path), "--no-progress"]) == 1
+    assert "Ray was started" in capsys.readouterr().err
