@@ -226,8 +226,8 @@ class Job:
 
         Raises:
             JobConfigError: a setting that cannot work, including a resume checkpoint that is
-                unreadable or from another model or dataset; raised before Ray starts, nothing
-                is written.
+                unreadable or from another task, link relation, model or dataset; raised
+                before Ray starts, nothing is written.
             fgnn.executors.RunFinished: ``train.resume`` of a run that has finished its epochs
                 (before Ray starts; its message is the run's result in one line).
             fgnn.executors.RuntimeFailure: the job stopped on a fault (an executor or service

@@ -12,6 +12,11 @@
   relation; the test graph adds the validation edges only; other relations untouched.
 * End to end: ``fgnn.Job`` on 4 logical devices learns the planted relation (test AUC well above
   chance) and reports typed cache counters; bad ``--link-edge-type`` values are one line.
+* Resume: a checkpoint records the task and the relation; ``--resume`` with another relation
+  of the same size (``cites`` / ``cited_by``: same weight shapes) or another task is one line
+  naming the field and both values, exit 2 before Ray, nothing written; a checkpoint without
+  a relation is refused by a typed link job only; the same relation resumes (with Ray: only
+  the epoch left runs).
 """
 
 from __future__ import annotations
@@ -271,3 +276,157 @@ def test_link_edge_type_spellings(spec):
     from fgnn.hetero.link import resolve_edge_type
 
     assert resolve_edge_type(load_dataset(SPEC).graph, spec) == WRITES
+
+
+# ------------------------------------------------------------------ --resume of a typed link job
+RESUME_SPEC = "hetero:papers=200,authors=60,fields=8,seed=3"
+CITES, CITED_BY = "paper,cites,paper", "paper,cited_by,paper"
+
+
+def _typed_checkpoint(directory, task: str = "link", edge_type: str = CITES,
+                      drop: tuple[str, ...] = ()) -> bytes:
+    """The checkpoint a typed job's Runtime writes after epoch 0 (no Ray), without the job
+    identity's fields ``drop`` (as an older fgnn wrote it); returns its bytes."""
+    from pathlib import Path
+
+    from fgnn.checkpoint import save_checkpoint
+    from fgnn.cli import build_parser, config_from_args
+    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+
+    argv = ["--dataset", RESUME_SPEC, "--model", "sage", "--task", task]
+    if task == "link":
+        argv += ["--link-edge-type", edge_type]
+    rt = Runtime(config_from_args(build_parser().parse_args(argv)), load_dataset(RESUME_SPEC))
+    path = Path(directory) / CHECKPOINT_NAME
+    extra = rt.checkpointer.extra(0)
+    extra["job"] = {k: v for k, v in extra["job"].items() if k not in drop}
+    save_checkpoint(path, rt.model, torch.optim.Adam(rt.model.parameters()), 0, extra=extra)
+    return path.read_bytes()
+
+
+def _resume_argv(directory, edge_type: str) -> list[str]:
+    return ["--dataset", RESUME_SPEC, "--model", "sage", "--task", "link", "--link-edge-type",
+            edge_type, "--resume", "--checkpoint-dir", str(directory),
+            "--report", str(directory / "r.json")]
+
+
+def test_resuming_another_relation_of_the_same_size_is_refused_in_one_line(
+        tmp_path, monkeypatch, cli_error):
+    """``cites`` and ``cited_by`` have as many edges and the same model shapes: only the
+    recorded relation tells the checkpoints apart. The refusal names the field and both values,
+    exits 2 before Ray and writes nothing."""
+    from test_checkpoint import _no_ray
+
+    saved = _typed_checkpoint(tmp_path, edge_type=CITES)
+    _no_ray(monkeypatch)
+    line = cli_error(_resume_argv(tmp_path, CITED_BY))
+    assert line.startswith("launch.py: error: argument --checkpoint-dir: "), line
+    assert (f"was trained for link.edge_type {CITES}, but this job has link.edge_type "
+            f"{CITED_BY}") in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runtime.pt"]
+    assert (tmp_path / "runtime.pt").read_bytes() == saved
+
+
+def test_resuming_a_typed_node_checkpoint_as_a_link_job_names_both_tasks(
+        tmp_path, monkeypatch, cli_error):
+    from test_checkpoint import _no_ray
+
+    _typed_checkpoint(tmp_path, task="node")
+    _no_ray(monkeypatch)
+    line = cli_error(_resume_argv(tmp_path, CITES))
+    assert "was trained for task node, but this job has task link" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runtime.pt"]
+
+
+@pytest.mark.parametrize("spelling", [CITES, "cites"])
+def test_resuming_the_same_relation_passes_every_check(tmp_path, monkeypatch, capsys, spelling):
+    """The same relation (in any spelling) gets past every check and only then starts Ray."""
+    from fgnn.cli import main
+    from test_checkpoint import _no_ray
+
+    _typed_checkpoint(tmp_path, edge_type=CITES)
+    _no_ray(monkeypatch)
+    assert main(_resume_argv(tmp_path, spelling) + ["--no-progress"]) == 1
+    assert "Ray was started" in capsys.readouterr().err
+
+
+def test_a_checkpoint_that_records_no_relation_is_refused_by_a_typed_link_job(
+        tmp_path, monkeypatch, cli_error):
+    """Written before checkpoints recorded the relation: nothing tells which one it was
+    trained for, so a typed link job refuses it (even for the relation it was trained for)."""
+    from test_checkpoint import _no_ray
+
+    _typed_checkpoint(tmp_path, edge_type=CITES, drop=("link",))
+    _no_ray(monkeypatch)
+    line = cli_error(_resume_argv(tmp_path, CITES))
+    assert (f"records no link.edge_type (written by an fgnn before checkpoints recorded the "
+            f"relation), so nothing tells which relation it was trained for; this job has "
+            f"link.edge_type {CITES}") in line, line
+
+
+def test_a_node_checkpoint_without_task_or_relation_still_resumes(tmp_path, monkeypatch, capsys):
+    """Written before checkpoints recorded the task: a node job has no relation to compare,
+    and the model and dataset checks still pass it."""
+    from fgnn.cli import main
+    from test_checkpoint import _no_ray
+
+    _typed_checkpoint(tmp_path, task="node", drop=("task", "link"))
+    _no_ray(monkeypatch)
+    assert main(["--dataset", RESUME_SPEC, "--model", "sage", "--resume", "--checkpoint-dir",
+                 str(tmp_path), "--no-progress"]) == 1
+    assert "Ray was started" in capsys.readouterr().err
+
+
+def test_a_typed_link_run_resumes_its_relation_and_refuses_another(ray_cluster, tmp_path,
+                                                                    capsys):
+    """Through ``launch.py`` with Ray: the checkpoint of a ``cites`` run is refused by a
+    ``cited_by`` job (exit 2, one line, nothing written, the checkpoint unchanged) and resumed
+    by the ``cites`` job, which runs only the epoch left."""
+    from fgnn.cli import main
+    from fgnn.report import load_report
+
+    ck = tmp_path / "ck"
+    argv = ["--dataset", RESUME_SPEC, "--model", "sage", "--hidden", "16", "--fanouts", "5,5",
+            "--task", "link", "--devices", "2", "--batch-size", "256", "--no-progress",
+            "--dashboard-host", "off", "--checkpoint-dir", str(ck)]
+    assert main(argv + ["--link-edge-type", "cites", "--epochs", "1"]) == 0
+    saved = (ck / "runtime.pt").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--link-edge-type", CITED_BY, "--epochs", "2", "--resume",
+                     "--report", str(tmp_path / "other.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert (f"was trained for link.edge_type {CITES}, but this job has link.edge_type "
+            f"{CITED_BY}") in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    assert sorted(p.name for p in ck.iterdir()) == ["runtime.pt"]
+    assert (ck / "runtime.pt").read_bytes() == saved
+    resumed = tmp_path / "r2.json"
+    assert main(argv + ["--link-edge-type", CITES, "--epochs", "2", "--resume",
+                        "--report", str(resumed)]) == 0
+    rep = load_report(resumed)
+    assert [ep["epoch"] for ep in rep["epochs"]] == [1]
+    assert rep["config"]["link"]["edge_type"] == CITES
+
+
+def test_an_untyped_link_checkpoint_records_no_relation_and_resumes(tmp_path, monkeypatch,
+                                                                     capsys):
+    """A link job on a homogeneous graph records ``link.edge_type`` None and resumes."""
+    from pathlib import Path
+
+    from fgnn.checkpoint import read_checkpoint, save_checkpoint
+    from fgnn.cli import build_parser, config_from_args, main
+    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+    from test_checkpoint import TINY, _no_ray
+
+    argv = ["--dataset", TINY, "--model", "sage", "--task", "link"]
+    rt = Runtime(config_from_args(build_parser().parse_args(argv)), load_dataset(TINY))
+    path = Path(tmp_path) / CHECKPOINT_NAME
+    save_checkpoint(path, rt.model, torch.optim.Adam(rt.model.parameters()), 0,
+                    extra=rt.checkpointer.extra(0))
+    job = read_checkpoint(path)["extra"]["job"]
+    assert (job["task"], job["link"]) == ("link", {"edge_type": None})
+    _no_ray(monkeypatch)
+    assert main(argv + ["--resume", "--checkpoint-dir", str(tmp_path), "--no-progress"]) == 1
+    assert "Ray was started" in capsys.readouterr().err

@@ -263,7 +263,7 @@ def test_link_run_on_four_logical_devices_through_launch(ray_cluster, planetoid_
 
 def test_resuming_a_node_checkpoint_as_a_link_job_fails_before_ray(tmp_path, monkeypatch,
                                                                     capsys):
-    """A node-classification checkpoint is not a link job's: one line naming both models."""
+    """A node-classification checkpoint is not a link job's: one line naming both tasks."""
     from test_checkpoint import TINY as NODE_TINY
     from test_checkpoint import _launch_fails, _no_ray, _runtime_checkpoint
 
@@ -271,4 +271,4 @@ def test_resuming_a_node_checkpoint_as_a_link_job_fails_before_ray(tmp_path, mon
     _no_ray(monkeypatch)
     line = _launch_fails(["--dataset", NODE_TINY, "--model", "sage", "--task", "link",
                           "--resume", "--checkpoint-dir", str(tmp_path)], capsys)
-    assert "LinkModel" in line, line
+    assert "was trained for task node, but this job has task link" in line, line

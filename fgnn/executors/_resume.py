@@ -3,7 +3,9 @@
 :class:`Checkpointer` is a part of :class:`~fgnn.executors.runtime.Runtime`. A checkpoint holds
 the parameter server's model and optimizer, the best-validation weights so far and the job's
 identity (:mod:`fgnn.model_file`), written atomically; resuming checks the identity before Ray
-starts (:meth:`Checkpointer.load_resume`).
+starts (:meth:`Checkpointer.load_resume`): first what the job is trained for (:func:`check_task`:
+the task and, for a typed link job, the relation), then the model and dataset
+(:func:`fgnn.model_file.check_identity`), then the weights' shapes.
 
 A checkpoint is only ever written from a consistent state: the end of a training epoch, after
 its validation. The driver keeps that state in memory (the last *good* one, beside the file), so
@@ -19,13 +21,13 @@ import copy
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
 from fgnn.executors._faults import RuntimeFailure
 
-__all__ = ["Checkpointer", "CHECKPOINT_NAME", "RunFinished"]
+__all__ = ["Checkpointer", "CHECKPOINT_NAME", "RunFinished", "task_identity", "check_task"]
 
 #: File the runtime's resumable checkpoint is written to under ``TrainConfig.checkpoint_dir``.
 CHECKPOINT_NAME = "runtime.pt"
@@ -183,8 +185,8 @@ class Checkpointer:
 
         Raises:
             CheckpointError: one line naming the file: no checkpoint in ``checkpoint_dir``, an
-                unreadable, truncated or pickle-carrying file, or a checkpoint of another model
-                or dataset (naming both).
+                unreadable, truncated or pickle-carrying file, or a checkpoint of another task,
+                link relation, model or dataset (naming both; :func:`check_task`).
             RunFinished: the checkpoint's run has finished.
         """
         if self._start_epoch is not None:
@@ -222,6 +224,7 @@ class Checkpointer:
             raise CheckpointError(path, f"no checkpoint {CHECKPOINT_NAME} to resume from in "
                                         f"{tc.checkpoint_dir}")
         payload = read_checkpoint(path)
+        check_task(path, payload["extra"].get("job", {}), self.identity)
         check_identity(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
         opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
         ckpt = load_checkpoint(path, self.model, opt, restore_rng=False, payload=payload)
@@ -235,6 +238,64 @@ class Checkpointer:
             raise CheckpointError(path, f"checkpoint {path} records finished_epoch="
                                         f"{finished!r}, not an epoch (an integer >= -1)")
         return finished
+
+
+def task_identity(task: str, link: Any = None) -> dict[str, Any]:
+    """What a job is trained for, stored in its checkpoints beside the model and dataset
+    (:func:`fgnn.model_file.job_identity`) and checked on resume (:func:`check_task`).
+
+    Args:
+        task: ``JobConfig.task`` (``node``, ``link``, ``recsys``).
+        link: the job's link task; the relation of a
+            :class:`~fgnn.hetero.link_task.TypedLinkTask` is recorded, any other (or None)
+            records none.
+
+    Returns:
+        ``{"task": task, "link": {"edge_type": "SRC,REL,DST" or None}}``.
+    """
+    from fgnn.hetero.link_task import TypedLinkTask
+
+    et = link.edge_type if isinstance(link, TypedLinkTask) else None
+    return {"task": task, "link": {"edge_type": None if et is None else ",".join(et)}}
+
+
+def check_task(path: Path, saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming the field and both values, a checkpoint trained for another
+    task or, for a typed link job, another relation (:func:`task_identity` forms).
+
+    Checkpoints written before these fields were recorded: one without ``task`` (written before
+    link prediction existed: node classification) is not compared, the model and dataset checks
+    still apply. One without ``link`` cannot say which relation it was trained for, so a typed
+    link job refuses it (another relation of the same size would load silently); a job that is
+    not a typed link job has no relation to compare and accepts it.
+
+    Raises:
+        CheckpointError: naming the file, the field (``task`` or ``link.edge_type``) and both
+            values.
+    """
+    from fgnn.checkpoint import CheckpointError
+
+    task = saved.get("task")
+    if task is not None and task != now.get("task"):
+        raise CheckpointError(path, f"checkpoint {path} was trained for task {task}, but this "
+                                    f"job has task {now.get('task')} (--task); resume a "
+                                    f"checkpoint of this task, or train without --resume")
+    want = (now.get("link") or {}).get("edge_type")
+    if "link" not in saved:
+        if want is not None:
+            raise CheckpointError(path, f"checkpoint {path} records no link.edge_type (written "
+                                        f"by an fgnn before checkpoints recorded the relation), "
+                                        f"so nothing tells which relation it was trained for; "
+                                        f"this job has link.edge_type {want}; train without "
+                                        f"--resume")
+        return
+    had = (saved.get("link") or {}).get("edge_type")
+    if had != want:
+        raise CheckpointError(path, f"checkpoint {path} was trained for link.edge_type "
+                                    f"{had or 'none (not a typed link job)'}, but this job has "
+                                    f"link.edge_type {want or 'none (not a typed link job)'} "
+                                    f"(--link-edge-type); resume with the relation it was "
+                                    f"trained for, or train without --resume")
 
 
 def _resume_hint(path: Optional[Path], finished_epoch: int) -> str:

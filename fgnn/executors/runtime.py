@@ -88,7 +88,7 @@ from fgnn.executors._gradring import default_ring_dir
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
 from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished, task_identity
 from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
 from fgnn.executors.collective import ExchangeSpec, StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
@@ -179,7 +179,7 @@ class Runtime:
         from fgnn.model_file import job_identity
 
         self.identity = job_identity(config, dataset, self.model, self.sampler)
-        self.identity["task"] = config.task
+        self.identity.update(task_identity(config.task, self.link))  # task, relation
         self.best: dict[str, Any] = {"val_acc": -1.0, "epoch": None, "state": None, "bad": 0}
         self.on_epoch = on_epoch
         self._eval_passes = 0
