@@ -17,6 +17,7 @@ in shared memory, :mod:`fgnn.executors._gradring`).
 
 from __future__ import annotations
 
+import glob
 import threading
 import time
 from collections import deque
@@ -30,8 +31,9 @@ from torch import nn
 dist = pytest.importorskip("torch.distributed")
 
 from fgnn.executors._gradring import GradientRing  # noqa: E402
-from fgnn.executors.collective import (ExchangeMember, StepLedger, group_broadcast,  # noqa: E402
+from fgnn.executors.collective import (ExchangeMember, group_broadcast,  # noqa: E402
                                       group_sum, new_group)
+from fgnn.executors.step_ledger import StepLedger  # noqa: E402
 from fgnn.executors.ps import flatten  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 
@@ -324,9 +326,11 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
                     train=TrainConfig(epochs=2, batch_size=16, lr=0.01, seed=1),
                     runtime=RuntimeConfig(devices=4, samplers=1, switching=True, queue_size=4,
                                           stall_timeout_s=60.0, exchange="collective"))
-    killed = []
+    killed, rings = [], []
 
     def on_batch(epoch, done, total, loss):
+        if epoch == 1 and done == 1:  # the Trainers' gradient rings, in shared memory
+            rings.extend(glob.glob(f"{rt.services.ring_files}-*"))
         if epoch == 1 and done == 3 and not killed:
             ray.kill(ray.get_actor("fgnn-standby-0"), no_restart=not restart)
             killed.append(done)
@@ -334,6 +338,8 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
     rt = Runtime(cfg, ds, on_batch=on_batch, evaluate=False)
     result = rt.run()
     assert killed
+    # one ring per Trainer and standby of the layout, removed at the job's end
+    assert len(rings) >= 4 and not glob.glob(f"{rt.services.ring_files}-*")
     for d, stats in zip(rt.details, result.epochs):
         total = len(epoch_batches(ds.train_idx, 16, 1, d["epoch"], rt.step_tasks))
         assert d["task_ids"] == list(range(total)) and stats.batches == total
@@ -401,7 +407,7 @@ def test_a_step_taken_over_from_rank_0_acknowledges_the_members_tasks():
     0's sum held its row). They were dropped without an acknowledgement, so they stayed
     leased and the epoch stalled (the Ray case below, 37 of 40 tasks done: three tasks of
     the step whose sum the killed standby cut short); this test fails that way."""
-    from fgnn.executors.collective import Event
+    from fgnn.executors.step_ledger import Event
 
     store, got = dist.HashStore(), {"a": [], "b": []}
     members = {n: ExchangeMember(n, _model(), LR, call=lambda *a: None, store=store,

@@ -2,7 +2,7 @@
 
 :class:`TrainerExchange` owns the Trainer's :class:`~fgnn.executors.collective.ExchangeMember`
 (its weights and Adam state stay on the Trainer's device), connects it to the job's
-:class:`~fgnn.executors.collective.StepLedger` actor and its rendezvous store, and runs one
+:class:`~fgnn.executors.step_ledger.StepLedger` actor and its rendezvous store, and runs one
 training step the collective way: take a slot (requested when the prefetch brought the task,
 while the previous one computed; the ledger grants it in an event the member's reducer reads
 from the store, most often the closing step's ``reduce``, so no Ray reply is waited for), wait
@@ -27,7 +27,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from fgnn.executors.collective import GROUP_TIMEOUT_S, Event, ExchangeMember, ExchangeSpec
+from fgnn.executors.collective import ExchangeMember, ExchangeSpec
+from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
 from fgnn.executors.ps import step_wait
 
 __all__ = ["TrainerExchange"]

@@ -25,7 +25,7 @@ averaged into one step, so training takes the steps of the single-process loop a
 count. ``runtime.exchange`` picks how: ``server`` (the default) sends every task's gradient to a
 parameter-server actor (:mod:`fgnn.executors.ps`); ``collective`` (experimental) keeps weights
 and optimizer on every Trainer's device and all-reduces the gradients once per step, with a
-ledger actor (:class:`~fgnn.executors.collective.StepLedger`, no tensors) handing out slots,
+ledger actor (:class:`~fgnn.executors.step_ledger.StepLedger`, no tensors) handing out slots,
 keeping the exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`).
 Either way the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``,
 ``state``).
@@ -90,7 +90,8 @@ from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
 from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished, task_identity
 from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
-from fgnn.executors.collective import ExchangeSpec, StepLedger
+from fgnn.executors.collective import ExchangeSpec
+from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import trainers_share_gpu
