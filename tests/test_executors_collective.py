@@ -128,6 +128,15 @@ class _Group:
                     self.queue.appendleft((t, idx))
             done += 1
 
+    def start(self, names: tuple[str, ...], x: torch.Tensor, y: torch.Tensor,
+              *limits: int) -> list[threading.Thread]:
+        """Train the named members in threads (each up to its entry of ``limits``, if any)."""
+        threads = [threading.Thread(target=self.train, args=(self.members[n], x, y, *lim))
+                   for n, lim in zip(names, [(k,) for k in limits] or [()] * len(names))]
+        for t in threads:
+            t.start()
+        return threads
+
     def run(self, x: torch.Tensor, y: torch.Tensor, **plans: dict) -> None:
         for m in self.members.values():
             m.begin(0)
@@ -135,8 +144,7 @@ class _Group:
                    for n, m in self.members.items()]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        _joined(threads, 120)
 
     def finish(self, names: Optional[list[str]] = None) -> list[torch.Tensor]:
         out = []
@@ -151,6 +159,14 @@ def rings(request, tmp_path) -> Optional[str]:
     """The group's transport: None (gloo) or the directory of the members' gradient rings
     (shared memory)."""
     return None if request.param == "gloo" else str(tmp_path)
+
+
+def _joined(threads: list[threading.Thread], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``threads``; True when every one has finished."""
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in threads)
 
 
 def _epoch(n_seeds: int = 40, batch: int = 10, parts: int = 4) -> tuple:
@@ -201,11 +217,7 @@ def test_a_member_dying_between_steps_is_dropped_and_the_steps_stay_exact(rings)
     g.train(dead, x, y, die_after_deliver=True)  # delivers task 0 of step 0, then dies
     g.ledger.release("m2")  # what the runtime does for a dead Trainer
     g.queue.appendleft((0, tasks[0]))  # its lease goes back to the queue
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _joined(g.start(("m0", "m1"), x, y), 120)
     for w in g.finish(["m0", "m1"]):
         assert torch.allclose(w, want, atol=1e-6)
     led = g.ledger.ledger()
@@ -222,21 +234,12 @@ def test_a_member_dying_inside_a_reduction_rebuilds_the_group_exactly_once(n_see
     dead = g.members["m2"]
     g.train(dead, x, y, limit=1)  # task 0 of step 0 in its sum
     dead.stop()  # then it dies: the all-reduce of step 0 waits for it, then fails
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y, k))
-               for n, k in (("m0", 2), ("m1", 1))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _joined(g.start(("m0", "m1"), x, y, 2, 1), 120)
     mine = [t for t, c in g.ledger.ledger()["by"].items() if c == "m2"]
     g.ledger.release("m2")
     for t in mine:  # its leases go back to the queue
         g.queue.appendleft((t, tasks[t]))
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _joined(g.start(("m0", "m1"), x, y), 120)
     w0, w1 = g.finish(["m0", "m1"])
     assert torch.equal(w0, w1)
     led = g.ledger.ledger()
@@ -251,18 +254,11 @@ def test_a_standby_training_mid_epoch_and_a_late_joiner_keep_the_steps_exact(rin
     for m in g.members.values():
         m.begin(0)
     # m1 is a standby: a member from the start (it reduces zeros), training from step 2 on
-    first = threading.Thread(target=g.train, args=(g.members["m0"], x, y, 8))
-    first.start()
-    first.join()
+    _joined(g.start(("m0",), x, y, 8), 120)
     late = g.member("late")  # e.g. a restarted Trainer: fresh weights and optimizer
     g.members["late"] = late
     late.begin(1)
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y))
-               for n in ("m0", "m1", "late")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _joined(g.start(("m0", "m1", "late"), x, y), 120)
     for w in g.finish():
         assert torch.allclose(w, want, atol=1e-6)
     assert g.ledger.ledger()["by"] and {"m1", "late"} & set(g.ledger.ledger()["by"].values())
@@ -281,17 +277,11 @@ def test_an_idle_member_dying_is_detected_by_the_ledger_and_the_group_rebuilt(ri
     g = _Group(3, tasks, group=4, ledger=ledger, timeout_s=2.0, ring_dir=rings)
     for m in g.members.values():
         m.begin(0)
-    first = threading.Thread(target=g.train, args=(g.members["m0"], x, y, 5))
-    first.start()
-    first.join(20)
+    _joined(g.start(("m0",), x, y, 5), 20)
     dead.add("m2")
     g.members["m2"].stop()  # the idle standby dies; no release() call
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads), "the survivors hang: the group was not rebuilt"
+    survivors = g.start(("m0", "m1"), x, y)
+    assert _joined(survivors, 30), "the survivors hang: the group was not rebuilt"
     for w in g.finish(["m0", "m1"]):
         assert torch.allclose(w, want, atol=1e-6)
     led = g.ledger.ledger()
@@ -519,17 +509,11 @@ def test_a_shared_memory_group_never_waits_for_a_slow_member(transport, tmp_path
         ring_dir=None if transport == "gloo" else str(tmp_path))
     for m in g.members.values():
         m.begin(0)
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(4)
-    done = not any(t.is_alive() for t in threads)
+    threads = g.start(("m0", "m1"), x, y)
+    done = _joined(threads, 4)
     assert g.members["m2"].version == 0 and g.members["m0"].transport == transport
     gate.set()
-    for t in threads:
-        t.join(30)
-    assert done == (transport == "shm")
+    assert _joined(threads, 30) and done == (transport == "shm")
     weights = g.finish()
     for w in weights:
         assert torch.allclose(w, want, atol=1e-6) and torch.equal(w, weights[0])
@@ -551,11 +535,7 @@ def test_a_ring_row_is_reused_only_after_every_member_applied_its_step(monkeypat
                events={"m2": _gated_events(ledger, "m2", gate, delay_s=0.05)})
     for m in g.members.values():
         m.begin(0)
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    _joined(g.start(("m0", "m1"), x, y), 30)
     weights = g.finish()
     exact = all(torch.allclose(w, want, atol=1e-6) for w in weights)
     assert exact == (rule == "on")
@@ -574,11 +554,7 @@ def test_a_member_dying_after_its_delivery_still_counts_from_shared_memory(tmp_p
     for m in g.members.values():
         m.begin(0)
     g.train(g.members["m2"], x, y, die_after_deliver=True)  # task 0 of step 0, then dies
-    threads = [threading.Thread(target=g.train, args=(g.members[n], x, y)) for n in ("m0", "m1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    _joined(g.start(("m0", "m1"), x, y), 30)
     for w in g.finish(["m0", "m1"]):
         assert torch.allclose(w, want, atol=1e-6)
     led = g.ledger.ledger()
