@@ -16,26 +16,29 @@ weights and no weights are ever sent back.
 Two pieces:
 
 * :class:`~fgnn.executors.step_ledger.StepLedger` (:mod:`fgnn.executors.step_ledger`) -- the
-  coordinator (a small threaded actor; it holds no tensors in the step path). It hands out the R slots of the open step to the members' requests
-  (:meth:`~fgnn.executors.step_ledger.StepLedger.request`), keeps the exactly-once ledger (:meth:`~fgnn.executors.step_ledger.StepLedger.deliver`
-  turns a duplicate task away), closes a step once every slot delivered, and keeps an *event
-  log* every member replays in order: ``form`` (a new group generation: rank 0, the member with
-  the newest state, broadcasts weights and optimizer state), ``reduce`` (all-reduce step ``s``
-  and apply it; it also lists the step's accepted deliveries and grants the queued requests
-  their slots of step ``s + 1``), ``grant`` (slots granted between closes) and ``end`` (the
-  epoch is over). No reply of the ledger is on a step's path: a member learns its slots and
-  its gradients' verdicts from the events it reads anyway. Membership changes only at step boundaries: joins (a restarted Trainer) wait for a
-  boundary; a death is applied before the next reduce; a death during a reduce re-forms the group
-  once every survivor has reported how far it got, and the steps no survivor completed are
+  coordinator (a small threaded actor; it holds no tensors in the step path). It hands out the R
+  slots of the open step to the members' requests
+  (:meth:`~fgnn.executors.step_ledger.StepLedger.request`), keeps the exactly-once ledger
+  (:meth:`~fgnn.executors.step_ledger.StepLedger.deliver` turns a duplicate task away), closes a
+  step once every slot delivered, and keeps an *event log* every member replays in order:
+  ``form`` (a new group generation: rank 0, the member with the newest state, broadcasts weights
+  and optimizer state), ``reduce`` (all-reduce step ``s`` and apply it; it also lists the step's
+  accepted deliveries and grants the queued requests their slots of step ``s + 1``), ``grant``
+  (slots granted between closes) and ``end`` (the epoch is over). No reply of the ledger is on a
+  step's path: a member learns its slots and its gradients' verdicts from the events it reads
+  anyway. Membership changes only at step boundaries: joins (a restarted Trainer) wait for a
+  boundary; a death is applied before the next reduce; a death during a reduce re-forms the
+  group once every survivor has reported how far it got, and the steps no survivor completed are
   reduced again without the dead member's gradients, whose tasks go back to "not applied" (their
   leases return through the queue and another Trainer trains them). A death nobody reports (a
   standby killed while idle: no call of the runtime's fails) shows as a failed collective: the
-  member tells the ledger (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`), which probes its members' liveness and
-  releases the dead one; a restarted Trainer announces its new incarnation
-  (:meth:`~fgnn.executors.step_ledger.StepLedger.hello`), which releases the one it replaces. From shared memory no sum
-  fails (a dead member's listed rows are still in its file): a dead member shows as one that
-  never applies a step, so a writer waiting for it to free a ring row tells the ledger, and
-  the ledger probes its members once every task of the epoch is in and a member lags.
+  member tells the ledger (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`), which probes
+  its members' liveness and releases the dead one; a restarted Trainer announces its new
+  incarnation (:meth:`~fgnn.executors.step_ledger.StepLedger.hello`), which releases the one it
+  replaces. From shared memory no sum fails (a dead member's listed rows are still in its file):
+  a dead member shows as one that never applies a step, so a writer waiting for it to free a
+  ring row tells the ledger, and the ledger probes its members once every task of the epoch is
+  in and a member lags.
 * :class:`ExchangeMember` -- one Trainer's side: its device weights and optimizer, the
   seed-weighted gradient sum of each step it took part in, and a reducer thread that replays the
   ledger's events. A member with no task in a step contributes zeros and a zero count.
@@ -202,8 +205,10 @@ def _init_adam(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> None:
     for p in params:
         if not optimizer.state[p]:  # fused Adam keeps its step count on the device
             optimizer.state[p] = {"step": torch.tensor(0.0, device=p.device if fused else None),
-                                  "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                                  "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                                  "exp_avg": torch.zeros_like(
+                                      p, memory_format=torch.preserve_format),
+                                  "exp_avg_sq": torch.zeros_like(
+                                      p, memory_format=torch.preserve_format)}
 
 
 class ExchangeMember:
@@ -361,7 +366,8 @@ class ExchangeMember:
 
     # ------------------------------------------------------------------ the training thread
     def ask(self) -> None:
-        """Request a slot for a task this member holds (:meth:`~fgnn.executors.step_ledger.StepLedger.request`; the reply
+        """Request a slot for a task this member holds
+        (:meth:`~fgnn.executors.step_ledger.StepLedger.request`; the reply
         is not waited for: the grant comes in an event). One request per task."""
         with self._cv:
             self._asked += 1
@@ -370,8 +376,8 @@ class ExchangeMember:
     def claim(self, incarnation: Optional[int] = None, timeout_s: float = 1.0,
               ask: bool = True) -> Optional[tuple[int, Optional[float], float, float]]:
         """A slot for the oldest task this member holds, once this member holds the weights of
-        its step: ``(step, ready_at, granted_at, read_at)``, where ``ready_at`` is the wall time the last gradient of the step the
-        request waited for was ready (None: it did not wait for a close;
+        its step: ``(step, ready_at, granted_at, read_at)``, where ``ready_at`` is the wall time
+        the last gradient of the step the request waited for was ready (None: it did not wait for a close;
         :func:`~fgnn.executors.ps.step_wait`), ``granted_at`` the wall time the ledger
         published the grant and ``read_at`` the time this member's reducer read it. With
         ``ask``, asks for one first when no request is outstanding (a caller that requests
@@ -417,7 +423,8 @@ class ExchangeMember:
 
         A row is reused only once every member of the group has applied the step it held
         (a member lagging that far makes the writer wait); after a second of waiting the
-        ledger is told (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`: it probes the members and releases a dead
+        ledger is told (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`: it probes the
+        members and releases a dead
         one), and after ``timeout_s`` (or ``stop``) the gradient is kept in memory instead
         (its step then sums over gloo).
 
