@@ -18,6 +18,7 @@ in shared memory, :mod:`fgnn.executors._gradring`).
 from __future__ import annotations
 
 import glob
+import shutil
 import threading
 import time
 from collections import deque
@@ -30,7 +31,7 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
-from fgnn.executors._gradring import GradientRing  # noqa: E402
+from fgnn.executors._gradring import GradientRing, default_ring_dir  # noqa: E402
 from fgnn.executors.collective import (ExchangeMember, group_broadcast,  # noqa: E402
                                       group_sum, new_group)
 from fgnn.executors.step_ledger import StepLedger  # noqa: E402
@@ -328,8 +329,11 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
     rt = Runtime(cfg, ds, on_batch=on_batch, evaluate=False)
     result = rt.run()
     assert killed
-    # one ring per Trainer and standby of the layout, removed at the job's end
-    assert len(rings) >= 4 and not glob.glob(f"{rt.services.ring_files}-*")
+    # one ring per Trainer and standby of the layout (where /dev/shm has room), removed at the
+    # job's end
+    shm = default_ring_dir()
+    assert len(rings) >= 4 or shm is None or shutil.disk_usage(shm).free < 1 << 26
+    assert not glob.glob(f"{rt.services.ring_files}-*")
     for d, stats in zip(rt.details, result.epochs):
         total = len(epoch_batches(ds.train_idx, 16, 1, d["epoch"], rt.step_tasks))
         assert d["task_ids"] == list(range(total)) and stats.batches == total
