@@ -31,7 +31,7 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
-from fgnn.executors._gradring import GradientRing, default_ring_dir  # noqa: E402
+from fgnn.executors._gradring import GradientRing, default_ring_dir, ring_rows  # noqa: E402
 from fgnn.executors.collective import (ExchangeMember, group_broadcast,  # noqa: E402
                                       group_sum, new_group)
 from fgnn.executors.step_ledger import StepLedger  # noqa: E402
@@ -472,6 +472,7 @@ def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_la
     ex._outbox = queue_mod.SimpleQueue()  # deliveries stay queued: not under test
     ex._lock, ex._next, ex._claiming = threading.Lock(), None, False
     ex._asks, ex._asks_lock = {}, threading.Lock()
+    ex._probe_ledger = lambda: None  # a claim slower than a second under load probes it
     assert member.ready.wait(10)
     x, y = _data(8)
 
@@ -526,16 +527,16 @@ def test_a_shared_memory_group_never_waits_for_a_slow_member(transport, tmp_path
 @pytest.mark.parametrize("rule", ["on", "off"])
 def test_a_ring_row_is_reused_only_after_every_member_applied_its_step(monkeypatch, tmp_path,
                                                                       rule):
-    """Rings of 2 rows, and a standby whose reducer reads each step 50 ms late: the Trainers
-    write a row again only once the standby applied the step it held, and every member ends
-    with the single-process weights. With the rule off they overwrite rows the standby has
-    not read yet, and its weights go wrong."""
+    """Rings of 5 rows (one more than a step's slots), and a standby whose reducer reads each
+    step 50 ms late: the Trainers write a row again only once the standby applied the step it
+    held, and every member ends with the single-process weights. With the rule off they
+    overwrite rows the standby has not read yet, and its weights go wrong."""
     if rule == "off":
         monkeypatch.setattr(GradientRing, "reusable", staticmethod(lambda before, readers: True))
     x, y, tasks, want = _epoch(n_seeds=60)  # 6 steps, 24 tasks: each Trainer writes ~12 rows
     ledger, gate = StepLedger(), threading.Event()
     gate.set()
-    g = _Group(3, tasks, group=4, ledger=ledger, ring_rows=2, ring_dir=str(tmp_path),
+    g = _Group(3, tasks, group=4, ledger=ledger, ring_rows=5, ring_dir=str(tmp_path),
                events={"m2": _gated_events(ledger, "m2", gate, delay_s=0.05)})
     for m in g.members.values():
         m.begin(0)
@@ -543,6 +544,26 @@ def test_a_ring_row_is_reused_only_after_every_member_applied_its_step(monkeypat
     weights = g.finish()
     exact = all(torch.allclose(w, want, atol=1e-6) for w in weights)
     assert exact == (rule == "on")
+
+
+def test_a_member_holding_more_slots_of_a_step_than_ring_rows_does_not_wait_for_itself(
+        tmp_path):
+    """Rings of 2 rows and steps of 4 slots: one Trainer takes every task, so its third
+    gradient of a step would need a row holding a gradient of that same step, which no
+    member applies before the step closes, and the step cannot close without it. That
+    gradient is kept in memory instead and its step sums over gloo: no wait, exact steps.
+    (Waiting for the row held every writer until the group's timeout: the full suite hung
+    there, 2026-11-25.) The runtime sizes rings above a step's slots
+    (:func:`fgnn.executors._gradring.ring_rows`)."""
+    x, y, tasks, want = _epoch(n_seeds=40)
+    g = _Group(2, tasks, group=4, ring_rows=2, ring_dir=str(tmp_path))
+    for m in g.members.values():
+        m.begin(0)
+    assert _joined(g.start(("m0",), x, y), 10), "the writer waits for a row of its own step"
+    weights = g.finish()
+    for w in weights:
+        assert torch.allclose(w, want, atol=1e-6) and torch.equal(w, weights[0])
+    assert ring_rows(4) > 4 and ring_rows(1) == 8
 
 
 def test_a_member_dying_after_its_delivery_still_counts_from_shared_memory(tmp_path):

@@ -75,7 +75,7 @@ class TrainerExchange:
             post=lambda method, *a: getattr(self.ledger, method).remote(*a),
             store=store, on_applied=self._applied,
             resolve=lambda reply: reply is not None and bool(ray.get(reply)), events=self._event,
-            ring_dir=spec.ring_dir, ring_prefix=spec.ring_prefix)
+            ring_dir=spec.ring_dir, ring_prefix=spec.ring_prefix, ring_rows=spec.ring_rows)
         self._store = store
         # Ray calls whose reply nobody waits for (deliveries, acknowledgements, progress
         # reports) leave the training and reducer threads' paths: one sender thread submits

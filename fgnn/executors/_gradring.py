@@ -26,13 +26,20 @@ from typing import Optional
 
 import torch
 
-__all__ = ["GradientRing", "default_ring_dir", "host_key", "ring_bytes"]
+__all__ = ["GradientRing", "default_ring_dir", "host_key", "ring_bytes", "ring_rows"]
 
 #: int64 header fields: magic, rows, width, steps applied by the owner.
 _MAGIC, _HEADER = 0x46474E4E52494E47, 64  # "FGNNRING"; header bytes (8 int64)
-#: Rows per member: a member holds at most two tasks at once, so rows are reused only when
-#: another member lags a few steps behind (the writer then waits for it).
+#: Rows per member at the least.
 DEFAULT_ROWS = 8
+
+
+def ring_rows(step_tasks: int) -> int:
+    """Rows of each member's ring for steps of ``step_tasks`` tasks: a member may hold every
+    slot of the open step, so a ring of more rows than that never needs a row of the step it
+    writes; twice that and two more, so that a writer waits only for a member lagging a full
+    step behind."""
+    return max(DEFAULT_ROWS, 2 * int(step_tasks) + 2)
 
 
 def ring_bytes(rows: int, width: int) -> int:

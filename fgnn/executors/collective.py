@@ -85,6 +85,7 @@ class ExchangeSpec:
             shared-memory transport (the members sum over gloo).
         ring_prefix: the job's prefix of ring file names (the runtime removes
             ``ring_dir/ring_prefix-*`` at the job's end).
+        ring_rows: rows of each ring (:func:`~fgnn.executors._gradring.ring_rows`).
     """
 
     ledger: Any
@@ -93,6 +94,7 @@ class ExchangeSpec:
     optimizer_state: Optional[dict] = None
     ring_dir: Optional[str] = None
     ring_prefix: str = "fgnn-ring"
+    ring_rows: int = DEFAULT_ROWS
 
 
 @dataclass
@@ -424,9 +426,10 @@ class ExchangeMember:
         A row is reused only once every member of the group has applied the step it held
         (a member lagging that far makes the writer wait); after a second of waiting the
         ledger is told (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`: it probes the
-        members and releases a dead
-        one), and after ``timeout_s`` (or ``stop``) the gradient is kept in memory instead
-        (its step then sums over gloo).
+        members and releases a dead one), and after ``timeout_s`` (or ``stop``) the gradient
+        is kept in memory instead (its step then sums over gloo). So is one whose row holds
+        a gradient of this very step (this member holds more of the step's slots than its
+        ring has rows: waiting would never end).
 
         Returns:
             ``(row or None, flat gradient or None, seconds waited for a row)``.
@@ -435,6 +438,9 @@ class ExchangeMember:
         if ring is None:
             return None, flatten(tensors), 0.0
         row, before = ring.next_row(step)
+        if before is not None and before >= step:  # more slots of this step than rows
+            ring.unclaim(row, before)
+            return None, flatten(tensors), 0.0
         t0 = time.perf_counter()
         told = False
         while not GradientRing.reusable(before, self._readers()):

@@ -84,7 +84,7 @@ from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore
 from fgnn.executors import _hetero
 from fgnn.executors._caches import CachePlanner
-from fgnn.executors._gradring import default_ring_dir
+from fgnn.executors._gradring import default_ring_dir, ring_rows
 from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
 from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
 from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
@@ -396,7 +396,8 @@ class Runtime:
         if ring_dir is None or nodes - {ray.get_runtime_context().get_node_id()}:
             return {"ring_dir": None}
         self.services.ring_files = os.path.join(ring_dir, f"fgnn-ring-{uuid.uuid4().hex[:12]}")
-        return {"ring_dir": ring_dir, "ring_prefix": os.path.basename(self.services.ring_files)}
+        return {"ring_dir": ring_dir, "ring_prefix": os.path.basename(self.services.ring_files),
+                "ring_rows": ring_rows(self.step_tasks)}
 
     def _build_layout(self, n_s: int) -> None:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest; the new
