@@ -69,7 +69,7 @@ class _Group:
 
     def __init__(self, n: int, tasks: list[torch.Tensor], group: int,
                  ledger: Optional[StepLedger] = None, timeout_s: float = 30.0,
-                 ring_dir: Optional[str] = None, ring_rows: int = 8,
+                 ring_dir: Optional[str | dict] = None, ring_rows: int = 8,
                  events: Optional[dict] = None) -> None:
         self.ledger = ledger or StepLedger()
         self.ring_dir, self.ring_rows, self.events = ring_dir, ring_rows, events or {}
@@ -89,7 +89,8 @@ class _Group:
                 self.acked += [t for t, ok in acks if ok]
         return ExchangeMember(name, _model(), LR, call=lambda m, *a: getattr(self.ledger, m)(*a),
                               store=self.store, on_applied=applied, timeout_s=self.timeout_s,
-                              ring_dir=self.ring_dir, ring_rows=self.ring_rows,
+                              ring_dir=(self.ring_dir.get(name) if isinstance(self.ring_dir, dict)
+                                        else self.ring_dir), ring_rows=self.ring_rows,
                               events=self.events.get(name))
 
     def train(self, m: ExchangeMember, x: torch.Tensor, y: torch.Tensor, limit: int = 10**9,
@@ -653,3 +654,18 @@ def test_a_member_joining_after_the_epochs_end_waits_for_the_next_epoch(rings):
     weights = g.finish()
     assert all(torch.equal(w, weights[0]) for w in weights)
     assert g.ledger.ledger()["applied"] == {t: 1 for t in range(len(tasks))}
+
+
+def test_a_member_without_a_ring_makes_its_group_sum_over_gloo_exactly(tmp_path):
+    """A member whose ring could not be made (here its directory does not exist; in a job, a
+    full ``/dev/shm``) joins without one: the ledger names no rings, the group sums over gloo,
+    and the members that wrote their gradients to rows add those rows to their own share:
+    the steps stay exact."""
+    x, y, tasks, want = _epoch(n_seeds=40)
+    g = _Group(2, tasks, group=4, ring_dir={"m0": str(tmp_path), "m1": str(tmp_path / "no")})
+    g.run(x, y)
+    weights = g.finish()
+    assert g.members["m0"]._ring is not None and g.members["m1"]._ring is None
+    assert [e.rings for e in g.ledger._log if e.kind == "form"][-1] == ()
+    for w in weights:
+        assert torch.allclose(w, want, atol=1e-6) and torch.equal(w, weights[0])

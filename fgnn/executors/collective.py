@@ -56,6 +56,9 @@ groups as threads of one process.
 from __future__ import annotations
 
 import datetime
+import logging
+import os
+import shutil
 import threading
 import time
 from collections import Counter, deque
@@ -330,18 +333,14 @@ class ExchangeMember:
     def _make_ring(self, incarnation: int) -> Optional[GradientRing]:
         """This incarnation's gradient ring (made once), when this member is on a CPU and has a
         ring directory with room for it; None otherwise (its group sums over gloo)."""
-        import logging
-        import os
-        import shutil
-
         if self._ring is not None or self._ring_dir is None or self.device.type != "cpu":
             return self._ring
-        width = sum(p.numel() for p in self.params) + 1
         path = os.path.join(self._ring_dir, f"{self._ring_prefix}-{self.name}-{incarnation}")
+        size = ring_bytes(self._ring_rows, self._width)
         try:  # room for every member's ring several times over, or none at all
-            if shutil.disk_usage(self._ring_dir).free < 16 * ring_bytes(self._ring_rows, width):
+            if shutil.disk_usage(self._ring_dir).free < 16 * size:
                 raise OSError(f"too little free space in {self._ring_dir}")
-            self._ring = GradientRing.create(path, self._ring_rows, width, self.version)
+            self._ring = GradientRing.create(path, self._ring_rows, self._width, self.version)
         except OSError as err:
             logging.getLogger(__name__).warning(
                 "%s: no shared-memory gradient ring (%s): the group sums over gloo", self.name,
