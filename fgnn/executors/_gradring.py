@@ -146,18 +146,3 @@ class GradientRing:
         """A row that held a gradient of step ``before`` may be written: every reader (the
         group's members' rings, the owner's included) applied that step."""
         return before is None or all(r.applied > before for r in readers)
-
-    def close(self) -> None:
-        """Unmap the file (tensors viewing it must be gone)."""
-        del self._header, self.rows
-        try:
-            self._mm.close()
-        except BufferError:  # a view is still alive: the mapping goes with the process
-            pass
-
-    def unlink(self) -> None:
-        """Remove the file (readers that mapped it keep their mapping)."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
