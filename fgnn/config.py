@@ -38,6 +38,13 @@ FRONTIERS = ("all", "new")
 RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec")
 #: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.link.task`).
 TASKS = ("node", "link", "recsys")
+_TASK_NAMES: list[str] = list(TASKS)
+
+
+def register_task_name(name: str) -> None:
+    """Accept ``JobConfig.task=name`` from now on (:func:`fgnn.tasks.register_task` calls it)."""
+    if name not in _TASK_NAMES:
+        _TASK_NAMES.append(name)
 #: Seed edges kept out of a link sample's neighbourhood (:data:`fgnn.link.sampler.EXCLUDE_MODES`).
 LINK_EXCLUDE = ("none", "self", "reverse")
 #: Link scorers (:data:`fgnn.link.decoders.DECODERS`).
@@ -463,8 +470,8 @@ class JobConfig:
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
             _fail("JobConfig", "recipe", self.recipe, f"must be one of {', '.join(RECIPES)}")
-        if self.task not in TASKS:
-            _fail("JobConfig", "task", self.task, f"must be one of {', '.join(TASKS)}")
+        if self.task not in _TASK_NAMES:
+            _fail("JobConfig", "task", self.task, f"must be one of {', '.join(_TASK_NAMES)}")
         if self.task == "link":
             self._check_link()
         d = self.disk

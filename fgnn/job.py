@@ -464,33 +464,27 @@ class Job:
 
 def _check_typed(cfg: JobConfig, dataset: Dataset) -> None:
     """What a typed dataset cannot train with, and per-relation fanouts on a homogeneous one
-    (:func:`fgnn.executors._hetero.check_job`), before Ray starts.
+    (:func:`fgnn.tasks.checks.check_job`), before Ray starts.
 
     Raises:
         JobConfigError: naming the field and value.
     """
-    from fgnn.executors import _hetero
+    from fgnn.tasks.checks import TypedJobError, check_job
 
     try:
-        if _hetero.is_hetero(dataset):
-            _hetero.check_job(cfg, dataset)
-        else:
-            _hetero.check_homogeneous(cfg, dataset)
-            from fgnn.executors._recsys import check_job as check_recsys
-
-            check_recsys(cfg, dataset)  # task recsys <-> a user-item dataset
-    except _hetero.TypedJobError as e:
+        check_job(cfg, dataset)
+    except TypedJobError as e:
         raise JobConfigError(e.field, e.value, e.why) from e
 
 
 def _typed_link_config(cfg: JobConfig, dataset: Dataset) -> JobConfig:
     """A typed link job's config with ``link.edge_type`` resolved (the dataset's default made
     explicit, so the console, the report and checkpoints name the relation predicted)."""
-    from fgnn.executors import _hetero
+    from fgnn.hetero.dataset import HeteroDataset
+    from fgnn.tasks.checks import resolved_config
 
-    if cfg.task != "link" or not _hetero.is_hetero(dataset):
+    if cfg.task != "link" or not isinstance(dataset, HeteroDataset):
         return cfg
-    from fgnn.executors._typed_link import resolved_config
 
     return resolved_config(cfg, dataset)
 

@@ -10,7 +10,7 @@
 * ``meta["dataset"]``: the dataset fingerprint (spec, name, nodes, edges, features, classes);
 * ``meta["eval"]``: the scoring recipe of :mod:`fgnn.evaluation` (``seed``, ``batch_size``);
 * ``meta["task"]`` and ``meta["link"]["edge_type"]``: what the runtime trained it for, the task
-  and a typed link job's relation (:func:`fgnn.executors._resume.task_identity`);
+  and a typed link job's relation (:meth:`fgnn.tasks.base.Task.identity`);
 * ``meta["final"]`` and ``meta["best"]``: the reported scores and the best validation epoch.
 
 :func:`load_model` rebuilds the model, and given a dataset checks that it is the one the model

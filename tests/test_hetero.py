@@ -172,7 +172,7 @@ def _star_graph(n_items: int = 40) -> HeteroGraph:
 def test_sampler_per_relation_fanouts_no_replacement_and_prefix_layout():
     g = _star_graph()
     fan = {IU: [7, 3], II: [2, 4], UI: [1, 1]}
-    s = HeteroKHop(fan).sample(g, "user", torch.tensor([0]), torch.Generator().manual_seed(0))
+    s = HeteroKHop(fan).sample_type(g, "user", torch.tensor([0]), torch.Generator().manual_seed(0))
     assert s.num_layers == 2 and s.input_nodes["user"][:1].tolist() == [0]
     for layer, block in enumerate(reversed(s.blocks)):                   # seeds' hop first
         for et, (src, dst) in block.edges.items():
@@ -207,7 +207,7 @@ def test_sampler_is_uniform():
     gen = torch.Generator().manual_seed(1)
     counts = torch.zeros(40)
     for _ in range(20):
-        s = sampler.sample(g, "user", torch.arange(200), gen)
+        s = sampler.sample_type(g, "user", torch.arange(200), gen)
         src, dst = s.blocks[0].edges[IU]
         assert torch.equal(torch.bincount(dst, minlength=200), torch.full((200,), 7))
         counts += torch.bincount(s.input_nodes["item"][src], minlength=40)
@@ -224,25 +224,25 @@ def test_sampler_is_uniform():
 ])
 def test_sampler_bad_fanouts(fan, match):
     with pytest.raises(ValueError, match=match):
-        HeteroKHop(fan).sample(_graph(), "user", torch.tensor([0]))
+        HeteroKHop(fan).sample_type(_graph(), "user", torch.tensor([0]))
 
 
 def test_sampler_bad_seeds():
     with pytest.raises(ValueError, match="seed_type 'movie'"):
-        HeteroKHop([1]).sample(_graph(), "movie", torch.tensor([0]))
+        HeteroKHop([1]).sample_type(_graph(), "movie", torch.tensor([0]))
     with pytest.raises(ValueError, match=r"outside num_nodes\['user'\]=3"):
-        HeteroKHop([1]).sample(_graph(), "user", torch.tensor([3]))
+        HeteroKHop([1]).sample_type(_graph(), "user", torch.tensor([3]))
     with pytest.raises(ValueError, match="distinct"):
-        HeteroKHop([1]).sample(_graph(), "user", torch.tensor([1, 1]))
+        HeteroKHop([1]).sample_type(_graph(), "user", torch.tensor([1, 1]))
     # the remappers were reset: the next sample works
-    HeteroKHop([1]).sample(_graph(), "user", torch.tensor([1]))
+    HeteroKHop([1]).sample_type(_graph(), "user", torch.tensor([1]))
 
 
 # ---------------------------------------------------------------------------- layer
 def test_relational_sage_layer_equals_loop_reference():
     torch.manual_seed(0)
     g = _graph()
-    s = HeteroKHop([10]).sample(g, "item", torch.tensor([3, 1]))      # full neighbourhoods
+    s = HeteroKHop([10]).sample_type(g, "item", torch.tensor([3, 1]))      # full neighbourhoods
     block = s.blocks[0]
     h = {"user": torch.randn(block.num_src["user"], 5), "item": torch.randn(
         block.num_src["item"], 2)}
@@ -269,7 +269,7 @@ def test_hetero_graphsage_trains_with_learned_user_embeddings():
     model = HeteroGraphSAGE(g, num_classes=2, target_type="item", num_layers=2, hidden=8,
                             dropout=0.0)
     assert "user" in model.embed and "item" not in model.embed
-    s = HeteroKHop([3, 3]).sample(g, "item", torch.arange(4), torch.Generator().manual_seed(0))
+    s = HeteroKHop([3, 3]).sample_type(g, "item", torch.arange(4), torch.Generator().manual_seed(0))
     x = hetero_inputs(g, s)
     assert x["user"].dtype == torch.int64 and x["item"].shape[1] == 2
     opt = torch.optim.Adam(model.parameters(), lr=0.1)

@@ -148,7 +148,7 @@ def test_presc_counts_equal_the_rows_extraction_reads():
     gen = torch.Generator().manual_seed(3)
     order = torch.arange(6)[torch.randperm(6, generator=gen)]
     for seeds in torch.split(order, 2):
-        for t, ids in sampler.sample(g, "paper", seeds, gen).input_nodes.items():
+        for t, ids in sampler.sample_type(g, "paper", seeds, gen).input_nodes.items():
             for v in ids.tolist():
                 ref[t][v] += 1
     assert all(torch.equal(counts[t], ref[t]) for t in NUM)
@@ -179,7 +179,7 @@ def test_extract_is_exact_and_hits_plus_misses_match_brute_force(split):
     assert store.cached_ids("topic").numel() == 0
     want = {t: [0, 0] for t in ("paper", "author")}     # brute force [hits, rows]
     for step in range(8):
-        sample = sampler.sample(g, "paper", torch.tensor([step % 6, (step + 3) % 6]), gen)
+        sample = sampler.sample_type(g, "paper", torch.tensor([step % 6, (step + 3) % 6]), gen)
         x = store.extract(sample)
         assert set(x) == set(NUM)
         for t in ("paper", "author"):
@@ -209,7 +209,7 @@ def test_count_advances_like_extract():
     b = HeteroFeatureStore.build(g, hot, 64)
     gen = torch.Generator().manual_seed(0)
     for seeds in (torch.tensor([0, 1]), torch.tensor([5])):
-        sample = HeteroKHop([3, 3]).sample(g, "paper", seeds, gen)
+        sample = HeteroKHop([3, 3]).sample_type(g, "paper", seeds, gen)
         a.extract(sample)
         b.count(sample)
     assert {t: s.as_dict() for t, s in a.stats().items()} == \
@@ -219,7 +219,7 @@ def test_count_advances_like_extract():
 def test_whole_budget_hits_everything_and_zero_budget_nothing():
     g = _graph()
     hot = {t: torch.ones(n) for t, n in NUM.items()}
-    sample = HeteroKHop([2, 2]).sample(g, "paper", torch.tensor([0, 4]),
+    sample = HeteroKHop([2, 2]).sample_type(g, "paper", torch.tensor([0, 4]),
                                        torch.Generator().manual_seed(0))
     assert feature_bytes(g) == 6 * 32 + 5 * 8
     full = HeteroFeatureStore.build(g, hot, feature_bytes(g))
@@ -237,7 +237,7 @@ def test_featureless_graph_and_bad_cached_ids():
     g = HeteroGraph.from_edge_index({"u": 3, "i": 2}, {("u", "r", "i"): torch.tensor([[0], [1]])})
     store = HeteroFeatureStore.build(g, {"u": torch.ones(3), "i": torch.ones(2)}, 1 << 20)
     assert store.nbytes == 0 and store.stats() == {}
-    sample = HeteroKHop([1]).sample(g, "i", torch.tensor([1]))
+    sample = HeteroKHop([1]).sample_type(g, "i", torch.tensor([1]))
     assert torch.equal(store.extract(sample)["u"], torch.tensor([0]))
     with pytest.raises(ValueError, match="cached names node type 'topic', which has no features"):
         HeteroFeatureStore(_graph().features, {"topic": torch.tensor([0])})

@@ -52,7 +52,7 @@ def _executor(cfg: JobConfig, batch_size: int = 64):
     task = TypedLinkTask.build(cfg, ds)
     train = task.training_dataset(ds)
     ex = SamplerExecutor(graph_payload(train.graph), HeteroKHop(cfg.sampler.fanouts),
-                         np.arange(task.size("train")), batch_size, seed=5, link=task.payload(),
+                         np.arange(task.size("train")), batch_size, seed=5, task=task.sampling(),
                          eval_idx={s: np.arange(task.size(s)) for s in ("val", "test")})
     return ex, task, ds
 

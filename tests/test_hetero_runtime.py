@@ -1,7 +1,7 @@
 """Heterogeneous node classification through the factored runtime and ``launch.py`` (issue 20).
 
 * Typed samples cross the queue: :func:`pack_sample` / :func:`unpack_sample` carry a
-  :class:`HeteroSample` exactly, and a Sampler executor's task draws from the same per-task
+  :class:`Sample` exactly, and a Sampler executor's task draws from the same per-task
   generator as a homogeneous task (:func:`task_generator`).
 * An end-to-end ``Runtime`` run on 2 and 4 logical devices learns the planted graph (test
   accuracy well above the majority class), and its typed cache accounting is exact: per epoch
@@ -29,14 +29,15 @@ from fgnn.executors._common import task_generator
 from fgnn.executors._typed import graph_payload
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, sample_nbytes, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
-from fgnn.hetero import HeteroKHop, HeteroSample
+from fgnn.hetero import HeteroKHop
+from fgnn.sampling import Sample
 from fgnn.hetero.dataset import HeteroDataset
 
 SPEC = "hetero:papers=1000,authors=300,fields=16,seed=0"
 FANOUTS = (5, 5)
 
 
-def _same_sample(a: HeteroSample, b: HeteroSample) -> None:
+def _same_sample(a: Sample, b: Sample) -> None:
     assert a.seed_type == b.seed_type and a.task_id == b.task_id
     assert torch.equal(a.seeds, b.seeds)
     assert a.input_nodes.keys() == b.input_nodes.keys()
@@ -59,7 +60,7 @@ def test_sampler_executor_draws_typed_samples_from_the_task_generator():
     for epoch, task in ((0, 0), (1, 3), (2, 4)):
         got, _, _ = ex.sample(epoch, task)
         seeds = epoch_batches(ds.train_idx, 64, 7, epoch, 1)[task]
-        want = HeteroKHop(FANOUTS).sample(ds.graph, "paper", seeds,
+        want = HeteroKHop(FANOUTS).sample_type(ds.graph, "paper", seeds,
                                           task_generator(7, epoch, task))
         want.task_id = task
         _same_sample(got, want)
@@ -76,7 +77,7 @@ def _rows_requested(ds: HeteroDataset, cfg: JobConfig, epoch: int) -> dict[str, 
     rows: Counter = Counter()
     for task, seeds in enumerate(epoch_batches(ds.train_idx, tc.batch_size, tc.seed, epoch,
                                                parts)):
-        s = HeteroKHop(FANOUTS).sample(ds.graph, "paper", seeds,
+        s = HeteroKHop(FANOUTS).sample_type(ds.graph, "paper", seeds,
                                        task_generator(tc.seed, epoch, task))
         rows.update({t: int(v.numel()) for t, v in s.input_nodes.items()})
     return dict(rows)

@@ -40,7 +40,7 @@ def _executor(cfg: JobConfig, batch_size: int = 32):
     task = LinkTask.build(cfg, ds)
     train = task.training_dataset(ds)
     ex = SamplerExecutor(train.graph, KHop(cfg.sampler.fanouts), torch.arange(task.size("train")),
-                         batch_size, seed=cfg.train.seed, link=task.payload(),
+                         batch_size, seed=cfg.train.seed, task=task.sampling(),
                          eval_idx={s: torch.arange(task.size(s)) for s in ("val", "test")})
     return ex, task
 
@@ -226,7 +226,7 @@ def test_reported_link_scores_are_the_evaluation_recipe(ray_cluster):
                     runtime=RuntimeConfig(devices=3))
     rt = Runtime(cfg, load_dataset(TINY))
     result = rt.run()
-    ref = _reference(rt.model, cfg, rt.link, 40)
+    ref = _reference(rt.model, cfg, rt.task, 40)
     assert set(result.final) == set(ref)
     for k, v in ref.items():
         assert result.final[k] == pytest.approx(v, abs=1e-6), k

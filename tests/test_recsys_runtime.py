@@ -21,7 +21,7 @@ from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, Samp
     TrainConfig
 from fgnn.data import load_dataset
 from fgnn.executors._common import task_generator
-from fgnn.executors._recsys import RecsysSampling, RecsysTask
+from fgnn.tasks.recsys import RecsysSampling, RecsysTask
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
 from fgnn.hetero.useritem import RecsysDataset
@@ -60,7 +60,7 @@ def test_sampler_examples_come_from_the_task_generator_and_use_training_items_on
     task = RecsysTask.build(_config(), ds)
     payload = task.payload()
     ex = SamplerExecutor(ds.graph, None, torch.arange(task.size("train")).numpy(), 256, 7,
-                         link=payload)
+                         task=task.sampling())
     held = ds.heldout
     history = [set(h.tolist()) for h in ds.history]
     for epoch, t in ((0, 0), (1, 3), (2, 5)):

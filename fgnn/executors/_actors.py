@@ -65,19 +65,19 @@ class LocalSampling(SamplerExecutor):
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int,
                  seed: int, device: str, eval_idx: Any = None,
-                 parts: int = 1, link: Any = None) -> None:  # noqa: D107
-        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts, link)
+                 parts: int = 1, task: Any = None) -> None:  # noqa: D107
+        self._args = (graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts, task)
         self._built = False
 
     def _build(self) -> None:
         import ray
 
-        graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts, link = self._args
-        graph, train_idx, eval_idx, link = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
-                                            for a in (graph, train_idx, eval_idx, link))
+        graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts, task = self._args
+        graph, train_idx, eval_idx, task = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
+                                            for a in (graph, train_idx, eval_idx, task))
         self._built = True  # from here the overrides below act on the built sampler
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
-                                 "local", device, eval_idx=eval_idx, parts=parts, link=link)
+                                 "local", device, eval_idx=eval_idx, parts=parts, task=task)
 
     def sample(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
                ):  # noqa: D102

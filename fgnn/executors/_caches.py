@@ -209,6 +209,11 @@ class CachePlanner:
         self.chosen = True
         self.fill(self.workers.execs)
 
+    def extra_allocation(self) -> dict[str, Any]:
+        """What this planner adds to the report's ``allocation`` (nothing here; a typed
+        planner adds ``typed_cache``)."""
+        return {}
+
     def reorder(self) -> Dataset:
         """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
         from here on every id the job uses -- topology, features, labels, splits, hotness, cache

@@ -20,9 +20,9 @@ What changes against a homogeneous job, and where:
   per node type in each task's record, summed per epoch into ``EpochStats.typed_cache``), train
   :class:`~fgnn.models.hetero_sage.HeteroGraphSAGE` and exchange gradients like any job.
 
-Typed link prediction (``task="link"``) is :mod:`fgnn.executors._typed_link`.
+Typed link prediction (``task="link"``) is :class:`fgnn.hetero.link_task.TypedLinkTask`.
 
-What a typed job refuses (one line each, :func:`check_job`): samplers other
+What a typed job refuses (one line each, :func:`fgnn.tasks.checks.check_typed`): samplers other
 than ``khop``, time-sharing mode, hot-first reordering, the disk tier, layer-wise evaluation,
 the ``wrpr`` policy and models other than ``sage``.
 """
@@ -35,109 +35,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.executors._caches import CachePlanner
-from fgnn.executors._typed import features_payload, graph_nbytes, graph_payload
-from fgnn.hetero.dataset import HeteroDataset
+from fgnn.executors._typed import graph_nbytes
 from fgnn.hetero.graph import HeteroGraph
-from fgnn.hetero.sampler import HeteroKHop
 
-__all__ = ["is_hetero", "TypedJobError", "check_job", "check_homogeneous", "build_sampler", "build_model",
-           "graph_payload", "features_payload", "degree_hotness", "HeteroCachePlanner",
-           "POLICIES"]
+__all__ = ["degree_hotness", "HeteroCachePlanner"]
 
-#: Cache policies a typed job takes.
-POLICIES = ("presc", "degree", "random", "none")
-
-
-def is_hetero(dataset: Any) -> bool:
-    """Whether ``dataset`` is a typed dataset."""
-    return isinstance(dataset, HeteroDataset)
-
-
-class TypedJobError(ValueError):
-    """A setting a typed job cannot use: ``field`` (dotted, ``sampler.relation_fanouts``), its
-    ``value`` and ``why`` (:class:`fgnn.job.Job` turns it into a ``JobConfigError``, the CLI
-    into ``argument --flag: ...``)."""
-
-    def __init__(self, field: str, value: Any, why: str) -> None:
-        self.field, self.value, self.why = field, value, why
-        super().__init__(f"JobConfig.{field}: {why}")
-
-
-def check_job(config: JobConfig, dataset: HeteroDataset) -> None:
-    """Refuse what a typed job does not support, in one line naming the field.
-
-    Raises:
-        TypedJobError: naming the field, e.g. ``JobConfig.model.name: 'gcn' is not supported on
-            the typed dataset ...``, or an unknown relation in ``sampler.relation_fanouts``.
-    """
-    from fgnn.cache.hotness import parse_policy
-
-    c = config
-    bad = [("task", c.task, c.task not in ("node", "link"), "(node or link)"),
-           ("sampler.kind", c.sampler.kind, c.sampler.kind != "khop",
-            "(typed samples are uniform k-hop, per relation)"),
-           ("sampler.frontier", c.sampler.frontier, c.sampler.frontier != "all", "(use all)"),
-           ("runtime.mode", c.runtime.mode, c.runtime.mode == "time-sharing",
-            "(use factored or single)"),
-           ("runtime.sample_transport", c.runtime.sample_transport,
-            c.runtime.sample_transport == "cuda_ipc", "(use object_store)"),
-           ("cache.reorder", c.cache.reorder, c.cache.reorder != "none", ""),
-           ("disk.feature_tier", c.disk.feature_tier, c.disk.feature_tier != "memory", ""),
-           ("train.eval_mode", c.train.eval_mode, c.train.eval_mode != "sampled", ""),
-           ("cache.policy", c.cache.policy,
-            c.cache.policy != "none" and parse_policy(c.cache.policy)[0] not in POLICIES,
-            f"(typed caches rank by {', '.join(POLICIES)})"),
-           ("save_model", c.save_model, c.save_model is not None,
-            "(fgnn.load_model rebuilds homogeneous models)"),
-           ("model.name", c.model.name, c.model.name != "sage",
-            "(typed graphs train the relational GraphSAGE of fgnn.models.hetero_sage: "
-            "--model sage)")]
-    for field, value, wrong, hint in bad:
-        if wrong:
-            raise TypedJobError(field, value, f"{value!r} is not supported on the typed dataset "
-                                              f"{dataset.name!r} {hint}".rstrip())
-    try:
-        dataset.resolve_fanouts(c.sampler.fanouts, c.sampler.relation_fanouts)
-    except ValueError as exc:
-        why = str(exc).split(": ", 1)[-1]
-        raise TypedJobError("sampler.relation_fanouts", c.sampler.relation_fanouts,
-                            why) from None
-    if c.task == "link":
-        from fgnn.executors._typed_link import check_link
-
-        check_link(c, dataset)
-
-
-def check_homogeneous(config: JobConfig, dataset: Dataset) -> None:
-    """Per-relation fanouts need relations.
-
-    Raises:
-        TypedJobError: ``relation_fanouts`` set for a homogeneous dataset.
-    """
-    if config.sampler.relation_fanouts:
-        raise TypedJobError("sampler.relation_fanouts", config.sampler.relation_fanouts,
-                            f"needs a typed dataset; {dataset.name!r} has one relation (use "
-                            f"--fanouts)")
-
-
-def build_sampler(config: JobConfig, dataset: HeteroDataset) -> HeteroKHop:
-    """The job's typed sampler: ``sampler.fanouts`` for every relation, replaced for those
-    ``sampler.relation_fanouts`` names."""
-    return HeteroKHop(dataset.resolve_fanouts(config.sampler.fanouts,
-                                              config.sampler.relation_fanouts))
-
-
-def build_model(config: JobConfig, dataset: HeteroDataset, num_layers: int) -> torch.nn.Module:
-    """The relational GraphSAGE of ``config.model`` on ``dataset`` (learned embeddings for the
-    types without features)."""
-    from fgnn.models.hetero_sage import HeteroGraphSAGE
-
-    return HeteroGraphSAGE(dataset.graph, dataset.num_classes, dataset.target_type,
-                           num_layers=num_layers, hidden=config.model.hidden,
-                           dropout=config.model.dropout)
 
 
 # ---------------------------------------------------------------------------- caches
@@ -249,6 +153,10 @@ class HeteroCachePlanner(CachePlanner):
 
     def reorder(self) -> Dataset:  # noqa: D102 - refused by check_job first
         raise ValueError("cache.reorder='hot-first' is not supported on a typed dataset")
+
+    def extra_allocation(self) -> dict[str, Any]:
+        """The report's ``allocation.typed_cache`` (:meth:`typed_allocation`)."""
+        return {"typed_cache": self.typed_allocation()}
 
     def typed_allocation(self) -> dict[str, Any]:
         """The report's ``allocation.typed_cache``: the split, the budgets and the rows and

@@ -25,20 +25,19 @@ import torch
 from torch import nn
 
 from fgnn.cache.budget import TensorAllocationMeter, resident_bytes
+from fgnn.sampling.base import per_type_tensors
 
 __all__ = ["StepMemoryMeter", "batch_bytes"]
 
 
 def batch_bytes(batch: Any) -> int:
     """Bytes of a fetched batch on the device: features, labels and the sample's tensors."""
-    from fgnn.executors.sampler import sample_nbytes
-
-    return int(resident_bytes(*_inputs(batch), batch.labels) + sample_nbytes(batch.sample))
+    return int(resident_bytes(*_inputs(batch), batch.labels) + batch.sample.nbytes())
 
 
 def _inputs(batch: Any) -> list[Any]:
     """The batch's input tensors: ``x``, or a typed batch's per node type."""
-    return list(batch.x.values()) if isinstance(batch.x, dict) else [batch.x]
+    return per_type_tensors(batch.x)
 
 
 class StepMemoryMeter:
@@ -64,10 +63,8 @@ class StepMemoryMeter:
         """Run ``step(batch)``; the first call on CPU is measured."""
         if self.device.type == "cuda" or self.step_peak is not None:
             return step(batch)
-        from fgnn.executors.sampler import sample_tensors
-
         meter = TensorAllocationMeter([self.model, *_inputs(batch), batch.labels,
-                                       sample_tensors(batch.sample)])
+                                       batch.sample.tensors()])
         out: list = []
         peak = meter.measure(lambda: out.append(step(batch)))
         if out[0] is not None:  # None: the Trainer stopped before it trained

@@ -27,7 +27,7 @@ import torch
 
 from fgnn.executors._faults import RuntimeFailure
 
-__all__ = ["Checkpointer", "CHECKPOINT_NAME", "RunFinished", "task_identity", "check_task"]
+__all__ = ["Checkpointer", "CHECKPOINT_NAME", "RunFinished", "check_task"]
 
 #: File the runtime's resumable checkpoint is written to under ``TrainConfig.checkpoint_dir``.
 CHECKPOINT_NAME = "runtime.pt"
@@ -240,28 +240,9 @@ class Checkpointer:
         return finished
 
 
-def task_identity(task: str, link: Any = None) -> dict[str, Any]:
-    """What a job is trained for, stored in its checkpoints beside the model and dataset
-    (:func:`fgnn.model_file.job_identity`) and checked on resume (:func:`check_task`).
-
-    Args:
-        task: ``JobConfig.task`` (``node``, ``link``, ``recsys``).
-        link: the job's link task; the relation of a
-            :class:`~fgnn.hetero.link_task.TypedLinkTask` is recorded, any other (or None)
-            records none.
-
-    Returns:
-        ``{"task": task, "link": {"edge_type": "SRC,REL,DST" or None}}``.
-    """
-    from fgnn.hetero.link_task import TypedLinkTask
-
-    et = link.edge_type if isinstance(link, TypedLinkTask) else None
-    return {"task": task, "link": {"edge_type": None if et is None else ",".join(et)}}
-
-
 def check_task(path: Path, saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
     """Refuse, in one line naming the field and both values, a checkpoint trained for another
-    task or, for a typed link job, another relation (:func:`task_identity` forms).
+    task or, for a typed link job, another relation (:meth:`Task.identity <fgnn.tasks.base.Task.identity>` forms).
 
     Checkpoints written before these fields were recorded: one without ``task`` (written before
     link prediction existed: node classification) is not compared, the model and dataset checks

@@ -1,6 +1,6 @@
 """Typed samples and stores inside the executors (internal; :mod:`fgnn.executors._hetero`
 describes the typed job): topology and feature payloads per relation and node type, packing a
-:class:`~fgnn.hetero.sampler.HeteroSample` for the object store, PreSC visits per type, and a
+typed payloads for the object store, PreSC visits per type, and a
 Trainer's typed Extract with hit/miss counts per node type."""
 
 from __future__ import annotations
@@ -13,17 +13,10 @@ import torch
 from fgnn.executors._common import tensor_from
 from fgnn.graph import CSRGraph
 from fgnn.hetero.graph import HeteroGraph
-from fgnn.hetero.sampler import HeteroBlock, HeteroSample
+from fgnn.sampling.base import Sample
 
-__all__ = ["graph_payload", "graph_from_payload", "features_payload", "graph_nbytes", "pack",
-           "unpack", "new_visits", "count_visits", "extract_typed", "build_store", "sum_typed",
-           "is_typed_payload"]
-
-
-def is_typed_payload(payload: Any) -> bool:
-    """Whether a topology payload (or graph) is typed."""
-    return isinstance(payload, HeteroGraph) or (isinstance(payload, dict)
-                                                and "relations" in payload)
+__all__ = ["graph_payload", "graph_from_payload", "features_payload", "graph_nbytes",
+           "new_visits", "extract_typed", "build_store", "sum_typed"]
 
 
 # ---------------------------------------------------------------------------- payloads
@@ -64,44 +57,14 @@ def graph_nbytes(graph: HeteroGraph) -> int:
 
 
 # ---------------------------------------------------------------------------- samples
-def pack(sample: HeteroSample) -> dict[str, Any]:
-    """A typed sample as numpy arrays (``"typed": True``), for the object store."""
-    def a(t: torch.Tensor) -> np.ndarray:
-        return t.detach().cpu().numpy()
-
-    return {"typed": True, "seed_type": sample.seed_type, "seeds": a(sample.seeds),
-            "task_id": sample.task_id,
-            "pairs": None if sample.pairs is None else a(sample.pairs),
-            "input_nodes": {t: a(v) for t, v in sample.input_nodes.items()},
-            "blocks": [({et: (a(s), a(d)) for et, (s, d) in b.edges.items()}, b.num_src,
-                        b.num_dst) for b in sample.blocks]}
-
-
-def unpack(packed: dict[str, Any]) -> HeteroSample:
-    """Inverse of :func:`pack` (tensors over the read-only object-store buffers)."""
-    t = tensor_from
-    blocks = [HeteroBlock({et: (t(s), t(d)) for et, (s, d) in edges.items()}, dict(ns),
-                          dict(nd)) for edges, ns, nd in packed["blocks"]]
-    return HeteroSample(packed["seed_type"], t(packed["seeds"]), blocks,
-                        {k: t(v) for k, v in packed["input_nodes"].items()},
-                        int(packed["task_id"]),
-                        None if packed.get("pairs") is None else t(packed["pairs"]))
-
-
 def new_visits(graph: HeteroGraph, device: torch.device) -> dict[str, torch.Tensor]:
     """Zeroed PreSC visit counts per node type."""
     return {t: torch.zeros(n, dtype=torch.int32, device=device)
             for t, n in graph.num_nodes.items()}
 
 
-def count_visits(visits: dict[str, torch.Tensor], sample: HeteroSample) -> None:
-    """Add one visit to every ``(type, id)`` of the sample's inputs (no repeats within one)."""
-    for t, ids in sample.input_nodes.items():
-        visits[t][ids] += 1
-
-
 # ---------------------------------------------------------------------------- extraction
-def extract_typed(store: Any, sample: HeteroSample) -> tuple[dict[str, torch.Tensor],
+def extract_typed(store: Any, sample: Sample) -> tuple[dict[str, torch.Tensor],
                                                              dict[str, Any]]:
     """A Trainer's Extract of a typed sample: the model inputs per type through its
     :class:`~fgnn.hetero.cache.HeteroFeatureStore`, and the task record's counters (``hits``,

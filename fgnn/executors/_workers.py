@@ -57,8 +57,8 @@ class Services:
     pg: Any = None
     refs: dict[str, Any] = field(default_factory=dict)
     """Object-store refs: ``graph``, ``features``, ``labels``, ``train_idx``, ``eval_idx``,
-    ``hotness``, ``placement``, ``cache_map``; ``link`` (a link job's
-    :meth:`~fgnn.link.task.LinkTask.payload`, else None)."""
+    ``hotness``, ``placement``, ``cache_map``, ``task`` (the task's
+    :class:`~fgnn.tasks.base.SamplingSpec`)."""
     num_devices: int = 1
     gpus_per_device: float = 1.0
     one_node: bool = True
@@ -82,6 +82,8 @@ class ExecutorSpec:
     disk_tier: bool
     slow_trainers: dict[int, float]
     crash_after_apply: set[int]
+    step: Any = None
+    """The task's :class:`~fgnn.tasks.base.StepRule` (None: node classification)."""
 
 
 #: ``reinstall(execs)``: send the chosen cache to restarted executors; ``(executor, ref)`` back
@@ -132,7 +134,7 @@ class WorkerGroup:
                        sv.torch_device, eval_idx=sv.refs["eval_idx"],
                        transport=cfg.runtime.sample_transport, one_node=sv.one_node,
                        parts=sp.step_tasks, shared_gpu=sv.shared_gpu,
-                       link=sv.refs.get("link"), deterministic=cfg.train.deterministic)
+                       task=sv.refs.get("task"), deterministic=cfg.train.deterministic)
         return _Exec(name, "sampler", device, h)
 
     def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
@@ -143,7 +145,7 @@ class WorkerGroup:
         if cfg.runtime.mode == "time-sharing":
             local = LocalSampling(sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
                                   cfg.train.batch_size, cfg.train.seed, sv.torch_device,
-                                  sv.refs["eval_idx"], sp.step_tasks, sv.refs.get("link"))
+                                  sv.refs["eval_idx"], sp.step_tasks, sv.refs.get("task"))
         share = (0.5 if standby else 1.0) * sv.gpus_per_device
         h = make_actor(TrainerExecutor, name, sv.pg, device, share,
                        sv.refs["features"], sv.refs["labels"],
@@ -152,7 +154,8 @@ class WorkerGroup:
                        sp.slow_trainers.get(index, 0.0),
                        crash_after_apply=not standby and index in sp.crash_after_apply,
                        disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
-                       exchange=sv.exchange, deterministic=cfg.train.deterministic)
+                       exchange=sv.exchange, deterministic=cfg.train.deterministic,
+                       step=sp.step)
         return _Exec(name, role, device, h)
 
     def _wanted(self, n_s: int) -> list[tuple[str, int]]:

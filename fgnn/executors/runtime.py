@@ -82,13 +82,13 @@ from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore
-from fgnn.executors import _hetero
-from fgnn.executors._caches import CachePlanner
+from fgnn.executors._graph_kind import graph_kind
+from fgnn.executors._planners import planner_for
 from fgnn.executors._gradring import default_ring_dir, ring_rows
-from fgnn.executors._common import MemmapFeatures, features_payload, graph_payload
+from fgnn.executors._common import MemmapFeatures
 from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
 from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished, task_identity
+from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
 from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
 from fgnn.executors.collective import ExchangeSpec
 from fgnn.executors.step_ledger import StepLedger
@@ -98,6 +98,7 @@ from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.sampling.base import Sampler
+from fgnn.tasks import build_task, check_job
 
 __all__ = ["Runtime", "RuntimeFailure", "RunFinished", "CHECKPOINT_NAME"]
 
@@ -160,27 +161,21 @@ class Runtime:
             chunk = eval_chunk(config.train, dataset.feature_row_bytes)
             config = replace(config, train=replace(config.train, eval_batch_size=chunk))
         self.config = config
-        #: a typed dataset (:mod:`fgnn.executors._hetero`): typed samples, caches and model
-        self.hetero = _hetero.is_hetero(dataset)
-        if self.hetero:
-            _hetero.check_job(config, dataset)
-        else:
-            _hetero.check_homogeneous(config, dataset)
-            from fgnn.executors._recsys import check_job as check_recsys
-
-            check_recsys(config, dataset)
-        self.sampler = sampler if sampler is not None else (
-            _hetero.build_sampler(config, dataset) if self.hetero else _build_sampler(config))
-        #: a link job's split and scores (:mod:`fgnn.link.task`); None for node classification
-        self.link = _link_task(config, dataset, model)
-        if self.link is not None:  # the Samplers sample the training message graph
-            dataset = self.link.training_dataset(dataset)
+        check_job(config, dataset)  # what the task and graph kind refuse, one line
+        #: homogeneous or typed (:mod:`fgnn.executors._graph_kind`): payloads, stores, planner
+        self.kind = graph_kind(dataset)
+        self.sampler = sampler if sampler is not None else self.kind.build_sampler(config,
+                                                                                   dataset)
+        #: what the job learns (:mod:`fgnn.tasks`): items, samples, loss, scores
+        self.task = build_task(config, dataset, model)
+        dataset = self.task.training_dataset(dataset)  # a link job: the training message graph
         torch.manual_seed(config.train.seed)
-        self.model = model if model is not None else _build_model(config, dataset, self.sampler)
+        self.model = model if model is not None else self.task.build_model(
+            config, dataset, self.sampler.num_layers)
         from fgnn.model_file import job_identity
 
         self.identity = job_identity(config, dataset, self.model, self.sampler)
-        self.identity.update(task_identity(config.task, self.link))  # task, relation
+        self.identity.update(self.task.identity())  # task, relation
         self.best: dict[str, Any] = {"val_acc": -1.0, "epoch": None, "state": None, "bad": 0}
         self.on_epoch = on_epoch
         self._eval_passes = 0
@@ -195,11 +190,9 @@ class Runtime:
         self.services = Services()
         spec = ExecutorSpec(config, self.sampler, self.model, self.step_tasks,
                             config.disk.feature_tier == "disk", dict(slow_trainers or {}),
-                            set(crash_after_apply or ()))
+                            set(crash_after_apply or ()), self.task.step)
         self.workers = WorkerGroup(spec, self.services, self.watchdog)
-        planner = _hetero.HeteroCachePlanner if self.hetero else CachePlanner
-        if config.task == "recsys":  # user rows are never read (fgnn.executors._recsys)
-            from fgnn.executors._recsys import RecsysCachePlanner as planner
+        planner = planner_for(self.task, self.kind)
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
@@ -332,20 +325,18 @@ class Runtime:
         ds = self.dataset
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
-        feats = (_hetero.features_payload(ds) if self.hetero
-                 else features_payload(ds.features))
+        feats = self.kind.features_payload(ds)
         if self.caches.disk_tier and not isinstance(feats, MemmapFeatures):
             raise ValueError(f"disk.feature_tier='disk' reads the features.npy of an ondisk:DIR "
                              f"dataset; {ds.name!r} holds its features in memory")
         self.services.refs = {
-            "graph": ray.put(_hetero.graph_payload(ds.graph) if self.hetero
-                             else graph_payload(ds.graph)),
+            "graph": ray.put(self.kind.graph_payload(ds.graph)),
             "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
             "labels": ray.put(ds.labels.cpu().numpy()),
             "train_idx": ray.put(self._items("train").numpy()),
             "eval_idx": ray.put({s: self._items(s).numpy() for s in ("val", "test")}),
             "hotness": None,
-            "link": None if self.link is None else ray.put(self.link.payload()),
+            "task": ray.put(self.task.sampling()),
         }
 
     def num_items(self, split: str) -> int:
@@ -355,10 +346,9 @@ class Runtime:
 
     def _items(self, split: str) -> torch.Tensor:
         """The ids a split's tasks cut: vertex ids, or for a link job the ids of training
-        supervision edges and of validation / test pairs (:mod:`fgnn.link.task`)."""
-        if self.link is not None:
-            return torch.arange(self.link.size(split), dtype=torch.int64)
-        return getattr(self.dataset, f"{split}_idx").cpu()
+        supervision edges and of validation / test pairs (:meth:`Task.items
+        <fgnn.tasks.base.Task.items>`)."""
+        return self.task.items(split, self.dataset)
 
     def _start_services(self) -> None:
         import ray
@@ -540,14 +530,9 @@ class Runtime:
             return
         scored = self._evaluate(("val",))
         stats.eval_s = scored.time_s
-        if self.link is None:
-            score = stats.val_acc = scored.accuracy("val")
-        elif self.config.task == "recsys":  # a recommender: validation recall@K
-            score = stats.val_acc = self.link.metrics("val", *scored.pairs["val"])[
-                self.link.select]
-        else:  # link prediction: the validation AUC picks the weights
-            m = self.link.metrics("val", *scored.pairs["val"])
-            score, stats.val_auc, stats.val_ap = m["auc"], m["auc"], m["ap"]
+        score, fields = self.task.validation(scored)
+        for name, value in fields.items():
+            setattr(stats, name, value)
         if score > best["val_acc"]:
             best.update(val_acc=score, epoch=epoch, bad=0, state={
                 k: v.clone() for k, v in self.model.state_dict().items()})
@@ -581,24 +566,12 @@ class Runtime:
             return final
         best = self.best
         weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
-        if self.link is not None:
-            return self._final_link_scores(weights)
         # The best epoch already scored validation with these weights and the same
         # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed.
-        known = {} if best["state"] is None else {"val": best["val_acc"]}
-        scored = self._evaluate(tuple(s for s in ("train", "val", "test") if s not in known),
-                                weights=weights)
+        known = None if best["state"] is None else best["val_acc"]
+        scored = self._evaluate(self.task.final_splits(known), weights=weights)
         self.final_eval_s = scored.time_s
-        return {f"{s}_acc": known[s] if s in known else scored.accuracy(s)
-                for s in ("train", "val", "test")}
-
-    def _final_link_scores(self, weights: Any) -> dict[str, float]:
-        """A link job's final ``{val,test}_{auc,ap}`` (and ``_mrr``, ``_hits@K``) with the
-        best-validation ``weights``, scored by every Trainer."""
-        scored = self._evaluate(("val", "test"), weights=weights)
-        self.final_eval_s = scored.time_s
-        return {f"{s}_{k}": v for s in ("val", "test")
-                for k, v in self.link.metrics(s, *scored.pairs[s]).items()}
+        return self.task.final_scores(scored, known)
 
     def _allocation(self) -> dict[str, Any]:
         """The report's ``allocation``: what ran, the caches, the profile."""
@@ -620,8 +593,7 @@ class Runtime:
             allocation["reorder"] = {k: v for k, v in c.reorder_info.items() if k != "seconds"}
         if c.disk_tier:
             allocation["disk"] = c.disk_layout()
-        if self.hetero:
-            allocation["typed_cache"] = c.typed_allocation()
+        allocation.update(c.extra_allocation())
         return allocation
 
     def _preprocess(self) -> dict[str, float]:
@@ -714,57 +686,3 @@ def _why(err: BaseException) -> str:
             first = line.split(". ")[0].rstrip(".")
             return ": " + (first[:1].lower() + first[1:])[:120]
     return ""
-
-
-def _build_sampler(config: JobConfig) -> Sampler:
-    try:
-        from fgnn.sampling import build_sampler  # type: ignore[attr-defined]
-    except ImportError:
-        from fgnn.sampling.khop import KHop
-
-        return KHop(config.sampler.fanouts, weighted=config.sampler.kind == "weighted")
-    return build_sampler(config.sampler)
-
-
-def _link_task(config: JobConfig, dataset: Dataset, model: Optional[nn.Module]) -> Any:
-    """A link job's :class:`~fgnn.link.task.LinkTask` (None for node classification).
-
-    Raises:
-        ValueError: a custom model without ``pair_logits`` (:class:`~fgnn.link.task.LinkModel`).
-    """
-    if config.task == "recsys":  # a recommender: users' examples, items' embeddings
-        from fgnn.executors._recsys import RecsysTask
-
-        return RecsysTask.build(config, dataset)
-    if config.task != "link":
-        return None
-    from fgnn.link.task import LinkTask
-
-    if model is not None and not callable(getattr(model, "pair_logits", None)):
-        raise ValueError(f"task='link' needs a model with pair_logits(h, pairs) (e.g. "
-                         f"fgnn.link.task.LinkModel), got {type(model).__name__}")
-    if _hetero.is_hetero(dataset):  # one relation's edges (fgnn.executors._typed_link)
-        from fgnn.executors._typed_link import link_task
-
-        return link_task(config, dataset)
-    return LinkTask.build(config, dataset)
-
-
-def _build_model(config: JobConfig, dataset: Dataset, sampler: Sampler) -> nn.Module:
-    from fgnn.models import build_model
-
-    if _hetero.is_hetero(dataset) and config.task == "link":
-        from fgnn.executors._typed_link import build_model as typed_link_model
-
-        return typed_link_model(config, dataset, sampler.num_layers)
-    if _hetero.is_hetero(dataset):
-        return _hetero.build_model(config, dataset, sampler.num_layers)
-    if config.task == "recsys":
-        from fgnn.executors._recsys import build_model as build_rec_model
-
-        return build_rec_model(config, dataset)
-    if config.task == "link":
-        from fgnn.link.task import build_link_model
-
-        return build_link_model(config, dataset.feat_dim, sampler.num_layers)
-    return build_model(config.model, dataset.feat_dim, dataset.num_classes, sampler.num_layers)

@@ -28,13 +28,14 @@ from fgnn.executors._common import (_device_tag, configure_torch, graph_from_pay
                                     metrics_for, task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
 from fgnn.evaluation import EvalPlan, eval_generator
-from fgnn.executors import _typed
+from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device
 from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
-from fgnn.hetero.sampler import HeteroSample
-from fgnn.sampling.base import Sample, Sampler
+from fgnn.sampling.base import Sample, Sampler, per_type, per_type_zip
+from fgnn.sampling.task_sampling import SamplingSpec
+from fgnn.tasks.node import NodeSampling
 from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
@@ -98,18 +99,12 @@ def choose_transport(requested: str, device_type: str, one_node: bool,
 
 
 def mark_sample(sample: Sample, cache_map: Optional[torch.Tensor]) -> Sample:
-    """The M step: ``sample.cached = cache_map[input_nodes]``, the holder bits of each input
-    vertex (``(N,)`` integer map, bit ``d`` = device ``d`` caches the row; None: nothing is
-    cached, every mark 0). A typed sample is left unmarked: every Trainer caches the same rows
-    and its typed store knows them (:mod:`fgnn.executors._hetero`)."""
-    if isinstance(sample, HeteroSample):
-        return sample
-    if cache_map is None:  # on the sample's device: one RDT object holds one device's tensors
-        sample.cached = torch.zeros(sample.input_nodes.numel(), dtype=torch.uint8,
-                                    device=sample.input_nodes.device)
-    else:
-        sample.cached = cache_map[sample.input_nodes.to(cache_map.device)]
-    return sample
+    """The M step (:meth:`Sample.mark <fgnn.sampling.base.Sample.mark>`)."""
+    return sample.mark(cache_map)
+
+
+def _add_visit(visits: torch.Tensor, ids: torch.Tensor) -> None:
+    visits[ids] += 1
 
 
 def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Tensor]:
@@ -123,40 +118,23 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
 
 
 def sample_tensors(sample: Sample) -> list[torch.Tensor]:
-    """The tensors of a sample (seeds, input nodes, marks, every block's edges and weights, a
-    link sample's pairs; a typed sample's per-type inputs and per-relation edges)."""
-    if isinstance(sample, HeteroSample):
-        return sample.tensors()
-    ts = [sample.seeds, sample.input_nodes]
-    if sample.cached is not None:
-        ts.append(sample.cached)
-    if sample.pairs is not None:
-        ts.append(sample.pairs)
-    for b in sample.blocks:
-        ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
-    return ts
+    """The tensors of a sample (:meth:`Sample.tensors <fgnn.sampling.base.Sample.tensors>`)."""
+    return sample.tensors()
 
 
 def sample_nbytes(sample: Sample) -> int:
     """Bytes of the sample's tensors (what the C step copies)."""
-    return int(sum(t.numel() * t.element_size() for t in sample_tensors(sample)))
+    return sample.nbytes()
+
+
+def _numpy(t: torch.Tensor) -> Any:
+    return t.detach().cpu().numpy()
 
 
 def pack_sample(sample: Sample) -> dict[str, Any]:
     """The sample as numpy arrays: Ray stores numpy buffers out of band and maps them zero-copy
-    into the reader, several times cheaper than pickling torch tensors (the C step). A typed
-    :class:`~fgnn.hetero.sampler.HeteroSample` packs per node type and relation
-    (:func:`fgnn.executors._typed.pack`)."""
-    if isinstance(sample, HeteroSample):
-        return _typed.pack(sample)
-
-    def a(t: Optional[torch.Tensor]) -> Any:
-        return None if t is None else t.detach().cpu().numpy()
-
-    return {"seeds": a(sample.seeds), "input_nodes": a(sample.input_nodes),
-            "cached": a(sample.cached), "task_id": sample.task_id, "pairs": a(sample.pairs),
-            "blocks": [(a(b.src), a(b.dst), b.num_src, b.num_dst, a(b.weights))
-                       for b in sample.blocks]}
+    into the reader, several times cheaper than pickling torch tensors (the C step)."""
+    return sample.pack(_numpy)
 
 
 def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
@@ -167,42 +145,28 @@ def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
         ValueError: when the tensors are not all on one device (Ray puts one RDT object only
             when they are).
     """
-    devices = {str(t.device) for t in sample_tensors(sample)}
+    devices = {str(t.device) for t in sample.tensors()}
     if len(devices) > 1:
         raise ValueError(f"a sample sent by a tensor transport must have every tensor on one "
                          f"device, got {', '.join(sorted(devices))}")
-    return {"seeds": sample.seeds, "input_nodes": sample.input_nodes, "cached": sample.cached,
-            "task_id": sample.task_id, "pairs": sample.pairs,
-            "blocks": [(b.src, b.dst, b.num_src, b.num_dst, b.weights) for b in sample.blocks]}
+    return sample.pack(lambda t: t)
 
 
 def unpack_sample(packed: Any) -> Sample:
     """Inverse of :func:`pack_sample` (tensors over the read-only object-store buffers; the
     runtime never writes to a sample) and of :func:`pack_sample_tensors`. A :class:`Sample`
-    (or :class:`~fgnn.hetero.sampler.HeteroSample`) passes through."""
-    if isinstance(packed, (Sample, HeteroSample)):
+    passes through."""
+    if isinstance(packed, Sample):
         return packed
-    if packed.get("typed"):
-        return _typed.unpack(packed)
-    from fgnn.sampling.base import Block
-
-    def t(x: Any) -> Optional[torch.Tensor]:
-        return None if x is None else tensor_from(x)
-
-    blocks = [Block(t(src), t(dst), int(ns), int(nd), t(w))
-              for src, dst, ns, nd, w in packed["blocks"]]
-    return Sample(t(packed["seeds"]), blocks, t(packed["input_nodes"]), t(packed["cached"]),
-                  packed["task_id"], t(packed.get("pairs")))
+    return Sample.unpack(packed, tensor_from)
 
 
 class SamplerExecutor:
     """Samples mini-batch tasks and feeds the global queue.
 
     Args:
-        graph: topology, a :class:`~fgnn.graph.CSRGraph` or its numpy payload, or a typed
-            graph's payload (:func:`fgnn.executors._typed.graph_payload`: ``sampler`` is then a
-            :class:`~fgnn.hetero.sampler.HeteroKHop` and the seeds are of the target type);
-            kept on ``device``.
+        graph: topology, a graph or its numpy payload (homogeneous or typed,
+            :mod:`fgnn.executors._graph_kind`), kept on ``device``.
         sampler: the sampling algorithm.
         train_idx: ``(T,)`` training ids; task ``i`` of an epoch is
             ``epoch_batches(train_idx, batch_size, seed, epoch, parts)[i]``.
@@ -223,10 +187,10 @@ class SamplerExecutor:
         eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
             ``train`` is ``train_idx``).
         parts: tasks per mini-batch (R of :mod:`fgnn.executors.ps`).
-        link: a link-prediction job's :meth:`fgnn.link.task.LinkTask.payload`: ``train_idx``
-            are then ids of training supervision edges and the evaluation splits' ids index
-            their pairs; every sample carries its pairs (:class:`fgnn.link.task.LinkSampling`).
-            None: node classification.
+        task: the job task's :class:`~fgnn.tasks.base.SamplingSpec`
+            (:meth:`Task.sampling <fgnn.tasks.base.Task.sampling>`): how a batch of items
+            becomes a sample (a link job's items are training edges and evaluation pairs, a
+            recommender's users and items). None: node classification.
     """
 
     def __init__(self, graph: Any, sampler: Sampler, train_idx: Any, batch_size: int, seed: int,
@@ -234,29 +198,17 @@ class SamplerExecutor:
                  device: str = "cpu", eval_idx: Optional[dict[str, Any]] = None,
                  transport: str = "object_store", one_node: bool = True,
                  parts: int = 1, shared_gpu: bool = False,
-                 link: Optional[dict[str, Any]] = None, deterministic: bool = False) -> None:
+                 task: Optional[SamplingSpec] = None, deterministic: bool = False) -> None:
         configure_torch(deterministic)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.name, self.device = name, actor_device(device)
         self.transport = choose_transport(transport, self.device.type, one_node, shared_gpu)
-        self.typed = _typed.is_typed_payload(graph)  # a typed graph (HeteroKHop samples it)
-        self.graph = (_typed.graph_from_payload(graph, self.device) if self.typed
-                      else graph_from_payload(graph, self.device))
+        self.kind = graph_kind(graph)  # homogeneous or typed topology
+        self.graph = self.kind.graph_from_payload(graph, self.device)
         self.sampler = sampler
-        self.link = None
-        if link is not None and link.get("kind") == "recsys":  # a recommender (_recsys)
-            from fgnn.executors._recsys import RecsysSampling
-
-            self.link = RecsysSampling(link, sampler, self.device)
-        elif link is not None and link.get("typed"):  # one relation of a typed graph
-            from fgnn.executors._typed_link import link_sampling
-
-            self.link = link_sampling(link, sampler, self.device)
-        elif link is not None:
-            from fgnn.link.task import LinkSampling
-
-            self.link = LinkSampling(link, sampler, self.device)
+        spec = task if task is not None else SamplingSpec(NodeSampling)
+        self.task = spec.build(spec.payload, sampler, self.device)
         self.train_idx = tensor_from(train_idx)
         self.split_idx = {"train": self.train_idx}
         self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})
@@ -279,16 +231,13 @@ class SamplerExecutor:
     def count_visits(self) -> None:
         """Count from now on how often each vertex is an input of a training sample (PreSC's
         visit counts, FGNN §6.3: the first K epochs of training are the pre-sampling)."""
-        self._visits = (_typed.new_visits(self.graph, self.device) if self.typed else
-                        torch.zeros(self.graph.num_nodes, dtype=torch.int32, device=self.device))
+        self._visits = self.kind.new_visits(self.graph, self.device)
 
     def take_visits(self) -> Optional[torch.Tensor]:
         """The visit counts so far (``(N,)`` int32 on the CPU) and stop counting; None if not
         counting."""
         visits, self._visits = self._visits, None
-        if isinstance(visits, dict):  # a typed graph: per node type
-            return {t: v.cpu() for t, v in visits.items()}
-        return None if visits is None else visits.cpu()
+        return per_type(visits, lambda v: v.cpu())
 
     def working_set(self) -> dict[str, Any]:
         """Device bytes sampling needs beside the topology: the remap scratch array, the largest
@@ -353,26 +302,20 @@ class SamplerExecutor:
         sample = self._draw(seeds, gen, split)
         s_lap = self.clock.stop(t0)
         t1 = self.clock.start()
-        if self._visits is not None and plan is None and self.typed:
-            _typed.count_visits(self._visits, sample)
-        elif self._visits is not None and plan is None:
-            self._visits[sample.input_nodes] += 1  # input_nodes has no repeats
-        mark_sample(sample, self.cache_map)
+        if self._visits is not None and plan is None:  # input_nodes has no repeats
+            per_type_zip(self._visits, sample.input_nodes, _add_visit)
+        sample.mark(self.cache_map)
         sample.task_id = int(task_id)
         m_lap = self.clock.stop(t1)
         # CUDA: event times of the kernels, resolved once M's end is reached (not launch times)
         return sample, s_lap.seconds(), m_lap.seconds()
 
     def _draw(self, items: torch.Tensor, gen: torch.Generator, split: Optional[str]) -> Sample:
-        """The S step: sample seed vertices, or for a link job training edges (``split`` None)
-        or evaluation pairs of ``split``."""
-        if self.typed and self.link is None:  # the seeds are of the target type
-            return self.sampler.sample(self.graph, self.graph.target_type, items, gen)
-        if self.link is None:
-            return self.sampler.sample(self.graph, items, gen)
+        """The S step: the task's sample of training items (``split`` None) or of ``split``'s
+        evaluation items."""
         if split is None:
-            return self.link.train_sample(self.graph, items, gen)
-        return self.link.eval_sample(self.graph, split, items, gen)
+            return self.task.train_sample(self.graph, items, gen)
+        return self.task.eval_sample(self.graph, split, items, gen)
 
     def sample_task(self, epoch: int, task_id: int, plan: Optional[EvalPlan] = None
                     ) -> dict[str, Any]:

@@ -35,15 +35,14 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from fgnn.evaluation import EvalPlan, score_logits
+from fgnn.evaluation import EvalPlan
 from fgnn.executors._common import (MemmapFeatures, NonFiniteLoss, _device_tag,
                                     configure_torch, graph_from_payload, metrics_for,
                                     open_disk_tiers,
                                     open_features, seed_task_rng, tensor_from)
-from fgnn.executors import _typed
+from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
@@ -51,29 +50,14 @@ from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.cache.placement import Placement
-from fgnn.hetero.sampler import HeteroSample
-from fgnn.link.task import pair_loss, pair_scores
-from fgnn.sampling.base import Sample
+from fgnn.sampling.base import Sample, per_type_tensors
+from fgnn.tasks.base import StepRule, forward_backward
+from fgnn.tasks.node import NODE_STEP
 
-__all__ = ["TrainerExecutor", "build_store"]
+__all__ = ["TrainerExecutor"]
 
 #: Seconds a ``get`` waits inside the queue before the Trainer re-checks its stop flag.
 _GET_TIMEOUT_S = 1.0
-
-
-def build_store(features: Any, placement: Optional[Placement], device_index: int,
-                device: str = "cpu", h2d: Any = None) -> Any:
-    """The Trainer's feature store: the rows ``placement`` puts on device ``device_index``
-    cached on ``device`` (FGNN §6.1 ``load_cache``), rows other devices cache in the peer tier
-    (served from the host copy, counted as peer reads), the rest read from host memory.
-    ``placement=None``: no cache. ``h2d``: the copy stream's upload (pinned, non-blocking),
-    which every upload of the store's ``gather`` goes through."""
-    from fgnn.cache.feature_store import FeatureStore
-
-    if placement is None:
-        return FeatureStore.single(features, None, device, h2d)
-    return FeatureStore.from_placement(features, placement, int(device_index), device=device,
-                                       peers_from_host=True, h2d=h2d)
 
 
 @dataclass
@@ -90,25 +74,7 @@ class _Batch:
 
     def tensors(self) -> list[torch.Tensor]:
         """Every device tensor of the batch."""
-        if isinstance(self.sample, HeteroSample):  # typed: inputs per node type
-            return [*self.x.values(), self.labels, *self.sample.tensors()]
-        ts = [self.x, self.labels, self.sample.seeds, self.sample.input_nodes]
-        if self.sample.pairs is not None:
-            ts.append(self.sample.pairs)
-        for b in self.sample.blocks:
-            ts += [b.src, b.dst] + ([] if b.weights is None else [b.weights])
-        return ts
-
-
-def _sample_to(sample: Sample, move: Any) -> Sample:
-    """``sample`` with every tensor passed through ``move`` (the copy stream's ``h2d``)."""
-    from fgnn.sampling.base import Block
-
-    blocks = [Block(move(b.src), move(b.dst), b.num_src, b.num_dst,
-                    None if b.weights is None else move(b.weights)) for b in sample.blocks]
-    return Sample(move(sample.seeds), blocks, move(sample.input_nodes),
-                  None if sample.cached is None else move(sample.cached), sample.task_id,
-                  None if sample.pairs is None else move(sample.pairs))
+        return [*per_type_tensors(self.x), self.labels, *self.sample.tensors()]
 
 
 class TrainerExecutor:
@@ -150,6 +116,9 @@ class TrainerExecutor:
             :mod:`fgnn.executors._exchange`) instead of through the parameter server ``ps``.
         deterministic: ``train.deterministic``: torch's deterministic algorithms in this
             process (:func:`~fgnn.executors._common.configure_torch`).
+        step: the job task's :class:`~fgnn.tasks.base.StepRule` (labels, loss, evaluation
+            record; :attr:`Task.step <fgnn.tasks.base.Task.step>`); None: node
+            classification.
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
@@ -157,7 +126,8 @@ class TrainerExecutor:
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
                  local_sampler: Any = None, delay_s: float = 0.0,
                  crash_after_apply: bool = False, disk: Any = None, seed: int = 0,
-                 exchange: Any = None, deterministic: bool = False) -> None:
+                 exchange: Any = None, deterministic: bool = False,
+                 step: Optional[StepRule] = None) -> None:
         # one compute thread (executors share the host's cores); host gathers run on the
         # feature store's own pool (fgnn.cache.feature_store.extract_threads)
         configure_torch(deterministic)
@@ -165,6 +135,8 @@ class TrainerExecutor:
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
         self.name, self.role, self.device = name, role, actor_device(device)
         self.labels = tensor_from(labels)
+        self.step = step if step is not None else NODE_STEP
+        self.kind = graph_kind(features)  # one feature matrix, or one per node type
         self.device_index = int(device_index)
         self._features_file = (features.path if isinstance(features, MemmapFeatures) else None)
         self._features, self._disk = features, disk
@@ -213,9 +185,6 @@ class TrainerExecutor:
         """
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-        if isinstance(self._host, dict):  # typed: placement is node type -> cached ids
-            self.store = _typed.build_store(self._host, placement, str(self.device))
-            return self.cached_rows()
         if self._disk_tier:
             h = None if hotness is None else tensor_from(hotness)
             # GIDS tiers: a device software cache of alpha N rows, the CPU buffer, storage
@@ -226,8 +195,8 @@ class TrainerExecutor:
             ahead = self._disk.cache == "window" or self._disk.accumulator
             self.lookahead = self._disk.window if ahead and self.role != "standby" else 0
             return int(alpha * self.labels.numel())
-        self.store = build_store(self._host, placement, self.device_index, str(self.device),
-                                 self.copies.h2d)
+        self.store = self.kind.build_store(self._host, placement, self.device_index,
+                                           str(self.device), self.copies.h2d)
         if self.local_sampler is not None:  # time-sharing: this device marks its own samples
             self.local_sampler.set_cache_map(None if placement is None
                                              else placement.holder_bits())
@@ -239,10 +208,7 @@ class TrainerExecutor:
 
     def cached_rows(self) -> int:
         """Rows in this device's own cache."""
-        if isinstance(self._host, dict):
-            return sum(int(self.store.cached_ids(t).numel()) for t in self.store.stores)
-        bufs = self.store.buffers
-        return int(bufs[self.store.local].shape[0]) if bufs else 0
+        return self.kind.cached_rows(self.store)
 
     def set_scale(self, scale: float) -> None:
         """Forward the locality scale factor ``s`` to the in-process sampler (time-sharing)."""
@@ -252,8 +218,7 @@ class TrainerExecutor:
     def host_info(self) -> dict[str, Any]:
         """Where this Trainer's host tier reads from: ``{"kind": "file" | "memory", "path",
         "source"}`` (``path`` is the mapped file, or None)."""
-        source = (type(self.store).__name__ if isinstance(self._host, dict) else
-                  type(self.store.host).__name__ if self.tiers is None
+        source = (self.kind.store_source(self.store) if self.tiers is None
                   else type(self.tiers).__name__)
         return {"kind": "memory" if self._features_file is None else "file",
                 "path": self._features_file, "source": source}
@@ -332,52 +297,32 @@ class TrainerExecutor:
     def _extract(self, task_id: int, sample: Sample, rec: dict[str, Any]) -> _Batch:
         """Extract the sample's features (cache hits, host or disk misses) and labels."""
         t2 = time.perf_counter()
-        if isinstance(sample, HeteroSample):  # typed: per node type through the typed store
-            with self.copies.scope():
-                x, counts = _typed.extract_typed(self.store, sample)
-                labels, sample, ready = self._to_device(sample)
-            if ready is not None:
-                ready.synchronize()
-            rec.update(counts, extract_s=time.perf_counter() - t2)
-            return _Batch(task_id, sample, x, labels, rec, ready)
-        if self.tiers is None:
+        counts: dict[str, Any] = {}
+        with self.copies.scope():
             # Split host/cache and index labels on the host before anything moves: only the
-            # gathered rows, labels and the sample cross to the device, on the copy stream from
-            # pinned memory, overlapping the training of the previous batch.
-            with self.copies.scope():
-                x = self.store.gather(sample.input_nodes, sample.cached)
-                labels, sample, ready = self._to_device(sample)
-        else:
-            with self.copies.scope():
+            # gathered rows, labels and the sample cross to the device, on the copy stream
+            # from pinned memory, overlapping the training of the previous batch.
+            if self.tiers is None:
+                x, counts = self.kind.extract(self.store, sample)
+            else:
                 x = self.tiers.extract([sample.input_nodes]
                                        + [s.input_nodes for _, s, _ in self._ahead])
-                labels, sample, ready = self._to_device(sample)
+            labels, sample, ready = self._to_device(sample)
         if ready is not None:
             ready.synchronize()  # this thread waits for its own copies, not for training
-        if self.tiers is None:
-            st = self.store.reset_stats()
-            rec.update(hits=st.hits + st.peer, misses=st.misses, bytes=st.bytes["host"],
-                       local=st.hits, peer=st.peer, host=st.misses,
-                       tier_bytes={"local": st.bytes["device"], "peer": st.bytes["peer"],
-                                   "host": st.bytes["host"]})
-        else:  # rows from the CPU buffer and from storage cross to the device
+        if self.tiers is not None:  # rows from the CPU buffer and from storage cross over
             d = self.tiers.take_stats()
             host = d["cpu_rows"] + d["storage_rows"]
-            rec.update(hits=d["device_rows"], misses=host, bytes=host * self.tiers.row_bytes,
-                       disk=d)
-        rec["extract_s"] = time.perf_counter() - t2
+            counts = {"hits": d["device_rows"], "misses": host,
+                      "bytes": host * self.tiers.row_bytes, "disk": d}
+        rec.update(counts, extract_s=time.perf_counter() - t2)
         return _Batch(task_id, sample, x, labels, rec, ready)
 
     def _to_device(self, sample: Sample) -> tuple[torch.Tensor, Sample, Any]:
-        """Labels and sample on the device through the copy stream, and its event; a link
-        sample's labels are its pairs' (:mod:`fgnn.link.task`)."""
-        if sample.pairs is not None:
-            labels = self.copies.h2d(sample.pairs[2])
-        else:
-            labels = self.copies.h2d(self.labels[sample.seeds.to(self.labels.device)])
-        sample = (sample.to(self.copies.h2d) if isinstance(sample, HeteroSample)
-                  else _sample_to(sample, self.copies.h2d))
-        return labels, sample, self.copies.record()
+        """Labels (the task's: the seeds' classes, a pair sample's pair labels) and sample
+        on the device through the copy stream, and its event."""
+        labels = self.copies.h2d(self.step.labels(sample, self.labels))
+        return labels, sample.map(self.copies.h2d), self.copies.record()
 
     def _adopt(self, claim: Any) -> None:
         """Take a claim's weights (when they changed) and version."""
@@ -410,19 +355,15 @@ class TrainerExecutor:
     def _backward(self, epoch: int, batch: _Batch) -> torch.Tensor:
         """Forward and backward of one task on the current weights; returns the loss."""
         self.copies.wait(batch.ready, batch.tensors())
-        self.model.train()
         for p in self.params:
             p.grad = None
         seed_task_rng(self.seed, epoch, batch.task_id)
-        out = self.model(batch.sample.blocks, batch.x)
-        if batch.sample.pairs is not None:  # link prediction: BCE of the scored pairs
-            loss = pair_loss(self.model, out, batch.sample.pairs)
-        else:
-            loss = F.cross_entropy(out, batch.labels)
-        if not bool(torch.isfinite(loss)):  # either exchange: never deliver its gradient
-            raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
-        loss.backward()
-        return loss
+
+        def finite(out: Any, loss: torch.Tensor) -> None:
+            if not bool(torch.isfinite(loss)):  # either exchange: never deliver its gradient
+                raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
+        return forward_backward(self.model, self.step, batch.sample, batch.x, batch.labels,
+                                finite)
 
     def _train(self, epoch: int, batch: _Batch, has_next: bool = False
                ) -> Optional[dict[str, Any]]:
@@ -474,12 +415,7 @@ class TrainerExecutor:
         self.model.eval()
         try:
             out = self.model(batch.sample.blocks, batch.x)
-            if batch.sample.pairs is not None:  # link prediction: the pairs' scores
-                scored = pair_scores(self.model, out, batch.sample.pairs)
-            else:
-                score = score_logits(out, batch.labels)
-                scored = {"correct": score.correct, "count": score.count,
-                          "loss_sum": score.loss_sum}
+            scored = self.step.score(self.model, out, batch.sample, batch.labels)
         finally:
             self.model.train()
         rec = dict(batch.rec)

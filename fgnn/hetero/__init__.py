@@ -7,7 +7,8 @@ from fgnn.hetero.cache import (HeteroFeatureStore, choose_cached_rows, hetero_pr
 from fgnn.hetero.convert import from_dgl_hetero, from_pyg_hetero
 from fgnn.hetero.dataset import HeteroDataset
 from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
-from fgnn.hetero.sampler import HeteroBlock, HeteroKHop, HeteroSample
+from fgnn.hetero.sampler import HeteroKHop
+from fgnn.sampling.base import HeteroBlock
 
 __all__ = [
     "EdgeType",
@@ -18,7 +19,6 @@ __all__ = [
     "from_dgl_hetero",
     "HeteroKHop",
     "HeteroBlock",
-    "HeteroSample",
     "HeteroFeatureStore",
     "choose_cached_rows",
     "hetero_presc_hotness",

@@ -40,7 +40,8 @@ import torch
 
 from fgnn.cache.feature_store import FeatureCache, FeatureStore, TierStats, fill_rows
 from fgnn.hetero.graph import HeteroGraph
-from fgnn.hetero.sampler import HeteroKHop, HeteroSample
+from fgnn.hetero.sampler import HeteroKHop
+from fgnn.sampling.base import Sample
 
 __all__ = ["SPLITS", "hetero_presample_counts", "hetero_presc_hotness", "choose_cached_rows",
            "row_bytes_of", "feature_bytes", "HeteroFeatureStore"]
@@ -97,7 +98,7 @@ def hetero_presample_counts(graph: HeteroGraph, sampler: HeteroKHop, seed_type: 
     for _ in range(epochs):
         order = train[torch.randperm(train.numel(), generator=generator)]
         for seeds in torch.split(order, batch_size):
-            sample = sampler.sample(graph, seed_type, seeds, generator)
+            sample = sampler.sample_type(graph, seed_type, seeds, generator)
             for t, ids in sample.input_nodes.items():
                 counts[t].index_add_(0, ids.long(), torch.ones(ids.numel()))
     return counts
@@ -285,7 +286,7 @@ class HeteroFeatureStore:
         return sum(self.cache_bytes().values())
 
     # ------------------------------------------------------------------ extraction
-    def extract(self, sample: HeteroSample) -> dict[str, torch.Tensor]:
+    def extract(self, sample: Sample) -> dict[str, torch.Tensor]:
         """The model inputs of ``sample``: ``(M_t, F_t)`` rows of ``input_nodes[t]`` (in order)
         for a type with features, the ``(M_t,)`` ids themselves for one without (learned
         embeddings). Advances the per-type counters of :meth:`stats`."""
@@ -295,7 +296,7 @@ class HeteroFeatureStore:
             out[t] = ids.to(self.device) if store is None else store.gather(ids)
         return out
 
-    def count(self, sample: HeteroSample) -> None:
+    def count(self, sample: Sample) -> None:
         """Advance the counters exactly as :meth:`extract` would, moving no row."""
         for t, ids in sample.input_nodes.items():
             if t in self.stores:

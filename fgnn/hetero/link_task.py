@@ -14,7 +14,7 @@ them unchanged) on a :class:`~fgnn.hetero.dataset.HeteroDataset` and one relatio
   destinations and negatives of type ``D``) with the seed edges dropped from ``R``'s draws and,
   with ``exclude="reverse"``, their twins from the reverse relation's. An evaluation chunk is a
   slice of the split's pairs sampled on the split's message graph. The
-  :class:`~fgnn.hetero.sampler.HeteroSample` carries the pairs (``pairs``: local id among the
+  :class:`~fgnn.sampling.base.Sample` carries the pairs (``pairs``: local id among the
   ``S`` seeds, local id among the ``D`` seeds, label).
 * **Trainers** (:class:`HeteroLinkModel`): the relational GraphSAGE of
   :mod:`fgnn.models.hetero_sage` embeds the seeds of every type (its head maps them to
@@ -35,9 +35,11 @@ from torch import nn
 from fgnn.hetero.graph import EdgeType, HeteroGraph
 from fgnn.hetero.link import (TypedLinkSplit, resolve_edge_type, reverse_of, typed_link_split,
                               typed_negatives, with_relation)
-from fgnn.hetero.sampler import EdgeFilter, HeteroKHop, HeteroSample
+from fgnn.hetero.sampler import EdgeFilter, HeteroKHop
+from fgnn.sampling.base import Sample
 from fgnn.link.edges import EdgeSet
 from fgnn.link.task import LinkTask
+from fgnn.sampling.task_sampling import SamplingSpec
 
 if TYPE_CHECKING:
     from fgnn.config import JobConfig
@@ -84,10 +86,23 @@ class TypedLinkTask(LinkTask):
                                                                            "train"),
                                    check_features=False)
 
+    def sampling(self) -> SamplingSpec:
+        """Every Sampler's :class:`TypedLinkSampling` over :meth:`payload`."""
+        return SamplingSpec(TypedLinkSampling, self.payload())
+
+    def build_model(self, config: "JobConfig", dataset: "HeteroDataset",  # type: ignore
+                    num_layers: int) -> nn.Module:
+        """The :class:`HeteroLinkModel` of the job's relation."""
+        return build_typed_link_model(config, dataset, self.edge_type, num_layers)
+
+    def identity(self) -> dict[str, Any]:
+        """The task and the relation predicted (checked on resume)."""
+        return {"task": self.name, "link": {"edge_type": ",".join(self.edge_type)}}
+
     def payload(self) -> dict[str, Any]:
-        """What every Sampler needs beside the training graph (``"typed": True``)."""
+        """What every Sampler needs beside the training graph."""
         s = self.split
-        return {"typed": True, "edge_type": list(s.edge_type),
+        return {"edge_type": list(s.edge_type),
                 "reverse": None if s.reverse is None else list(s.reverse),
                 "train_pos": s.train_pos.numpy(), "train_message": s.train_message.numpy(),
                 "val_pos": s.val_pos.numpy(),
@@ -159,7 +174,7 @@ class TypedLinkSampling:
                 torch.searchsorted(seeds[d_t], dst))
 
     def train_sample(self, graph: HeteroGraph, edge_ids: torch.Tensor,
-                     generator: Optional[torch.Generator] = None) -> HeteroSample:
+                     generator: Optional[torch.Generator] = None) -> Sample:
         """The sample of training edges ``edge_ids``: their negatives and the neighbourhood
         of both endpoint types without the seed edges (nor their reverse twins)."""
         pos = self.train_pos.index_select(1, edge_ids.to(self.device).long())
@@ -179,7 +194,7 @@ class TypedLinkSampling:
         return sample
 
     def eval_sample(self, train_graph: HeteroGraph, split: str, pair_ids: torch.Tensor,
-                    generator: Optional[torch.Generator] = None) -> HeteroSample:
+                    generator: Optional[torch.Generator] = None) -> Sample:
         """The sample of ``split``'s pairs ``pair_ids`` on the split's message graph."""
         if split not in self.pairs:
             raise ValueError(f"link evaluation scores {', '.join(self.pairs)}, not {split!r}")

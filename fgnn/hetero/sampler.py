@@ -11,90 +11,16 @@ those it reads from (the homogeneous block layout of :mod:`fgnn.sampling.base`, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
 from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
+from fgnn.sampling.base import HeteroBlock, Sample, Sampler
 from fgnn.sampling.khop import sample_uniform
 from fgnn.sampling.remap import Remapper
 
-__all__ = ["HeteroBlock", "HeteroSample", "HeteroKHop", "EdgeFilter"]
-
-
-@dataclass
-class HeteroBlock:
-    """One layer of a typed sample.
-
-    Attributes:
-        edges: relation -> ``(src, dst)`` int64 local ids (``src`` of the relation's source type,
-            each ``< num_src[s]``; ``dst`` of its destination type, each ``< num_dst[d]``).
-        num_src: node type -> rows this layer reads (a prefix of ``input_nodes[t]``).
-        num_dst: node type -> rows this layer outputs (a prefix of its src rows).
-    """
-
-    edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]
-    num_src: dict[str, int]
-    num_dst: dict[str, int]
-
-    @property
-    def num_edges(self) -> int:
-        """Sampled edges over all relations."""
-        return sum(int(s.numel()) for s, _ in self.edges.values())
-
-
-@dataclass
-class HeteroSample:
-    """A typed mini-batch.
-
-    Attributes:
-        seed_type: node type of the seeds.
-        seeds: ``(B,)`` int64 local ids of the seeds (of ``seed_type``).
-        blocks: one block per layer, input layer first.
-        input_nodes: node type -> ``(M_t,)`` int64 local ids, position = id within the sample;
-            ``input_nodes[seed_type]`` starts with the seeds.
-        task_id: the mini-batch task it samples (set by the runtime's Sampler executor).
-        pairs: typed link prediction (:mod:`fgnn.hetero.link`): ``(3, P)`` int64 local source
-            id (into the seeds of the relation's source type), local destination id (its
-            destination type) and 0/1 label of each scored pair; None for node classification.
-        cached: always None (no M-step marks: a Trainer's typed store knows its rows); stages
-            that read it on any sample find it.
-    """
-
-    cached = None
-
-    seed_type: str
-    seeds: torch.Tensor
-    blocks: list[HeteroBlock]
-    input_nodes: dict[str, torch.Tensor]
-    task_id: int = -1
-    pairs: Optional[torch.Tensor] = None
-
-    @property
-    def num_layers(self) -> int:
-        """Number of blocks."""
-        return len(self.blocks)
-
-    def tensors(self) -> list[torch.Tensor]:
-        """Every tensor of the sample: seeds, input nodes per type, each block's edges."""
-        ts = [self.seeds, *self.input_nodes.values()]
-        if self.pairs is not None:
-            ts.append(self.pairs)
-        for b in self.blocks:
-            for src, dst in b.edges.values():
-                ts += [src, dst]
-        return ts
-
-    def to(self, move: Any) -> "HeteroSample":
-        """The sample with every tensor passed through ``move`` (a device, or a function of a
-        tensor such as a copy stream's upload)."""
-        f = move if callable(move) else (lambda t: t.to(move))
-        blocks = [HeteroBlock({et: (f(s), f(d)) for et, (s, d) in b.edges.items()},
-                              dict(b.num_src), dict(b.num_dst)) for b in self.blocks]
-        return HeteroSample(self.seed_type, f(self.seeds), blocks,
-                            {t: f(v) for t, v in self.input_nodes.items()}, self.task_id,
-                            None if self.pairs is None else f(self.pairs))
+__all__ = ["HeteroKHop", "EdgeFilter"]
 
 
 FanoutSpec = Union[Sequence[int], Mapping[EdgeType, Sequence[int]]]
@@ -103,7 +29,7 @@ FanoutSpec = Union[Sequence[int], Mapping[EdgeType, Sequence[int]]]
 EdgeFilter = Callable[[EdgeType, torch.Tensor, torch.Tensor], Optional[torch.Tensor]]
 
 
-class HeteroKHop:
+class HeteroKHop(Sampler):
     """Uniform typed k-hop sampler without replacement.
 
     Args:
@@ -150,8 +76,14 @@ class HeteroKHop:
                                  f"{[format_edge_type(e) for e in graph.edge_types]})")
         return dict(self._per_rel)
 
-    def sample(self, graph: HeteroGraph, seed_type: str, seeds: torch.Tensor,
-               generator: Optional[torch.Generator] = None) -> HeteroSample:
+    def sample(self, graph: HeteroGraph, seeds: torch.Tensor,  # type: ignore[override]
+               generator: Optional[torch.Generator] = None) -> Sample:
+        """The :class:`~fgnn.sampling.base.Sampler` contract: ``num_layers`` typed hops around
+        ``seeds``, local ids of the graph's target type (:meth:`sample_type`)."""
+        return self.sample_type(graph, graph.target_type, seeds, generator)
+
+    def sample_type(self, graph: HeteroGraph, seed_type: str, seeds: torch.Tensor,
+                    generator: Optional[torch.Generator] = None) -> Sample:
         """Sample ``num_layers`` typed hops around ``seeds`` (local ids of ``seed_type``).
 
         Raises:
@@ -165,7 +97,7 @@ class HeteroKHop:
 
     def sample_seeds(self, graph: HeteroGraph, seeds: Mapping[str, torch.Tensor],
                      generator: Optional[torch.Generator] = None,
-                     keep: Optional[EdgeFilter] = None) -> HeteroSample:
+                     keep: Optional[EdgeFilter] = None) -> Sample:
         """Sample around seeds of several node types at once (a typed link sample: the
         sources and the destinations of its pairs); each type's seeds take local ids
         ``0 .. B_t-1`` of that type. The sample's ``seed_type`` / ``seeds`` are the first
@@ -205,7 +137,7 @@ class HeteroKHop:
             raise
         blocks.reverse()
         seed_type = next(iter(given))
-        return HeteroSample(seed_type, given[seed_type], blocks, input_nodes)
+        return Sample(given[seed_type], blocks, input_nodes, seed_type=seed_type)
 
     @staticmethod
     def _hop(graph: HeteroGraph, fan: Mapping[EdgeType, Sequence[int]],

@@ -40,13 +40,15 @@ from fgnn.link.metrics import average_precision, hits_at_k, mrr, roc_auc
 from fgnn.link.sampler import LinkNeighborSampler
 from fgnn.link.split import LinkSplit, random_link_split
 from fgnn.sampling.base import Sample
+from fgnn.sampling.task_sampling import SamplingSpec
 
 if TYPE_CHECKING:
     from fgnn.config import JobConfig
     from fgnn.data.dataset import Dataset
     from fgnn.sampling.base import Sampler
 
-__all__ = ["LinkModel", "build_link_model", "pair_loss", "pair_scores", "LinkTask",
+__all__ = ["LinkModel", "build_link_model", "pair_loss", "pair_scores", "PairStep", "PAIR_STEP",
+           "LinkTask",
            "LinkSampling", "EVAL_SPLITS"]
 
 #: Splits an evaluation pass of a link job scores (``train`` has no fixed negatives).
@@ -110,6 +112,29 @@ def pair_scores(model: nn.Module, h: torch.Tensor, pairs: torch.Tensor) -> dict[
     return {"pair_scores": logits.cpu().numpy(), "pair_labels": pairs[2].cpu().numpy(),
             "correct": int(((logits > 0) == (label > 0.5)).sum()), "count": int(label.numel()),
             "loss_sum": float(loss)}
+
+
+class PairStep:
+    """The Trainers' rule of a pair task (link prediction, recommendation): the labels are the
+    sample's pairs', the loss :func:`pair_loss`, an evaluation record :func:`pair_scores`."""
+
+    def labels(self, sample: Sample, labels: torch.Tensor) -> torch.Tensor:
+        """The pairs' labels (``pairs[2]``)."""
+        return sample.pairs[2]
+
+    def loss(self, model: nn.Module, out: Any, sample: Sample,
+             labels: torch.Tensor) -> torch.Tensor:
+        """:func:`pair_loss` of the sample's pairs."""
+        return pair_loss(model, out, sample.pairs)
+
+    def score(self, model: nn.Module, out: Any, sample: Sample,
+              labels: torch.Tensor) -> dict[str, Any]:
+        """:func:`pair_scores` of the sample's pairs."""
+        return pair_scores(model, out, sample.pairs)
+
+
+#: The pair step rule (stateless).
+PAIR_STEP = PairStep()
 
 
 def _eval_pairs(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
@@ -180,6 +205,39 @@ class LinkTask:
                 "val_pos": s.val_pos.numpy(),
                 "pairs": {k: self.pairs(k).numpy() for k in EVAL_SPLITS},
                 "neg_ratio": self.neg_ratio, "exclude": self.exclude}
+
+    name = "link"
+    step = PAIR_STEP
+
+    def items(self, split: str, dataset: Any = None) -> torch.Tensor:
+        """Ids of ``split``'s items: training supervision edges, or validation / test pairs."""
+        return torch.arange(self.size(split), dtype=torch.int64)
+
+    def sampling(self) -> SamplingSpec:
+        """Every Sampler's :class:`LinkSampling` over :meth:`payload`."""
+        return SamplingSpec(LinkSampling, self.payload())
+
+    def build_model(self, config: "JobConfig", dataset: "Dataset", num_layers: int) -> nn.Module:
+        """The :class:`LinkModel` of ``config``."""
+        return build_link_model(config, dataset.feat_dim, num_layers)
+
+    def validation(self, scored: Any) -> tuple[float, dict[str, float]]:
+        """The validation AUC picks the weights; AUC and AP go in the epoch's record."""
+        m = self.metrics("val", *scored.pairs["val"])
+        return m["auc"], {"val_auc": m["auc"], "val_ap": m["ap"]}
+
+    def final_splits(self, known_val: Optional[float]) -> tuple[str, ...]:
+        """Validation and test pairs (``train`` has no fixed negatives)."""
+        return EVAL_SPLITS
+
+    def final_scores(self, scored: Any, known_val: Optional[float]) -> dict[str, float]:
+        """``{val,test}_{auc,ap}`` (and ``_mrr``, ``_hits@K``)."""
+        return {f"{s}_{k}": v for s in EVAL_SPLITS
+                for k, v in self.metrics(s, *scored.pairs[s]).items()}
+
+    def identity(self) -> dict[str, Any]:
+        """A homogeneous link job records no relation."""
+        return {"task": self.name, "link": {"edge_type": None}}
 
     def metrics(self, split: str, scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
         """``{"auc", "ap"}`` (plus ``"mrr"`` and ``"hits@K"``) of ``split``'s pair ``scores`` in

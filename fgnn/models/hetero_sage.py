@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
-from fgnn.hetero.sampler import HeteroBlock, HeteroSample
+from fgnn.sampling.base import HeteroBlock, Sample
 from fgnn.models.aggregate import Activation, resolve_activation, weighted_mean
 
 __all__ = ["HeteroSAGEConv", "HeteroGraphSAGE", "hetero_inputs"]
@@ -142,7 +142,7 @@ class HeteroGraphSAGE(nn.Module):
         return h
 
 
-def hetero_inputs(graph: HeteroGraph, sample: HeteroSample,
+def hetero_inputs(graph: HeteroGraph, sample: Sample,
                   device: Optional[torch.device] = None) -> dict[str, torch.Tensor]:
     """The ``x`` of :class:`HeteroGraphSAGE` for ``sample``: feature rows of
     ``input_nodes[t]`` for a type with features, the ids themselves for one without."""
