@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["Flag", "Section", "Leaf", "flag", "section", "leaves", "sections", "add_flags", "flag_values",
-           "build_config", "int_at_least", "float_in", "auto_count", "fanout_list",
+__all__ = ["Flag", "Section", "Leaf", "flag", "section", "leaves", "sections", "add_flags",
+           "flag_values", "build_config", "int_at_least", "float_in", "auto_count", "fanout_list",
            "relation_fanout", "RelationFanouts", "k_list", "host_or_off"]
 
 #: The key of a field's ``dataclasses`` metadata that holds its :class:`Flag` or :class:`Section`.
@@ -116,8 +116,9 @@ def leaves(root: type, prefix: str = "", group: str = "") -> list[Leaf]:
         elif isinstance(meta, Flag):
             name = meta.name or "--" + f.name.replace("_", "-")
             default = f.default if meta.cli_default is _FIELD_DEFAULT else meta.cli_default
-            out.append(Leaf(prefix + f.name, name, name[2:].replace("-", "_"), meta,
-                            meta.group or group, (not default) if meta.negate else default,
+            out.append(Leaf(path=prefix + f.name, flag=name, dest=name[2:].replace("-", "_"),
+                            spec=meta, group=meta.group or group,
+                            default=(not default) if meta.negate else default,
                             switch=f.type in (bool, "bool"),
                             parse=meta.type or (int if f.type in (int, "int") else None)))
     return out
