@@ -1,14 +1,19 @@
 """Validated dataclass configs, one per component; ``launch.py`` only maps flags onto these.
 
 Each config checks itself in ``__post_init__`` and raises ``ValueError`` quoting the field and the
-value it received.
+value it received. A field's ``launch.py`` flag is declared with it (:func:`fgnn.flags.flag`: the
+help sentence, the flag's name, value parser, choices); :mod:`fgnn.cli` builds the parser from
+these, so a new field with flag metadata is a new flag.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
+
+from fgnn.flags import (RelationFanouts, auto_count, fanout_list, flag, float_in, host_or_off,
+                        int_at_least, k_list, relation_fanout, section)
 
 __all__ = [
     "SamplerConfig",
@@ -23,6 +28,8 @@ __all__ = [
 
 MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
+SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
+EVAL_MODES = ("sampled", "layerwise")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
 SAMPLE_TRANSPORTS = ("auto", "object_store", "cuda_ipc")
 #: Gradient exchange among Trainers (fgnn.executors.collective, fgnn.executors.ps).
@@ -52,6 +59,11 @@ LINK_DECODERS = ("dot", "mlp")
 
 #: FGNN §7.1 defaults per model.
 DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
+_FANOUTS_PER_MODEL = ", ".join(f"{m} {','.join(map(str, f)) or '(random walks)'}"
+                               for m, f in DEFAULT_FANOUTS.items())
+
+_UNIT, _UNIT_OPEN = float_in(0.0, 1.0), float_in(0.0, 1.0, hi_open=True)
+_SHARE = float_in(0.0, 1.0, lo_open=True, hi_open=True)
 
 
 def _fail(cls: str, name: str, value: Any, why: str) -> None:
@@ -71,37 +83,57 @@ def _finite(obj: Any, *names: str) -> None:
 class SamplerConfig:
     """How mini-batches are sampled."""
 
-    kind: str = "khop"
+    kind: str = flag("khop", "sampling algorithm", name="--sampler", choices=SAMPLER_KINDS,
+                     cli_default=None,
+                     default_text="default: random_walk for pinsage, khop otherwise")
     """``khop`` (uniform), ``weighted`` (edge-weight proportional), ``random_walk`` (PinSAGE),
     or ``locality`` (Song & Jiang locality-aware k-hop)."""
-    fanouts: tuple[int, ...] = (15, 10, 5)
+    fanouts: tuple[int, ...] = flag((15, 10, 5), "neighbours per layer, seed hop first",
+                                    type=fanout_list, metavar="F1,F2,...", cli_default=None,
+                                    default_text=f"default per model: {_FANOUTS_PER_MODEL}")
     """Neighbours per vertex per layer, input layer last (the paper's order: seed hop first)."""
-    relation_fanouts: Optional[dict[str, tuple[int, ...]]] = None
+    relation_fanouts: Optional[dict[str, tuple[int, ...]]] = flag(
+        None, "typed datasets: fanouts of one relation in place of --fanouts, named rel (when "
+        "unique) or src:rel:dst, one fanout per layer (0 skips the relation at that hop), e.g. "
+        "--relation-fanouts cites=10,5 written_by=5,0; relations left out use --fanouts",
+        type=relation_fanout, nargs="+", action=RelationFanouts, metavar="REL=F1,F2",
+        default_text="default: none")
     """Typed datasets: relation -> its own fanouts (one per layer, seed hop first) in place of
     ``fanouts``; a relation is named by ``rel`` when that is unique, else ``src:rel:dst``.
     Relations left out use ``fanouts``; a fanout of 0 skips the relation at that hop."""
-    num_walks: int = 4
-    """Random walks per vertex (PinSAGE)."""
-    walk_length: int = 3
-    """Steps per random walk (PinSAGE)."""
-    top_k: int = 5
-    """Most-visited vertices kept per vertex (PinSAGE)."""
-    num_layers: int = 3
-    """Layers of random-walk neighbourhoods (PinSAGE)."""
-    locality_lt: float = 0.15
-    """``lt`` of Song & Jiang Algorithm 2 (locality sampler): below it, ``s`` steps back."""
-    locality_ut: float = 0.2
-    """``ut`` of Algorithm 2: above it, ``s`` doubles."""
-    locality_max_scale: float = 8.0
-    """``MAXS`` of Algorithm 2: the largest scale factor ``s``."""
-    frontier: str = "all"
+    frontier: str = flag(
+        "all", "k-hop samplers: which vertices draw neighbours at each hop: all of the sample so "
+        "far (DGL blocks) or only the new ones, each layer reusing the edges before it (PyG's "
+        "NeighborLoader)", choices=FRONTIERS)
     """k-hop samplers: which vertices draw neighbours at each hop. ``all`` vertices of the
     sample so far (DGL blocks, GNNLab) or only the ``new`` ones of the previous hop, every layer
     reusing the edges sampled before it (PyG's ``NeighborLoader``)."""
+    num_walks: int = flag(4, "random walks per vertex, pinsage", type=int_at_least(1),
+                          metavar="W")
+    """Random walks per vertex (PinSAGE)."""
+    walk_length: int = flag(3, "steps per random walk, pinsage", type=int_at_least(1),
+                            metavar="L")
+    """Steps per random walk (PinSAGE)."""
+    top_k: int = flag(5, "most-visited neighbours kept per vertex, pinsage",
+                      type=int_at_least(1), metavar="T")
+    """Most-visited vertices kept per vertex (PinSAGE)."""
+    num_layers: int = flag(3, "random-walk layers, pinsage", type=int_at_least(1), metavar="N")
+    """Layers of random-walk neighbourhoods (PinSAGE)."""
+    locality_lt: float = flag(
+        0.15, "locality sampler, Algorithm 2: when the data-loading share of an epoch is below "
+        "LT the scale s steps back", type=_UNIT, metavar="LT")
+    """``lt`` of Song & Jiang Algorithm 2 (locality sampler): below it, ``s`` steps back."""
+    locality_ut: float = flag(
+        0.2, "locality sampler, Algorithm 2: when the share is above UT, s doubles",
+        type=_UNIT, metavar="UT")
+    """``ut`` of Algorithm 2: above it, ``s`` doubles."""
+    locality_max_scale: float = flag(8.0, "locality sampler, Algorithm 2: the largest scale s",
+                                     type=float_in(1.0, None), metavar="MAXS")
+    """``MAXS`` of Algorithm 2: the largest scale factor ``s``."""
 
     def __post_init__(self) -> None:
         _finite(self, "locality_lt", "locality_ut", "locality_max_scale")
-        if self.kind not in ("khop", "weighted", "random_walk", "locality"):
+        if self.kind not in SAMPLER_KINDS:
             _fail("SamplerConfig", "kind", self.kind,
                   "must be one of khop, weighted, random_walk, locality")
         self.fanouts = tuple(int(f) for f in self.fanouts)
@@ -157,24 +189,40 @@ class SamplerConfig:
 class CacheConfig:
     """The trainer-side feature cache (FGNN §6)."""
 
-    policy: str = "presc"
+    policy: str = flag("presc", "feature-cache hotness: presc (PreSC#K pre-sampling), wrpr "
+                       "(weighted reverse PageRank), degree, random, none", name="--cache-policy",
+                       choices=CACHE_POLICIES)
     """Hotness policy: ``presc``, ``wrpr``, ``degree``, ``random`` or ``none``."""
-    presample_epochs: int = 1
+    presample_epochs: int = flag(1, "K of PreSC#K", type=int_at_least(1), metavar="K")
     """K of PreSC#K."""
-    cache_ratio: Optional[float] = None
+    cache_ratio: Optional[float] = flag(
+        None, "cached share of vertices in [0, 1]; auto derives it from the device memory",
+        type=float_in(0.0, 1.0, auto=True), cli_default="auto", metavar="auto|A")
     """α, the cached share of vertices; ``None`` chooses it from ``device_memory_gib``."""
-    device_memory_gib: Optional[float] = None
+    device_memory_gib: Optional[float] = flag(
+        None, "device memory budget in GiB; auto uses the free device memory, 1 GiB on CPU",
+        name="--device-memory", type=float_in(0.0, None, lo_open=True, auto=True),
+        cli_default="auto", metavar="GiB")
     """Device memory budget; ``None`` uses the device's free memory (or 1 GiB on CPU)."""
-    reorder: str = "none"
-    """``hot-first``: renumber graph, features, labels and splits by descending hotness at load
-    (DataTiering Algorithm 2), so the cached rows are the ids ``[0, C)``; ``none`` keeps ids."""
-    placement: str = "replicate"
+    placement: str = flag(
+        "replicate", "cached rows across Trainers (Song & Jiang §3.2): replicate (Rule 1, every "
+        "Trainer caches the hottest rows), algorithm1 (Rule 2, Algorithm 1 spreads them and "
+        "Trainers read each other's rows as peers), auto (the lower expected cost of Eq. 3-4 "
+        "for --peer-cost and the Trainer count)", choices=PLACEMENTS)
     """Cached rows across Trainers (Song & Jiang §3.2): ``replicate`` (Rule 1: every Trainer
     caches the hottest rows, FGNN's scheme), ``algorithm1`` (Rule 2: Algorithm 1 spreads them,
     reads from peers) or ``auto`` (the lower expected cost of Eq. 3–4 for ``peer_cost``)."""
-    peer_cost: float = 0.2
+    peer_cost: float = flag(
+        0.2, "cost of a peer-device read relative to a host read, C_gpu/C_cpu (the alpha of "
+        "Song & Jiang Eq. 7); >= 1 means no fast link", type=float_in(0.0, None), metavar="C")
     """``C_gpu / C_cpu``: the cost of a peer-device read relative to a host read (the ``α`` of
     Song & Jiang Eq. 7); ``>= 1`` means no fast link between devices."""
+    reorder: str = flag(
+        "none", "hot-first: renumber graph, features, labels and splits by descending hotness "
+        "of the cache policy at load (DataTiering Algorithm 2), so the cached rows are the "
+        "first ids", choices=REORDERINGS)
+    """``hot-first``: renumber graph, features, labels and splits by descending hotness at load
+    (DataTiering Algorithm 2), so the cached rows are the ids ``[0, C)``; ``none`` keeps ids."""
 
     def __post_init__(self) -> None:
         _finite(self, "cache_ratio", "device_memory_gib", "peer_cost")
@@ -203,26 +251,36 @@ class CacheConfig:
 class DiskConfig:
     """Where Trainers read feature rows that miss their device cache (GIDS, Park et al.)."""
 
-    feature_tier: str = "memory"
+    feature_tier: str = flag(
+        "memory", "where Trainers read rows that miss the device cache: memory (the host "
+        "matrix; an ondisk: file is memory-mapped) or disk (ondisk: datasets only: device "
+        "software cache, constant CPU buffer, 4 KiB page reads of features.npy)",
+        choices=FEATURE_TIERS)
     """``memory``: the host feature matrix (an ``ondisk:`` file is memory-mapped, the OS page
     cache serves repeats); ``disk``: the GIDS tiers of an ``ondisk:`` dataset -- a device software
     cache of the cache budget, a constant CPU buffer of hot rows, and 4 KiB-page reads of
     ``features.npy``."""
-    cpu_buffer: float = 0.0
+    cpu_buffer: float = flag(0.0, "disk tier: share of rows in the constant CPU buffer, by "
+                             "hotness", type=_UNIT, metavar="A")
     """Share of the rows kept in the constant CPU buffer by hotness (GIDS §3.3)."""
-    cache: str = "window"
+    cache: str = flag("window", "disk tier: eviction of the device software cache (window "
+                      "buffering, LRU, random)", name="--disk-cache", choices=DISK_CACHES)
     """Eviction of the device software cache: ``window`` (window buffering, GIDS §3.4), ``lru``
     or ``random`` (BaM's default)."""
-    window: int = 8
+    window: int = flag(8, "disk tier: mini-batches a Trainer leases ahead for window buffering",
+                       type=int_at_least(0), metavar="W")
     """W: mini-batches a Trainer leases ahead from the queue and registers with the cache's
     future-reuse counters (``window`` eviction)."""
-    accumulator: bool = False
+    accumulator: bool = flag(False, "disk tier: merge storage reads of leased mini-batches up "
+                             "to the GIDS access accumulator's threshold")
     """Merge the storage reads of several leased mini-batches until the GIDS access accumulator's
     threshold (§3.2, Eq. 2-3)."""
-    io: str = "direct"
+    io: str = flag("direct", "disk tier: direct (O_DIRECT, bypasses the OS page cache; fails on "
+                   "a file system without it) or buffered", name="--disk-io", choices=DISK_IO)
     """``direct``: ``O_DIRECT`` reads that bypass the OS page cache (the tiers are the only cache);
     ``buffered``: plain reads, the page cache may serve repeats."""
-    threads: int = 4
+    threads: int = flag(4, "disk tier: reads in flight per Trainer", name="--disk-threads",
+                        type=int_at_least(1), metavar="T")
     """Reads in flight per Trainer (page-run reads spread over a thread pool)."""
 
     def __post_init__(self) -> None:
@@ -244,13 +302,15 @@ class DiskConfig:
 class ModelConfig:
     """The GNN model (FGNN §7.1 defaults)."""
 
-    name: str = "gcn"
+    name: str = flag("gcn", "GNN model; with --task link the encoder (gcn or sage)",
+                     name="--model", choices=MODELS)
     """``gcn``, ``sage`` or ``pinsage``."""
-    hidden: int = 256
+    hidden: int = flag(256, "hidden size", type=int_at_least(1), metavar="H")
     """Hidden size."""
-    dropout: float = 0.5
+    dropout: float = flag(0.5, "dropout between layers, in [0, 1)", type=_UNIT_OPEN, metavar="P")
     """Dropout probability between layers."""
-    input_dropout: float = 0.0
+    input_dropout: float = flag(0.0, "dropout on the input features, in [0, 1)",
+                                type=_UNIT_OPEN, metavar="P")
     """Dropout on the raw input features (PyG's and DGL's models use none; Kipf & Welling's
     Cora recipe 0.5)."""
 
@@ -270,37 +330,51 @@ class ModelConfig:
 class TrainConfig:
     """The optimisation loop."""
 
-    epochs: int = 10
-    batch_size: int = 8000
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    seed: int = 0
-    deterministic: bool = False
+    batch_size: int = flag(
+        8000, "seed vertices (training edges with --task link) per mini-batch = per optimizer "
+        "step at any device count; each mini-batch is cut into one task per device",
+        type=int_at_least(1), metavar="B")
+    epochs: int = flag(10, "training epochs", type=int_at_least(1), metavar="E")
+    lr: float = flag(0.003, "learning rate", type=float_in(0.0, None, lo_open=True), metavar="LR")
+    weight_decay: float = flag(0.0, "weight decay", type=float_in(0.0, None), metavar="WD")
+    seed: int = flag(0, "random seed")
+    deterministic: bool = flag(
+        False, "torch's deterministic algorithms in every executor: a single-mode CUDA run "
+        "repeats exactly with its seed, at some speed; a single-mode CPU run repeats without it; "
+        "with several Trainers a run repeats only statistically")
     """Executors use torch's deterministic algorithms (``torch.use_deterministic_algorithms``):
     on CUDA, ``index_add_`` adds in a fixed order, so a single-mode GPU run repeats exactly with
     its seed (slower; a single-mode CPU run repeats exactly without it). A factored run with
     several Trainers repeats only statistically either way (docs/concepts.md, Seeds)."""
-    eval_every: int = 1
+    eval_every: int = flag(1, "validate every E epochs", type=int_at_least(1), metavar="E")
     """Evaluate on the validation split every this many epochs."""
-    eval_mode: str = "sampled"
-    """How validation and the final scores are computed: ``sampled`` (chunks through the
-    Samplers and Trainers with the training sampler, in parallel) or ``layerwise`` (every
-    neighbour, layer by layer, on the Trainers: one split per Trainer)."""
-    eval_batch_size: Optional[int] = None
+    eval_batch_size: Optional[int] = flag(
+        None, "seeds per evaluation chunk; auto uses max(--batch-size, min(4096, 2 MiB / "
+        "feature row bytes))", type=auto_count, cli_default="auto", metavar="auto|B")
     """Seeds per evaluation chunk; ``None``: the runtime sets it from the feature width
     (:func:`fgnn.evaluation.default_eval_chunk`: ``max(batch_size, min(4096, 2 MiB / row
     bytes))``)."""
-    patience: Optional[int] = None
+    eval_mode: str = flag(
+        "sampled", "sampled: score chunks with the training sampler on the Samplers and "
+        "Trainers; layerwise: every neighbour, layer by layer, on the Trainers",
+        choices=EVAL_MODES)
+    """How validation and the final scores are computed: ``sampled`` (chunks through the
+    Samplers and Trainers with the training sampler, in parallel) or ``layerwise`` (every
+    neighbour, layer by layer, on the Trainers: one split per Trainer)."""
+    patience: Optional[int] = flag(
+        None, "stop after P validations without improvement; unset trains all epochs",
+        type=int_at_least(1), metavar="P")
     """Early stopping: stop after this many evaluations without a better validation accuracy."""
-    checkpoint_dir: Optional[str] = None
-    resume: bool = False
+    checkpoint_dir: Optional[str] = flag(None, "write a checkpoint here after every epoch",
+                                         metavar="DIR")
+    resume: bool = flag(False, "resume from the latest checkpoint in --checkpoint-dir")
 
     def __post_init__(self) -> None:
         _finite(self, "lr", "weight_decay")
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
-        if self.eval_mode not in ("sampled", "layerwise"):
+        if self.eval_mode not in EVAL_MODES:
             _fail("TrainConfig", "eval_mode", self.eval_mode, "must be sampled or layerwise")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             _fail("TrainConfig", "eval_batch_size", self.eval_batch_size, "must be >= 1")
@@ -318,41 +392,65 @@ class TrainConfig:
 class RuntimeConfig:
     """How devices are laid out (FGNN §5)."""
 
-    mode: str = "factored"
-    """``factored``, ``time-sharing`` or ``single``."""
-    devices: int = 1
+    devices: int = flag(1, "devices N_g: N GPUs when present, N Ray logical GPUs on CPU "
+                        "otherwise", type=int_at_least(1), metavar="N")
     """N_g: GPUs when present, Ray logical devices on CPU otherwise."""
-    samplers: Optional[int] = None
+    samplers: Optional[int] = flag(
+        None, "sampler devices N_s; auto sets N_s = ceil(N_g / (K + 1)) from the profiling "
+        "epoch; must be < --devices in factored mode", type=auto_count, cli_default="auto",
+        metavar="auto|K")
     """N_s; ``None`` sets it from the profiling epoch, N_s = ceil(N_g / (K + 1))."""
-    queue_size: int = 64
+    mode: str = flag(
+        "factored", "factored: separate sampler and trainer devices with switching; "
+        "time-sharing: every device samples and trains; single: one device alternates",
+        choices=MODES)
+    """``factored``, ``time-sharing`` or ``single``."""
+    queue_size: int = flag(64, "mini-batches in flight in the global queue",
+                           type=int_at_least(1), metavar="Q")
     """Bound of the global queue (mini-batches in flight)."""
-    switching: bool = True
+    switching: bool = flag(True, "disable standby trainers on sampler devices (dynamic "
+                           "switching)", name="--no-switching", negate=True)
     """Standby trainers on sampler devices (dynamic switching, §5.3)."""
-    address: Optional[str] = None
+    address: Optional[str] = flag(
+        None, "join an existing Ray cluster (HOST:PORT of the head, ray://HOST:PORT or auto) "
+        "instead of starting one", metavar="RAY_ADDRESS")
     """Ray cluster address to join; ``None`` starts a local Ray instance."""
-    dashboard_host: Optional[str] = "127.0.0.1"
+    dashboard_host: Optional[str] = flag(
+        "127.0.0.1", "interface the Ray dashboard binds to when this job starts Ray; 0.0.0.0 "
+        "exposes it, off disables it", type=host_or_off, metavar="HOST")
     """Interface the Ray dashboard binds to when this job starts Ray; ``None`` disables it."""
-    gpus_per_device: float = 1.0
+    gpus_per_device: float = flag(
+        1.0, "GPU share of one device; 0.5 puts two devices on each GPU, e.g. --devices 2 "
+        "--gpus-per-device 0.5 runs the factored layout on one GPU",
+        type=float_in(0.0, 1.0, lo_open=True), metavar="G")
     """GPU share of one device: 0.5 lays two devices on each physical GPU (e.g. factored mode,
     one Sampler device and one Trainer device, on a single GPU); each device's memory budget is
     that share of its GPU."""
-    sample_transport: str = "auto"
+    sample_transport: str = flag(
+        "auto", "how samples reach Trainers: object_store (host memory), cuda_ipc (the sample "
+        "stays on its Sampler's GPU; only when every Trainer is on that GPU: --mode single, or "
+        "a job on one GPU), auto (object_store)", choices=SAMPLE_TRANSPORTS)
     """How samples reach Trainers: ``object_store`` (host memory), ``cuda_ipc`` (Ray Direct
     Transport: the sample stays in its Sampler's GPU memory; Ray's receiver only reads it on that
     GPU, so only when every Trainer is there: ``single`` mode, or a job on one GPU), or ``auto``
     (``object_store``)."""
-    stall_timeout_s: float = 600.0
-    """Stop with :class:`~fgnn.executors.RuntimeFailure` when no task of an epoch or evaluation
-    pass finishes for this many seconds: a hung executor or parameter server becomes an error
-    naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
-    ``train.checkpoint_dir`` resumes it)."""
-    exchange: str = "server"
+    exchange: str = flag(
+        "server", "gradient exchange among Trainers: server (a parameter-server actor takes "
+        "each step on the CPU) or collective (weights and optimizer on every Trainer's device, "
+        "one gloo/NCCL all-reduce of the gradients per step; experimental)", choices=EXCHANGES)
     """How Trainers exchange gradients: ``server`` (the default: a parameter-server actor holds
     the weights and takes the Adam step, :mod:`fgnn.executors.ps`) or ``collective`` (weights
     and optimizer on every Trainer's device, one all-reduce of the gradients per step over gloo
     or NCCL, :mod:`fgnn.executors.collective`; experimental: it has not run on CUDA/NCCL yet,
     and on CPU it is not cheaper than the server). Both take the steps of the single-process
     loop, train every task exactly once and survive a killed Trainer."""
+    stall_timeout_s: float = flag(
+        600.0, "stop with an error when no task finishes for S seconds (a hung executor)",
+        name="--stall-timeout", type=float_in(0.0, None, lo_open=True), metavar="S")
+    """Stop with :class:`~fgnn.executors.RuntimeFailure` when no task of an epoch or evaluation
+    pass finishes for this many seconds: a hung executor or parameter server becomes an error
+    naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
+    ``train.checkpoint_dir`` resumes it)."""
 
     @property
     def devices_used(self) -> int:
@@ -396,26 +494,44 @@ class LinkConfig:
     """Link prediction (``JobConfig.task="link"``): the edge split, the training negatives, the
     exclusion of seed edges, the decoder and the ranking metrics (:mod:`fgnn.link.task`)."""
 
-    val: float = 0.05
-    """Share of the graph's (undirected) edges held out for validation."""
-    test: float = 0.10
-    """Share held out for test (PyG's ``RandomLinkSplit`` semantics, the GAE 85/5/10 split)."""
-    neg_ratio: int = 1
+    neg_ratio: int = flag(1, "link: uniform negatives per training edge, the destination "
+                          "replaced", type=int_at_least(1), metavar="K")
     """k: uniform negatives per training positive, the destination replaced (filtered: never a
     known training edge), drawn on the Samplers."""
-    eval_neg_ratio: int = 1
+    eval_neg_ratio: int = flag(1, "link: fixed negatives per validation/test edge",
+                               type=int_at_least(1), metavar="K")
     """Fixed negatives per validation and test positive (non-edges of the whole graph)."""
-    exclude: str = "reverse"
+    exclude: str = flag(
+        "reverse", "link: seed edges removed from their own sampled neighbourhood: reverse "
+        "(both directions), self (src->dst only), none (the target leaks into its input)",
+        name="--exclude-seed-edges", choices=LINK_EXCLUDE)
     """Seed edges removed from their own sampled neighbourhood: ``reverse`` (both directions),
     ``self`` (``src -> dst`` only) or ``none`` (the target leaks into its input)."""
-    decoder: str = "dot"
+    decoder: str = flag("dot", "link: pair scorer, dot product or an MLP on h_src*h_dst",
+                        choices=LINK_DECODERS)
     """Pair scorer on the embeddings: ``dot`` (GAE) or ``mlp`` (an MLP on ``h_src * h_dst``)."""
-    embed_dim: int = 16
+    embed_dim: int = flag(16, "link: width of the encoder's output embeddings",
+                          type=int_at_least(1), metavar="D")
     """Width of the encoder's output embeddings."""
-    hits_k: tuple[int, ...] = ()
+    val: float = flag(0.05, "link: share of edges held out for validation", name="--link-val",
+                      type=_SHARE, metavar="V")
+    """Share of the graph's (undirected) edges held out for validation."""
+    test: float = flag(0.10, "link: share of edges held out for test", name="--link-test",
+                       type=_SHARE, metavar="T")
+    """Share held out for test (PyG's ``RandomLinkSplit`` semantics, the GAE 85/5/10 split)."""
+    hits_k: tuple[int, ...] = flag(
+        (), "link: also report MRR and Hits@K, each validation/test edge ranked against its "
+        "own --eval-neg-ratio negatives", type=k_list, metavar="K1,K2,...",
+        default_text="default: none")
     """Also report MRR and Hits@K for these K: each validation/test positive ranked against its
     own ``eval_neg_ratio`` negatives. Empty: AUC and AP only."""
-    edge_type: Optional[str] = None
+    edge_type: Optional[str] = flag(
+        None, "link on a typed dataset: the relation whose edges are predicted (REL alone when "
+        "unique); negatives replace the destination by a node of type DST, and the reverse "
+        "relation's twins of the seed and held-out edges are excluded too",
+        name="--link-edge-type", metavar="SRC,REL,DST",
+        default_text="default: the dataset's own, e.g. author,writes,paper on hetero:, or its "
+                     "only relation")
     """Typed datasets: the relation whose edges are predicted, ``SRC,REL,DST`` (or ``REL``
     alone when unique; :func:`fgnn.hetero.link.resolve_edge_type`). None: the dataset's own
     (the synthetic ``hetero:`` graph predicts ``author,writes,paper``) or its only relation."""
@@ -446,26 +562,48 @@ class LinkConfig:
 class JobConfig:
     """A whole training job."""
 
-    dataset: str = "rmat:scale=12,edge_factor=8,feat_dim=32,num_classes=4,train_frac=0.5,seed=0"
+    dataset: str = flag(
+        "rmat:scale=12,edge_factor=8,feat_dim=32,num_classes=4,train_frac=0.5,seed=0",
+        "dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, ondisk:DIR "
+        "(homogeneous or typed), rmat:key=value,..., uniform:key=value,..., hetero:key=value,... "
+        "(a typed synthetic graph; typed datasets train with --model sage), "
+        "useritem:key=value,... (a planted user-item graph for --task recsys)",
+        metavar="SPEC", group="data")
     """Dataset spec string (see :func:`fgnn.data.load_dataset`)."""
-    data_root: Optional[str] = None
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    cache: CacheConfig = field(default_factory=CacheConfig)
-    disk: DiskConfig = field(default_factory=DiskConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    report: Optional[str] = None
+    data_root: Optional[str] = flag(
+        None, "directory holding the dataset files; relative DIRs in the spec are resolved "
+        "against it", metavar="DIR", group="data")
+    sampler: SamplerConfig = section(SamplerConfig, "sampling")
+    cache: CacheConfig = section(CacheConfig, "cache")
+    disk: DiskConfig = section(DiskConfig, "disk tier (GIDS)")
+    model: ModelConfig = section(ModelConfig, "model")
+    train: TrainConfig = section(TrainConfig, "training")
+    runtime: RuntimeConfig = section(RuntimeConfig, "devices and runtime")
+    report: Optional[str] = flag(
+        None, "write the JSON run report here and its plot beside it (OUT.png); unset writes "
+        "none", metavar="OUT.json", group="output")
     """Path of the JSON run report (a PNG is written beside it)."""
-    save_model: Optional[str] = None
+    save_model: Optional[str] = flag(
+        None, "write the best-validation weights with the model, sampler and dataset metadata "
+        "and the final scores here; fgnn.load_model(PATH) reads it", metavar="PATH",
+        group="output")
     """Path of the model file written after the run (best-validation weights and metadata,
     read by :func:`fgnn.load_model`)."""
     recipe: str = "fgnn-7.1"
     """Which recipe's defaults the job uses (:mod:`fgnn.recipes`; ``launch.py`` picks it from
     the dataset, model and task); a record for the report, it sets no value itself."""
-    task: str = "node"
+    task: str = flag(
+        "node", "node: node classification; link: link prediction on the graph's edges (an edge "
+        "split; seeds are training edges with uniform negatives, sampled on the Samplers with "
+        "the seed edges excluded from their own neighbourhood; BCE on the decoder's pair scores; "
+        "validation and test AUC and AP; on a typed dataset the edges of one relation, "
+        "--link-edge-type); recsys: PinSAGE as a recommender on a user-item dataset (--dataset "
+        "useritem:..., --model pinsage): Samplers draw each user's (query items, positive) "
+        "example and item -> user -> item walks, Trainers the max-margin loss with hard "
+        "negatives; validation and test recall@10 (= Hits@10) beside the planted ceiling and "
+        "popularity", choices=TASKS, group="task")
     """``node`` classification, or ``link`` prediction on the graph's edges (``link``)."""
-    link: LinkConfig = field(default_factory=LinkConfig)
+    link: LinkConfig = section(LinkConfig, "task")
 
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
