@@ -194,20 +194,17 @@ def _intersection(x: list[tuple[float, float]], y: list[tuple[float, float]]) ->
     return total
 
 
-def check_executors(ds: Any, device: torch.device, sizes: dict[str, int],
-                    out: Path) -> dict[str, Any]:
-    """A Sampler and a Trainer executor in this process on ``device``: tasks sampled,
-    extracted (next task in a thread on the copy stream) and trained, under torch.profiler."""
+def _executor_pair(ds: Any, device: torch.device, batch: int
+                   ) -> tuple[Any, Any, Callable[[int], Any], Callable[[Any], float]]:
+    """``(sampler, trainer, fetch, train)`` for :func:`check_executors`: ``fetch(task)``
+    samples and extracts a task, ``train(batch)`` runs one Adam step on it (returns the loss)."""
     import torch.nn.functional as F
-    from torch.profiler import ProfilerActivity, profile
 
     from fgnn.executors.sampler import SamplerExecutor
     from fgnn.executors.trainer import TrainerExecutor
     from fgnn.models import GCN
     from fgnn.sampling import KHop
 
-    tasks = sizes["tasks"]
-    batch = max(1, min(sizes["batch"], ds.train_idx.numel() // (tasks + 1)))  # tasks + 1 fit
     smp = SamplerExecutor(ds.graph, KHop(list(FANOUTS)), ds.train_idx, batch, seed=0,
                           device=str(device))
     model = GCN(ds.feat_dim, ds.num_classes, num_layers=len(FANOUTS), hidden=64)
@@ -227,28 +224,48 @@ def check_executors(ds: Any, device: torch.device, sizes: dict[str, int],
         opt.step()
         return float(loss.detach())
 
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    return smp, trn, fetch, train
+
+
+def _pipelined_steps(fetch: Callable[[int], Any], train: Callable[[Any], float], tasks: int
+                     ) -> tuple[list[float], list[dict[str, Any]]]:
+    """Train tasks ``0 .. tasks - 1`` while a thread fetches the next one (the Trainer's
+    prefetch); ``(losses, per-batch records)``."""
     losses, recs = [], []
+    batch = fetch(0)
+    for task in range(1, tasks + 1):
+        nxt: dict[str, Any] = {}
+
+        def prefetch(i: int = task, into: dict[str, Any] = nxt) -> None:
+            try:
+                into["batch"] = fetch(i)
+            except BaseException as err:  # noqa: BLE001 - re-raised in this thread
+                into["error"] = err
+
+        worker = threading.Thread(target=prefetch)
+        worker.start()  # the Trainer's prefetch: extract task i while task i - 1 trains
+        losses.append(train(batch))
+        recs.append(batch.rec)
+        worker.join()
+        if "error" in nxt:
+            raise nxt["error"]
+        batch = nxt["batch"]
+    return losses, recs
+
+
+def check_executors(ds: Any, device: torch.device, sizes: dict[str, int],
+                    out: Path) -> dict[str, Any]:
+    """A Sampler and a Trainer executor in this process on ``device``: tasks sampled,
+    extracted (next task in a thread on the copy stream) and trained, under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tasks = sizes["tasks"]
+    batch = max(1, min(sizes["batch"], ds.train_idx.numel() // (tasks + 1)))  # tasks + 1 fit
+    smp, trn, fetch, train = _executor_pair(ds, device, batch)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     t = time.perf_counter()
     with profile(activities=acts) as prof:
-        batch = fetch(0)
-        for task in range(1, tasks + 1):
-            nxt: dict[str, Any] = {}
-
-            def prefetch(i: int = task, into: dict[str, Any] = nxt) -> None:
-                try:
-                    into["batch"] = fetch(i)
-                except BaseException as err:  # noqa: BLE001 - re-raised in this thread
-                    into["error"] = err
-
-            worker = threading.Thread(target=prefetch)
-            worker.start()  # the Trainer's prefetch: extract task i while task i - 1 trains
-            losses.append(train(batch))
-            recs.append(batch.rec)
-            worker.join()
-            if "error" in nxt:
-                raise nxt["error"]
-            batch = nxt["batch"]
+        losses, recs = _pipelined_steps(fetch, train, tasks)
         _sync(device)
     seconds = time.perf_counter() - t
     trace = out / "trace.json"

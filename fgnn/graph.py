@@ -191,24 +191,7 @@ class CSRGraph:
         Raises:
             ValueError: on a malformed shape, negative or out-of-range ids, or bad weights.
         """
-        ei = torch.as_tensor(edge_index)
-        if ei.dim() != 2 or ei.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, E), got {tuple(ei.shape)}")
-        if ei.is_floating_point() or ei.dtype == torch.bool:
-            raise ValueError(f"edge_index must hold integers, got dtype {ei.dtype}")
-        if flow not in ("src_to_dst", "dst_to_src"):
-            raise ValueError(f"flow must be 'src_to_dst' or 'dst_to_src', got {flow!r}")
-        ei = ei.long()
-        w = None if weights is None else torch.as_tensor(weights, dtype=torch.float32)
-        if w is not None and w.shape != (ei.shape[1],):
-            raise ValueError(
-                f"weights has shape {tuple(w.shape)}, expected ({ei.shape[1]},) (one per edge)")
-        if ei.numel() > 0 and int(ei.min()) < 0:
-            raise ValueError(f"edge_index holds a negative node id {int(ei.min())}")
-        max_id = int(ei.max()) + 1 if ei.numel() > 0 else 0
-        n = max_id if num_nodes is None else int(num_nodes)
-        if n < max_id:
-            raise ValueError(f"edge_index holds node id {max_id - 1}, outside num_nodes={n}")
+        ei, w, n = _check_edges(edge_index, num_nodes, weights, flow)
         if flow == "src_to_dst":
             rows, cols = ei[1], ei[0]
         else:
@@ -217,19 +200,7 @@ class CSRGraph:
             rows, cols = torch.cat([rows, cols]), torch.cat([cols, rows])
             if w is not None:
                 w = torch.cat([w, w])
-        # Sort by (row, col) with one stable sort on a combined key.
-        key = rows * max(n, 1) + cols
-        order = torch.argsort(key, stable=True)
-        key = key[order]
-        rows, cols = rows[order], cols[order]
-        if w is not None:
-            w = w[order]
-        if dedup and key.numel() > 0:
-            keep = torch.ones_like(key, dtype=torch.bool)
-            keep[1:] = key[1:] != key[:-1]
-            rows, cols = rows[keep], cols[keep]
-            if w is not None:
-                w = w[keep]
+        rows, cols, w = _sort_edges(rows, cols, w, n, dedup)
         counts = torch.bincount(rows, minlength=n)
         indptr = torch.zeros(n + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr[1:])
@@ -262,3 +233,48 @@ class CSRGraph:
         w = ", weighted" if self.weights is not None else ""
         return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"indices={self.indices.dtype}{w}, device={self.device})")
+
+
+def _check_edges(edge_index: torch.Tensor | np.ndarray, num_nodes: Optional[int],
+                 weights: Optional[torch.Tensor | np.ndarray], flow: str
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor], int]:
+    """:meth:`CSRGraph.from_edge_index`'s inputs checked: ``(int64 (2, E) edges, float32
+    weights or None, N)``."""
+    ei = torch.as_tensor(edge_index)
+    if ei.dim() != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {tuple(ei.shape)}")
+    if ei.is_floating_point() or ei.dtype == torch.bool:
+        raise ValueError(f"edge_index must hold integers, got dtype {ei.dtype}")
+    if flow not in ("src_to_dst", "dst_to_src"):
+        raise ValueError(f"flow must be 'src_to_dst' or 'dst_to_src', got {flow!r}")
+    ei = ei.long()
+    w = None if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+    if w is not None and w.shape != (ei.shape[1],):
+        raise ValueError(
+            f"weights has shape {tuple(w.shape)}, expected ({ei.shape[1]},) (one per edge)")
+    if ei.numel() > 0 and int(ei.min()) < 0:
+        raise ValueError(f"edge_index holds a negative node id {int(ei.min())}")
+    max_id = int(ei.max()) + 1 if ei.numel() > 0 else 0
+    n = max_id if num_nodes is None else int(num_nodes)
+    if n < max_id:
+        raise ValueError(f"edge_index holds node id {max_id - 1}, outside num_nodes={n}")
+    return ei, w, n
+
+
+def _sort_edges(rows: torch.Tensor, cols: torch.Tensor, w: Optional[torch.Tensor], n: int,
+                dedup: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """The edges sorted by ``(row, col)`` (one stable sort on a combined key), repeated pairs
+    dropped when ``dedup`` (the first weight is kept)."""
+    key = rows * max(n, 1) + cols
+    order = torch.argsort(key, stable=True)
+    key = key[order]
+    rows, cols = rows[order], cols[order]
+    if w is not None:
+        w = w[order]
+    if dedup and key.numel() > 0:
+        keep = torch.ones_like(key, dtype=torch.bool)
+        keep[1:] = key[1:] != key[:-1]
+        rows, cols = rows[keep], cols[keep]
+        if w is not None:
+            w = w[keep]
+    return rows, cols, w

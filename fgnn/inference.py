@@ -192,6 +192,85 @@ def _needed(graph: CSRGraph, top: torch.Tensor, layers: int,
     return sets
 
 
+def _check_sizes(model: nn.Module, graph: CSRGraph, features: Features, layer: Optional[int],
+                 num_layers: int, batch_size: int, batch_edges: int) -> int:
+    """:func:`layerwise_inference`'s ``layer``, batch sizes and feature shape checked; the
+    number of layers to run."""
+    upto = num_layers if layer is None else layer
+    if isinstance(upto, bool) or not isinstance(upto, int) or not 1 <= upto <= num_layers:
+        raise ValueError(f"layer must be an int in [1, {num_layers}] or None, got "
+                         f"layer={layer!r}")
+    for name, val in (("batch_size", batch_size), ("batch_edges", batch_edges)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive int, got {name}={val!r}")
+    n = graph.num_nodes
+    if features.shape[0] != n or features.shape[1] != getattr(model, "in_dim", features.shape[1]):
+        raise ValueError(f"features have shape {tuple(features.shape)}; expected ({n}, "
+                         f"{getattr(model, 'in_dim', 'F')}) for this graph and model")
+    return upto
+
+
+def _check_nodes(nodes: Optional[torch.Tensor], n: int
+                 ) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+    """``(nodes as CPU int64 or None, their sorted ids)``: distinct ids in ``[0, n)``; ``None``
+    means every vertex."""
+    if nodes is None:
+        return None, torch.arange(n)
+    nodes = torch.as_tensor(nodes).to("cpu", torch.int64)
+    if nodes.dim() != 1 or (nodes.numel() and (int(nodes.min()) < 0
+                                               or int(nodes.max()) >= n)):
+        raise ValueError(f"nodes must be a 1-D tensor of vertex ids in [0, {n})")
+    top = torch.unique(nodes)
+    if top.numel() != nodes.numel():
+        raise ValueError("nodes must not repeat")
+    return nodes, top
+
+
+def _run_layers(plan: list[nn.Module], post: Callable[[int, torch.Tensor], torch.Tensor],
+                head: Optional[nn.Module], graph: CSRGraph, features: Features,
+                sets: list[torch.Tensor], batches: Callable[[torch.Tensor], list[torch.Tensor]],
+                sample_layer: SampleLayer, device: Union[str, torch.device],
+                memory_budget: int, tmp_dir: Optional[Union[str, os.PathLike]],
+                progress: bool) -> LayerRows:
+    """Run layers ``1 .. len(sets) - 1`` over their needed vertex sets, batch by batch; the last
+    one's rows (in memory; ``head`` applied after the last conv layer unless ``None``).
+
+    A layer larger than half of ``memory_budget`` (but the last) goes to a file in a temp
+    directory under ``tmp_dir``, made on first use and removed on return.
+    """
+    n, upto = graph.num_nodes, len(sets) - 1
+    with ExitStack() as stack:
+        tmp = None
+        prev: Optional[LayerRows] = None
+        for i in range(upto):
+            logits = head is not None and i == len(plan) - 1
+            width = head.out_features if logits else plan[i].out_dim
+            ids = sets[i + 1]
+            path = None
+            if i < upto - 1 and ids.numel() * width * 4 > memory_budget // 2:
+                if tmp is None:
+                    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(
+                        prefix="fgnn-infer-", dir=tmp_dir)))
+                path = tmp / f"layer{i + 1}.f32"
+            out = LayerRows(ids, n, width, path)
+            todo = batches(ids)
+            if progress:
+                from tqdm.auto import tqdm
+                todo = tqdm(todo, desc=f"layer {i + 1}/{upto}", unit="batch")
+            start = 0
+            for dst in todo:
+                s = sample_layer(graph, dst.to(graph.device), i)
+                h = (extract_features(features, s.input_nodes, device) if prev is None
+                     else prev.gather(s.input_nodes).to(device))
+                h = post(i, plan[i](s.blocks[0].to(device), h))
+                if logits:
+                    h = head(h)
+                out.write(start, h)
+                start += dst.numel()
+            prev = out
+    return prev
+
+
 @torch.no_grad()
 def layerwise_inference(model: nn.Module, graph: CSRGraph, features: Features,
                         nodes: Optional[torch.Tensor] = None, *, layer: Optional[int] = None,
@@ -231,67 +310,19 @@ def layerwise_inference(model: nn.Module, graph: CSRGraph, features: Features,
             that do not match the graph or the model.
     """
     plan, post, head = _layer_plan(model)
-    num_layers = len(plan)
-    upto = num_layers if layer is None else layer
-    if isinstance(upto, bool) or not isinstance(upto, int) or not 1 <= upto <= num_layers:
-        raise ValueError(f"layer must be an int in [1, {num_layers}] or None, got "
-                         f"layer={layer!r}")
-    for name, val in (("batch_size", batch_size), ("batch_edges", batch_edges)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive int, got {name}={val!r}")
-    n = graph.num_nodes
-    if features.shape[0] != n or features.shape[1] != getattr(model, "in_dim", features.shape[1]):
-        raise ValueError(f"features have shape {tuple(features.shape)}; expected ({n}, "
-                         f"{getattr(model, 'in_dim', 'F')}) for this graph and model")
-    if nodes is None:
-        top = torch.arange(n)
-    else:
-        nodes = torch.as_tensor(nodes).to("cpu", torch.int64)
-        if nodes.dim() != 1 or (nodes.numel() and (int(nodes.min()) < 0
-                                                   or int(nodes.max()) >= n)):
-            raise ValueError(f"nodes must be a 1-D tensor of vertex ids in [0, {n})")
-        top = torch.unique(nodes)
-        if top.numel() != nodes.numel():
-            raise ValueError("nodes must not repeat")
+    upto = _check_sizes(model, graph, features, layer, len(plan), batch_size, batch_edges)
+    nodes, top = _check_nodes(nodes, graph.num_nodes)
     sample_layer, edges = _neighbourhood(model, graph, neighbours)
 
     def batches(ids: torch.Tensor) -> list[torch.Tensor]:
         return _batches(ids, edges, batch_size, batch_edges)
 
     sets = _needed(graph, top, upto, batches, sample_layer)
-
     was_training = model.training
     model.eval()
     try:
-        with ExitStack() as stack:
-            tmp = None
-            prev: Optional[LayerRows] = None
-            for i in range(upto):
-                logits = layer is None and i == num_layers - 1 and head is not None
-                width = head.out_features if logits else plan[i].out_dim
-                ids = sets[i + 1]
-                path = None
-                if i < upto - 1 and ids.numel() * width * 4 > memory_budget // 2:
-                    if tmp is None:
-                        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(
-                            prefix="fgnn-infer-", dir=tmp_dir)))
-                    path = tmp / f"layer{i + 1}.f32"
-                out = LayerRows(ids, n, width, path)
-                todo = batches(ids)
-                if progress:
-                    from tqdm.auto import tqdm
-                    todo = tqdm(todo, desc=f"layer {i + 1}/{upto}", unit="batch")
-                start = 0
-                for dst in todo:
-                    s = sample_layer(graph, dst.to(graph.device), i)
-                    h = (extract_features(features, s.input_nodes, device) if prev is None
-                         else prev.gather(s.input_nodes).to(device))
-                    h = post(i, plan[i](s.blocks[0].to(device), h))
-                    if logits:
-                        h = head(h)
-                    out.write(start, h)
-                    start += dst.numel()
-                prev = out
-            return prev.all() if nodes is None else prev.gather(nodes)
+        out = _run_layers(plan, post, head if layer is None else None, graph, features, sets,
+                          batches, sample_layer, device, memory_budget, tmp_dir, progress)
     finally:
         model.train(was_training)
+    return out.all() if nodes is None else out.gather(nodes)

@@ -239,24 +239,9 @@ class Job:
                 message names what failed and what was kept.
         """
         self.validate()
-        cfg = self.config
-        t0 = time.perf_counter()
         from_spec = self.dataset is None
-        if from_spec:
-            self.dataset = self._load()
-        try:
-            self.dataset.check_trainable()
-        except ValueError as e:
-            raise JobConfigError("dataset", cfg.dataset, str(e)) from e
-        _check_typed(cfg, self.dataset)
-        cfg = self.config = _typed_link_config(cfg, self.dataset)  # the relation it predicts
-        load_s = time.perf_counter() - t0
-        self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
-        relation = f" of {cfg.link.edge_type}" if cfg.link.edge_type else ""
-        self._say(f"fgnn: task {cfg.task}{relation}, recipe {cfg.recipe} (defaults for the "
-                  f"flags not given)")
-
-        import ray
+        load_s = self._prepare_dataset()
+        cfg = self.config
 
         from fgnn.executors.scheduler import step_tasks
         from fgnn.monitor.progress import Progress
@@ -269,6 +254,43 @@ class Job:
         warning = batch_warning(cfg.train.batch_size, num_train)
         if warning and cfg.recipe != "kipf-welling":
             self._say(f"fgnn: warning: {warning}")
+        result = self._train(runtime, progress)
+        self._complete(result, load_s)
+        self.result = result
+        self._say_result(result)
+        self._write_outputs(result, runtime)
+        return result
+
+    # ------------------------------------------------------------------ internals
+    def _prepare_dataset(self) -> float:
+        """Load the dataset (unless given), check it can train this config, settle a typed
+        link job's relation; the load's seconds.
+
+        Raises:
+            JobConfigError: a dataset that cannot load or train.
+        """
+        cfg = self.config
+        t0 = time.perf_counter()
+        if self.dataset is None:
+            self.dataset = self._load()
+        try:
+            self.dataset.check_trainable()
+        except ValueError as e:
+            raise JobConfigError("dataset", cfg.dataset, str(e)) from e
+        _check_typed(cfg, self.dataset)
+        cfg = self.config = _typed_link_config(cfg, self.dataset)  # the relation it predicts
+        load_s = time.perf_counter() - t0
+        self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
+        relation = f" of {cfg.link.edge_type}" if cfg.link.edge_type else ""
+        self._say(f"fgnn: task {cfg.task}{relation}, recipe {cfg.recipe} (defaults for the "
+                  f"flags not given)")
+        return load_s
+
+    def _train(self, runtime: Any, progress: Any) -> RunResult:
+        """Start or join Ray and run ``runtime`` under the raylet watch; Ray is shut down after
+        (if this call started it) whatever happens."""
+        import ray
+
         started = self._init_ray()
         watch = self._watch_raylet(runtime) if started else None
         try:
@@ -284,23 +306,21 @@ class Job:
             progress.close()
             if started:
                 ray.shutdown()
+        return result
 
-        self._complete(result, load_s)
-        self.result = result
+    def _say_result(self, result: RunResult) -> None:
+        """Print the early stop (if any), the timing and the final metrics."""
         if result.early_stop:
             self._say(f"fgnn: {early_stop_message(result.early_stop)}")
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
-        if cfg.task in ("link", "recsys"):
+        if self.config.task in ("link", "recsys"):
             self._say("fgnn: final " + "  ".join(f"{k} {v:.4f}" for k, v in fin.items()))
         else:
             self._say(f"fgnn: final train_acc {fin.get('train_acc', float('nan')):.4f}  "
                       f"val_acc {fin.get('val_acc', float('nan')):.4f}  "
                       f"test_acc {fin.get('test_acc', float('nan')):.4f}")
-        self._write_outputs(result, runtime)
-        return result
 
-    # ------------------------------------------------------------------ internals
     def _write_outputs(self, result: RunResult, runtime: Any) -> None:
         """Write the model file, the plot and the report, each whatever became of the others.
 
@@ -390,44 +410,8 @@ class Job:
             url = _current_dashboard_url()
             cluster_gpus: Optional[float] = float(ray.cluster_resources().get("GPU", 0))
         else:
-            # Executor output would tear the progress bars; their errors reach the driver as
-            # exceptions anyway.
-            kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
-            local = rc.address is None or rc.address == "local"
-            dashboard = local and rc.dashboard_host is not None
-            if local:
-                # "local": a new node even when another cluster (``ray start``) runs on this
-                # machine; Ray would join that one and refuse num_cpus/num_gpus
-                kwargs["address"] = "local"
-                kind, _ = describe_devices(rc.gpus_needed)
-                if kind == "logical":
-                    kwargs["num_gpus"] = rc.gpus_needed
-                # Executors are light on CPU; declare enough logical CPUs for all of them.
-                kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
-                kwargs["_system_config"] = local_system_config()
-                if dashboard:
-                    kwargs["dashboard_host"] = rc.dashboard_host
-                explicit_token_auth()  # Ray's default for a new cluster, without its warning
-                cluster_gpus = None
-            else:
-                kwargs["address"] = rc.address
-            try:
-                if dashboard:
-                    ctx, why = init_with_dashboard(**kwargs)
-                    if why is not None:
-                        self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
-                                  f"training without it")
-                elif local:
-                    ctx = init_local(include_dashboard=False, **kwargs)
-                else:
-                    ctx = ray.init(**kwargs)
-            except (ConnectionError, TimeoutError) as e:
-                raise JobConfigError("runtime.address", rc.address,
-                                     f"cannot join the Ray cluster ({e})") from e
+            url, cluster_gpus = self._start_ray()
             started = True
-            url = getattr(ctx, "dashboard_url", None) or None
-            if not local:
-                cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
         used = rc.devices_used
         self.device_kind, line = describe_devices(used, cluster_gpus)
         note = devices_note(used, rc.devices, rc.mode)
@@ -439,6 +423,40 @@ class Job:
             raise JobConfigError("runtime.devices", rc.devices,
                                  f"the Ray cluster has only {cluster_gpus:g} GPU resources")
         self._say(f"fgnn: {line}")
+        self._say_dashboard(url)
+        return started
+
+    def _start_ray(self) -> tuple[Optional[str], Optional[float]]:
+        """``ray.init`` a new local node (``runtime.address`` None or ``"local"``, with the
+        dashboard if asked) or join ``runtime.address``; ``(dashboard URL or None, the
+        cluster's GPUs, None for a local node)``.
+
+        Raises:
+            JobConfigError: on ``runtime.address`` when the cluster cannot be joined.
+        """
+        import ray
+        rc = self.config.runtime
+        local = rc.address is None or rc.address == "local"
+        dashboard = local and rc.dashboard_host is not None
+        kwargs = _ray_init_kwargs(rc, local, dashboard)
+        try:
+            if dashboard:
+                ctx, why = init_with_dashboard(**kwargs)
+                if why is not None:
+                    self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
+                              f"training without it")
+            elif local:
+                ctx = init_local(include_dashboard=False, **kwargs)
+            else:
+                ctx = ray.init(**kwargs)
+        except (ConnectionError, TimeoutError) as e:
+            raise JobConfigError("runtime.address", rc.address,
+                                 f"cannot join the Ray cluster ({e})") from e
+        url = getattr(ctx, "dashboard_url", None) or None
+        return url, None if local else float(ray.cluster_resources().get("GPU", 0))
+
+    def _say_dashboard(self, url: Optional[str]) -> None:
+        """Set :attr:`dashboard_url` from Ray's ``url`` (``None``: off) and print it."""
         if url:
             self.dashboard_url = url if "://" in url else f"http://{url}"
             login = ("log in with the token `ray get-auth-token` prints; "
@@ -448,7 +466,6 @@ class Job:
         else:
             self.dashboard_url = None
             self._say("fgnn: Ray dashboard off")
-        return started
 
     def _complete(self, result: RunResult, load_s: float) -> None:
         """Fill what only the job knows: the config, load time and device kind."""
@@ -520,6 +537,31 @@ def _check_executor_memory(devices: int, needed: int) -> None:
         f"{format_bytes(EXECUTOR_PROCESS_BYTES)} each ({format_bytes(need)}), more than the "
         f"{format_bytes(limit.bytes)} this machine can give ({limit.source}); at most {cap} "
         f"devices fit")
+
+
+def _ray_init_kwargs(rc: Any, local: bool, dashboard: bool) -> dict[str, Any]:
+    """``ray.init`` keywords for the job's runtime settings ``rc``: a new ``local`` node sized
+    for the executors (with the dashboard on ``rc.dashboard_host`` if ``dashboard``), or the
+    cluster at ``rc.address``."""
+    # Executor output would tear the progress bars; their errors reach the driver as
+    # exceptions anyway.
+    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    if not local:
+        kwargs["address"] = rc.address
+        return kwargs
+    # "local": a new node even when another cluster (``ray start``) runs on this machine; Ray
+    # would join that one and refuse num_cpus/num_gpus
+    kwargs["address"] = "local"
+    kind, _ = describe_devices(rc.gpus_needed)
+    if kind == "logical":
+        kwargs["num_gpus"] = rc.gpus_needed
+    # Executors are light on CPU; declare enough logical CPUs for all of them.
+    kwargs["num_cpus"] = max(os.cpu_count() or 1, rc.devices + 2)
+    kwargs["_system_config"] = local_system_config()
+    if dashboard:
+        kwargs["dashboard_host"] = rc.dashboard_host
+    explicit_token_auth()  # Ray's default for a new cluster, without its warning
+    return kwargs
 
 
 def _current_dashboard_url() -> Optional[str]:

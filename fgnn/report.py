@@ -126,8 +126,20 @@ def validate_report(report: Mapping[str, Any]) -> None:
     mode = _get(report, "mode", "")
     if mode not in MODES:
         _fail("mode", f"must be one of {', '.join(MODES)}", mode)
+    _check_allocation(_mapping(report, "allocation"))
+    _check_preprocess(_mapping(report, "preprocess"))
+    epochs = _get(report, "epochs", "")
+    if not isinstance(epochs, list) or not epochs:
+        _fail("epochs", "must be a non-empty list", epochs)
+    for i, ep in enumerate(epochs):
+        _check_epoch(ep, f"epochs[{i}]")
+    _check_final(report)
+    _optional_number(report, "final_eval_s", "")
+    _check_early_stop(report.get("early_stop"))
 
-    alloc = _mapping(report, "allocation")
+
+def _check_allocation(alloc: Mapping[str, Any]) -> None:
+    """The report's ``allocation`` section."""
     _number(alloc, "devices", "allocation", lo=1, integer=True)
     _number(alloc, "samplers", "allocation", lo=0, integer=True)
     _number(alloc, "trainers", "allocation", lo=0, integer=True)
@@ -136,36 +148,39 @@ def validate_report(report: Mapping[str, Any]) -> None:
     if "cache_policy" in alloc and not isinstance(alloc["cache_policy"], str):
         _fail("allocation.cache_policy", "must be a string", alloc["cache_policy"])
 
-    pre = _mapping(report, "preprocess")
+
+def _check_preprocess(pre: Mapping[str, Any]) -> None:
+    """The report's ``preprocess`` section (older reports lack some of the timings)."""
     _number(pre, "load_s", "preprocess")
     for key in (*PREPROCESS_KEYS, "presample_s", "cache_build_s"):  # older reports lack some
         if key != "load_s":
             _optional_number(pre, key, "preprocess")
 
-    epochs = _get(report, "epochs", "")
-    if not isinstance(epochs, list) or not epochs:
-        _fail("epochs", "must be a non-empty list", epochs)
-    for i, ep in enumerate(epochs):
-        p = f"epochs[{i}]"
-        if not isinstance(ep, Mapping):
-            _fail(p, "must be an object", ep)
-        _number(ep, "epoch", p, integer=True)
-        for key in ("time_s", "extract_s", "train_s"):
-            _number(ep, key, p)
-        sample = _mapping(ep, "sample_s", p)
-        for key in ("total", "S", "M", "C"):
-            _number(sample, key, f"{p}.sample_s")
-        _number(ep, "hit_rate", p, hi=1.0)
-        for key in ("bytes_host_to_device", "switches", "batches"):
-            _number(ep, key, p, integer=True)
-        _number(ep, "loss", p, lo=None, nullable=True)
-        _optional_number(ep, "eval_s", p)
-        _optional_number(ep, "val_acc", p, hi=1.0, nullable=True)
-        _optional_number(ep, "val_auc", p, hi=1.0, nullable=True)
-        _optional_number(ep, "val_ap", p, hi=1.0, nullable=True)
-        if ep.get("ledger") is not None:
-            _ledger(ep["ledger"], f"{p}.ledger")
 
+def _check_epoch(ep: Any, p: str) -> None:
+    """One entry ``p`` (``epochs[i]``) of the report's ``epochs``."""
+    if not isinstance(ep, Mapping):
+        _fail(p, "must be an object", ep)
+    _number(ep, "epoch", p, integer=True)
+    for key in ("time_s", "extract_s", "train_s"):
+        _number(ep, key, p)
+    sample = _mapping(ep, "sample_s", p)
+    for key in ("total", "S", "M", "C"):
+        _number(sample, key, f"{p}.sample_s")
+    _number(ep, "hit_rate", p, hi=1.0)
+    for key in ("bytes_host_to_device", "switches", "batches"):
+        _number(ep, key, p, integer=True)
+    _number(ep, "loss", p, lo=None, nullable=True)
+    _optional_number(ep, "eval_s", p)
+    _optional_number(ep, "val_acc", p, hi=1.0, nullable=True)
+    _optional_number(ep, "val_auc", p, hi=1.0, nullable=True)
+    _optional_number(ep, "val_ap", p, hi=1.0, nullable=True)
+    if ep.get("ledger") is not None:
+        _ledger(ep["ledger"], f"{p}.ledger")
+
+
+def _check_final(report: Mapping[str, Any]) -> None:
+    """The report's ``final`` metrics, by ``config.task``."""
     final = _mapping(report, "final")
     task = report["config"].get("task", "node")
     if task not in TASKS:
@@ -182,14 +197,17 @@ def validate_report(report: Mapping[str, Any]) -> None:
         for key in final:  # MRR and Hits@K when asked for
             if key not in LINK_FINAL:
                 _number(final, key, "final", hi=1.0)
-    _optional_number(report, "final_eval_s", "")
-    stop = report.get("early_stop")
-    if stop is not None:
-        if not isinstance(stop, Mapping):
-            _fail("early_stop", "must be an object or null", stop)
-        for key in ("epoch", "patience", "best_epoch"):
-            _number(stop, key, "early_stop", integer=True)
-        _number(stop, "best_val_acc", "early_stop", hi=1.0)
+
+
+def _check_early_stop(stop: Any) -> None:
+    """The report's ``early_stop``: null or the stop's epoch, patience and best validation."""
+    if stop is None:
+        return
+    if not isinstance(stop, Mapping):
+        _fail("early_stop", "must be an object or null", stop)
+    for key in ("epoch", "patience", "best_epoch"):
+        _number(stop, key, "early_stop", integer=True)
+    _number(stop, "best_val_acc", "early_stop", hi=1.0)
 
 
 def _ledger(ledger: Any, path: str) -> None:

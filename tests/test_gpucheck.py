@@ -36,6 +36,7 @@ def test_cpu_dry_run_writes_json_and_markdown_with_torch_and_numpy_only(tmp_path
     assert e["hit_gb_per_s"] > 0 and e["miss_gb_per_s"] > 0 and 0 < e["hit_rate"] < 1
     ex = res["executors"]
     assert ex["device"] == "cpu" and len(ex["losses"]) == ex["tasks"] > 0
+    assert isinstance(ex["batch_size"], int) and ex["batch_size"] > 0  # seeds, not a batch
     assert (out / ex["trace"]).is_file()
     # the in-process part needs torch and numpy only
     assert not {"ray", "scipy"} & set(res["heavy_modules_in_process"])

@@ -214,15 +214,37 @@ def clique_placement(hotness: torch.Tensor, num_devices: int, capacity: int,
     max_repl = min(n_nodes, n * bsize) - bsize
     if n == 1 or max_repl <= 0:
         return Placement(buffers, n_nodes)
-    # Replacement j happens in round r = j // (n-1) against old = V[bsize-1-r] with new =
-    # V[bsize+j]; the first j failing Eq. 7 ends the algorithm, so the count is vectorisable.
+    p_sorted = p[v]
+    num_repl = _replacement_count(p_sorted, bsize, n, max_repl, float(alpha))
+    target_dev = _replacement_devices(p_sorted[bsize: bsize + num_repl].tolist(), n)
+    target = torch.tensor(target_dev, dtype=torch.int64)
+    slots = bsize - 1 - torch.div(torch.arange(num_repl), n - 1, rounding_mode="floor")
+    news = v[bsize: bsize + num_repl]
+    for d in range(n):  # line 23, vectorised per device
+        m = target == d
+        buffers[d][slots[m]] = news[m]
+    return Placement(buffers, n_nodes)
+
+
+def _replacement_count(p_sorted: torch.Tensor, bsize: int, n: int, max_repl: int,
+                       alpha: float) -> int:
+    """How many replacements :func:`clique_placement` makes (lines 7, 21, 26), vectorised.
+
+    Replacement ``j`` happens in round ``r = j // (n-1)`` against ``old = V[bsize-1-r]`` with
+    ``new = V[bsize+j]``; the first ``j`` failing Eq. 7 ends the algorithm.
+    """
     j = torch.arange(max_repl)
     rounds = torch.div(j, n - 1, rounding_mode="floor")
-    p_sorted = p[v]
-    ok = p_sorted[bsize + j] > float(alpha) * p_sorted[bsize - 1 - rounds]
+    ok = p_sorted[bsize + j] > alpha * p_sorted[bsize - 1 - rounds]
     bad = torch.nonzero(~ok)
-    num_repl = int(bad[0]) if bad.numel() else max_repl
-    p_new = p_sorted[bsize: bsize + num_repl].tolist()
+    return int(bad[0]) if bad.numel() else max_repl
+
+
+def _replacement_devices(p_new: list[float], n: int) -> list[int]:
+    """The device of each of :func:`clique_placement`'s replacements, whose new vertices have
+    hotness ``p_new``: each round of ``n - 1`` replacements goes to the devices by ascending
+    ``p_sum`` (lines 8-10, 12, 25)."""
+    num_repl = len(p_new)
     p_sum = [0.0] * n
     target_dev = []
     for r in range((num_repl + n - 2) // (n - 1)):
@@ -234,14 +256,7 @@ def clique_placement(hotness: torch.Tensor, num_devices: int, capacity: int,
             dev = ordered[slot]
             target_dev.append(dev)
             p_sum[dev] += p_new[jj]  # line 25
-    target = torch.tensor(target_dev, dtype=torch.int64)
-    slots = bsize - 1 - torch.div(torch.arange(num_repl), n - 1, rounding_mode="floor")
-    news = v[bsize: bsize + num_repl]
-    for d in range(n):  # line 23, vectorised per device
-        m = target == d
-        buffers[d][slots[m]] = news[m]
-    return Placement(buffers, n_nodes)
-
+    return target_dev
 
 def interleaved_placement(hotness: torch.Tensor, num_devices: int, capacity: int,
                           replicated: int = 0) -> Placement:

@@ -100,6 +100,81 @@ def _ids(path: Path, n: int, what: str) -> np.ndarray:
     return arr
 
 
+
+def _split_paths(root: Path, split_type: Optional[str]) -> tuple[str, dict[str, Path]]:
+    """``(split_type, {"train"|"valid"|"test": path})`` under ``root/split``; ``None`` takes
+    the only subdirectory present."""
+    split_root = root / "split"
+    if split_type is None:
+        types = sorted(p.name for p in split_root.iterdir() if p.is_dir()) \
+            if split_root.is_dir() else []
+        if len(types) != 1:
+            raise ValueError(f"OGB directory {split_root} must hold exactly one split "
+                             f"subdirectory (or pass split_type), found {types}")
+        split_type = types[0]
+    split_dir = split_root / split_type
+    if not split_dir.is_dir():
+        raise ValueError(f"OGB split directory {split_dir} is missing (split_type="
+                         f"{split_type!r})")
+    return split_type, {s: _find(root, split_dir / f"{s}.csv.gz")
+                        for s in ("train", "valid", "test")}
+
+
+def _features(feat_p: Path, nn_p: Optional[Path]) -> np.ndarray:
+    """The ``(N, F)`` float32 features, checked finite and against ``num-node-list``."""
+    feats = read_csv_matrix(feat_p, np.float32)
+    n = feats.shape[0]
+    if nn_p is not None:
+        nn = read_csv_matrix(nn_p, np.int64, ncols=1).reshape(-1)
+        if nn.size != 1 or nn[0] < 0:
+            raise ValueError(f"OGB file {nn_p} must hold one non-negative node count, got "
+                             f"{nn.tolist()}")
+        if int(nn[0]) != n:
+            raise ValueError(f"OGB file {feat_p} has {n} rows but {nn_p} says num_nodes="
+                             f"{int(nn[0])}")
+    check_finite_features(feats, f"OGB file {feat_p}")
+    return feats
+
+
+def _labels(label_p: Path, n: int, feat_p: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, unlabelled)``: int64 class ids (0 where unlabelled) and the ``nan`` mask."""
+    lab = read_csv_matrix(label_p, np.float64)
+    if lab.ndim != 2 or lab.shape[1] != 1:
+        raise ValueError(f"OGB file {label_p} must hold one class id per line (single-label "
+                         f"node classification), got {lab.shape[1]} columns")
+    lab = lab.reshape(-1)
+    if lab.size != n:
+        raise ValueError(f"OGB file {label_p} has {lab.size} rows but {feat_p} has {n}")
+    unlabelled = np.isnan(lab)
+    known = lab[~unlabelled]
+    if known.size and (known.min() < 0 or np.any(known != np.floor(known))):
+        bad = known[(known < 0) | (known != np.floor(known))][0]
+        raise ValueError(f"OGB file {label_p} holds label {bad}, not a class id >= 0")
+    return np.where(unlabelled, 0, lab).astype(np.int64), unlabelled
+
+
+def _graph(edge_p: Path, n: int, symmetrize: bool) -> CSRGraph:
+    """The deduplicated CSR graph of ``edge.csv.gz``, int32 indices when they fit."""
+    edges = read_csv_matrix(edge_p, np.int64, ncols=2)
+    if edges.size and (edges.min() < 0 or edges.max() >= n):
+        bad = int(edges.min()) if edges.min() < 0 else int(edges.max())
+        raise ValueError(f"OGB file {edge_p} holds node id {bad}, outside [0, {n})")
+    try:
+        return CSRGraph.from_edge_index(edges.T, num_nodes=n, symmetrize=symmetrize,
+                                        dedup=True,
+                                        index_dtype=torch.int32 if n < 2 ** 31 else torch.int64)
+    except ValueError as exc:
+        raise ValueError(f"OGB file {edge_p}: {exc}") from exc
+
+
+def _split_ids(path: Path, n: int, unlabelled: np.ndarray, label_p: Path) -> torch.Tensor:
+    """One split's node ids, none of them unlabelled."""
+    ids = _ids(path, n, "node id")
+    if ids.size and unlabelled[ids].any():
+        bad = int(ids[unlabelled[ids]][0])
+        raise ValueError(f"OGB file {path} holds node {bad}, whose label in {label_p} is nan")
+    return torch.from_numpy(ids)
+
 def load_ogb(root: str | os.PathLike, *, symmetrize: bool = True,
              split_type: Optional[str] = None, name: Optional[str] = None) -> Dataset:
     """Load an OGB node-property dataset from its raw directory.
@@ -127,65 +202,13 @@ def load_ogb(root: str | os.PathLike, *, symmetrize: bool = True,
     label_p = _find(root, raw / "node-label.csv.gz")
     nn_p = _find(root, raw / "num-node-list.csv.gz", required=False)
 
-    split_root = root / "split"
-    if split_type is None:
-        types = sorted(p.name for p in split_root.iterdir() if p.is_dir()) \
-            if split_root.is_dir() else []
-        if len(types) != 1:
-            raise ValueError(f"OGB directory {split_root} must hold exactly one split "
-                             f"subdirectory (or pass split_type), found {types}")
-        split_type = types[0]
-    split_dir = split_root / split_type
-    if not split_dir.is_dir():
-        raise ValueError(f"OGB split directory {split_dir} is missing (split_type="
-                         f"{split_type!r})")
-    split_ps = {s: _find(root, split_dir / f"{s}.csv.gz") for s in ("train", "valid", "test")}
-
-    feats = read_csv_matrix(feat_p, np.float32)
+    split_type, split_ps = _split_paths(root, split_type)
+    feats = _features(feat_p, nn_p)
     n = feats.shape[0]
-    if nn_p is not None:
-        nn = read_csv_matrix(nn_p, np.int64, ncols=1).reshape(-1)
-        if nn.size != 1 or nn[0] < 0:
-            raise ValueError(f"OGB file {nn_p} must hold one non-negative node count, got "
-                             f"{nn.tolist()}")
-        if int(nn[0]) != n:
-            raise ValueError(f"OGB file {feat_p} has {n} rows but {nn_p} says num_nodes="
-                             f"{int(nn[0])}")
-    check_finite_features(feats, f"OGB file {feat_p}")
-
-    lab = read_csv_matrix(label_p, np.float64)
-    if lab.ndim != 2 or lab.shape[1] != 1:
-        raise ValueError(f"OGB file {label_p} must hold one class id per line (single-label "
-                         f"node classification), got {lab.shape[1]} columns")
-    lab = lab.reshape(-1)
-    if lab.size != n:
-        raise ValueError(f"OGB file {label_p} has {lab.size} rows but {feat_p} has {n}")
-    unlabelled = np.isnan(lab)
-    known = lab[~unlabelled]
-    if known.size and (known.min() < 0 or np.any(known != np.floor(known))):
-        bad = known[(known < 0) | (known != np.floor(known))][0]
-        raise ValueError(f"OGB file {label_p} holds label {bad}, not a class id >= 0")
-    labels = np.where(unlabelled, 0, lab).astype(np.int64)
+    labels, unlabelled = _labels(label_p, n, feat_p)
     num_classes = int(labels.max()) + 1 if n else 1
-
-    edges = read_csv_matrix(edge_p, np.int64, ncols=2)
-    if edges.size and (edges.min() < 0 or edges.max() >= n):
-        bad = int(edges.min()) if edges.min() < 0 else int(edges.max())
-        raise ValueError(f"OGB file {edge_p} holds node id {bad}, outside [0, {n})")
-    try:
-        graph = CSRGraph.from_edge_index(edges.T, num_nodes=n, symmetrize=symmetrize,
-                                         dedup=True,
-                                         index_dtype=torch.int32 if n < 2 ** 31 else torch.int64)
-    except ValueError as exc:
-        raise ValueError(f"OGB file {edge_p}: {exc}") from exc
-
-    splits = {}
-    for s, p in split_ps.items():
-        ids = _ids(p, n, "node id")
-        if ids.size and unlabelled[ids].any():
-            bad = int(ids[unlabelled[ids]][0])
-            raise ValueError(f"OGB file {p} holds node {bad}, whose label in {label_p} is nan")
-        splits[s] = torch.from_numpy(ids)
+    graph = _graph(edge_p, n, symmetrize)
+    splits = {s: _split_ids(p, n, unlabelled, label_p) for s, p in split_ps.items()}
     return Dataset(
         name=name or root.name,
         graph=graph,

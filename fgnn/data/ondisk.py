@@ -349,19 +349,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     """
     root = Path(directory)
     mpath, manifest = read_manifest(root)
-    fmt = _manifest_field(manifest, mpath, "format", str)
-    if fmt == HETERO_FORMAT:
-        raise ValueError(f"on-disk manifest {mpath}: field 'format' is {fmt!r}, a "
-                         f"heterogeneous graph; load it with fgnn.data.load_ondisk_hetero "
-                         f"(or fgnn.data.load_dataset / launch.py --dataset ondisk:DIR, which read "
-                         f"both formats)")
-    if fmt != FORMAT:
-        raise ValueError(f"on-disk manifest {mpath}: field 'format' must be {FORMAT!r}, got "
-                         f"{fmt!r}")
-    version = _manifest_field(manifest, mpath, "version", int)
-    if version != VERSION:
-        raise ValueError(f"on-disk manifest {mpath}: field 'version' must be {VERSION}, got "
-                         f"{version!r}")
+    _check_format(manifest, mpath)
     name = _manifest_field(manifest, mpath, "name", str)
     n = _manifest_field(manifest, mpath, "num_nodes", int)
     e = _manifest_field(manifest, mpath, "num_edges", int)
@@ -371,16 +359,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
         raise ValueError(f"on-disk manifest {mpath}: field 'feat_dtype' must be one of "
                          f"{FEAT_DTYPES}, got {fdtype!r}")
     num_classes = _manifest_field(manifest, mpath, "num_classes", int)
-    files = _manifest_field(manifest, mpath, "files", dict)
-    for key in FILE_KEYS:
-        if key not in files:
-            raise ValueError(f"on-disk manifest {mpath} lacks field 'files.{key}'")
-        val = files[key]
-        if val is None and key == "weights":
-            continue
-        if not isinstance(val, str) or not val or Path(val).name != val:
-            raise ValueError(f"on-disk manifest {mpath}: field 'files.{key}' must be a plain "
-                             f"file name inside {root}, got {val!r}")
+    files = _manifest_files(manifest, mpath, root)
 
     ints = ("int32", "int64")
     fpath = _check_npy(root, files["features"], "features", (n, fdim), (fdtype,))
@@ -392,15 +371,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     s_paths = {k: _check_npy(root, files[k], k, (-1,), ints + ("bool",))  # ids or a mask
                for k in ("train_idx", "val_idx", "test_idx")}
 
-    indptr = torch.from_numpy(np.load(ip_path))
-    indices = torch.from_numpy(np.load(ix_path))
-    weights = None if w_path is None else torch.from_numpy(np.load(w_path))
-    try:
-        graph = CSRGraph(indptr, indices, weights)
-    except ValueError as exc:
-        raise ValueError(f"on-disk files {ip_path.name}/{ix_path.name} in {root} form an "
-                         f"inconsistent CSR graph: {exc}") from exc
-    check_rows_sorted(indptr, indices, ix_path, "files.indices")
+    graph = _load_graph(root, ip_path, ix_path, w_path)
     features = np.load(fpath, mmap_mode="r")
     if check_nan is not False:
         _scan_features(features, fpath)
@@ -414,3 +385,51 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
                        check_features=False)  # scanned above, naming the file
     except ValueError as exc:
         raise ValueError(f"on-disk dataset {root} (labels/splits files): {exc}") from exc
+
+
+def _check_format(manifest: dict, mpath: Path) -> None:
+    """The manifest's ``format`` (homogeneous) and ``version`` fields."""
+    fmt = _manifest_field(manifest, mpath, "format", str)
+    if fmt == HETERO_FORMAT:
+        raise ValueError(f"on-disk manifest {mpath}: field 'format' is {fmt!r}, a "
+                         f"heterogeneous graph; load it with fgnn.data.load_ondisk_hetero "
+                         f"(or fgnn.data.load_dataset / launch.py --dataset ondisk:DIR, which read "
+                         f"both formats)")
+    if fmt != FORMAT:
+        raise ValueError(f"on-disk manifest {mpath}: field 'format' must be {FORMAT!r}, got "
+                         f"{fmt!r}")
+    version = _manifest_field(manifest, mpath, "version", int)
+    if version != VERSION:
+        raise ValueError(f"on-disk manifest {mpath}: field 'version' must be {VERSION}, got "
+                         f"{version!r}")
+
+
+def _manifest_files(manifest: dict, mpath: Path, root: Path) -> dict:
+    """The manifest's ``files`` table: every :data:`FILE_KEYS` entry a plain file name in
+    ``root`` (``weights`` may be ``None``)."""
+    files = _manifest_field(manifest, mpath, "files", dict)
+    for key in FILE_KEYS:
+        if key not in files:
+            raise ValueError(f"on-disk manifest {mpath} lacks field 'files.{key}'")
+        val = files[key]
+        if val is None and key == "weights":
+            continue
+        if not isinstance(val, str) or not val or Path(val).name != val:
+            raise ValueError(f"on-disk manifest {mpath}: field 'files.{key}' must be a plain "
+                             f"file name inside {root}, got {val!r}")
+    return files
+
+
+def _load_graph(root: Path, ip_path: Path, ix_path: Path, w_path: Optional[Path]) -> CSRGraph:
+    """The CSR graph of the ``indptr``/``indices``/``weights`` files, checked consistent and
+    row-sorted."""
+    indptr = torch.from_numpy(np.load(ip_path))
+    indices = torch.from_numpy(np.load(ix_path))
+    weights = None if w_path is None else torch.from_numpy(np.load(w_path))
+    try:
+        graph = CSRGraph(indptr, indices, weights)
+    except ValueError as exc:
+        raise ValueError(f"on-disk files {ip_path.name}/{ix_path.name} in {root} form an "
+                         f"inconsistent CSR graph: {exc}") from exc
+    check_rows_sorted(indptr, indices, ix_path, "files.indices")
+    return graph

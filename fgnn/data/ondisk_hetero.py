@@ -131,37 +131,51 @@ def save_ondisk_hetero(graph: "HeteroGraph", directory: str | os.PathLike, *,
     title = name if name is not None else str(graph.meta.get("name", "hetero"))
 
     def fill(tmp: Path) -> None:
-        ntypes = []
-        for i, t in enumerate(graph.node_types):
-            entry: dict[str, Any] = {"name": t, "num_nodes": graph.num_nodes[t], "features": None}
-            x = graph.features.get(t)
-            if x is not None:
-                fname = f"node{i}.features.npy"
-                try:
-                    write_features_npy_chunked(tmp / fname, x, dtype=feat_dtype)
-                except ValueError as exc:
-                    raise ValueError(f"save_ondisk_hetero: node type {t!r} {exc}") from None
-                entry.update(features=fname, feat_dim=int(x.shape[1]),
-                             feat_dtype=feat_dtype or str(x.dtype).replace("torch.", ""))
-            ntypes.append(entry)
-        etypes = []
-        for j, et in enumerate(graph.edge_types):
-            csr = graph.relations[et]
-            indptr = csr.indptr[:graph.num_nodes[et[2]] + 1].long()
-            indices, weights = _sorted_rows(indptr, csr.indices, csr.weights)
-            entry = {"src": et[0], "rel": et[1], "dst": et[2], "num_edges": csr.num_edges,
-                     "indptr": f"edge{j}.indptr.npy", "indices": f"edge{j}.indices.npy",
-                     "weights": None if weights is None else f"edge{j}.weights.npy"}
-            _save_npy(tmp / entry["indptr"], _np(indptr))
-            _save_npy(tmp / entry["indices"], _np(indices))
-            if weights is not None:
-                _save_npy(tmp / entry["weights"], _np(weights).astype(np.float32, copy=False))
-            etypes.append(entry)
+        ntypes = _write_node_types(graph, tmp, feat_dtype)
+        etypes = _write_edge_types(graph, tmp)
         write_manifest(tmp, {"format": HETERO_FORMAT, "version": VERSION, "name": title,
                              "node_types": ntypes, "edge_types": etypes,
                              "target": _target_section(graph, tmp, num_classes, splits)})
 
     return write_dir_atomically(directory, fill, overwrite=overwrite)
+
+
+def _write_node_types(graph: "HeteroGraph", tmp: Path, feat_dtype: Optional[str]
+                      ) -> list[dict[str, Any]]:
+    """Write each node type's feature file into ``tmp``; its manifest entries, in order."""
+    ntypes = []
+    for i, t in enumerate(graph.node_types):
+        entry: dict[str, Any] = {"name": t, "num_nodes": graph.num_nodes[t], "features": None}
+        x = graph.features.get(t)
+        if x is not None:
+            fname = f"node{i}.features.npy"
+            try:
+                write_features_npy_chunked(tmp / fname, x, dtype=feat_dtype)
+            except ValueError as exc:
+                raise ValueError(f"save_ondisk_hetero: node type {t!r} {exc}") from None
+            entry.update(features=fname, feat_dim=int(x.shape[1]),
+                         feat_dtype=feat_dtype or str(x.dtype).replace("torch.", ""))
+        ntypes.append(entry)
+    return ntypes
+
+
+def _write_edge_types(graph: "HeteroGraph", tmp: Path) -> list[dict[str, Any]]:
+    """Write each relation's CSR files (rows sorted) into ``tmp``; its manifest entries, in
+    order."""
+    etypes = []
+    for j, et in enumerate(graph.edge_types):
+        csr = graph.relations[et]
+        indptr = csr.indptr[:graph.num_nodes[et[2]] + 1].long()
+        indices, weights = _sorted_rows(indptr, csr.indices, csr.weights)
+        entry = {"src": et[0], "rel": et[1], "dst": et[2], "num_edges": csr.num_edges,
+                 "indptr": f"edge{j}.indptr.npy", "indices": f"edge{j}.indices.npy",
+                 "weights": None if weights is None else f"edge{j}.weights.npy"}
+        _save_npy(tmp / entry["indptr"], _np(indptr))
+        _save_npy(tmp / entry["indices"], _np(indices))
+        if weights is not None:
+            _save_npy(tmp / entry["weights"], _np(weights).astype(np.float32, copy=False))
+        etypes.append(entry)
+    return etypes
 
 
 # ---------------------------------------------------------------------------- reading

@@ -206,6 +206,39 @@ def load_planetoid(name: str, root: str | os.PathLike, *,
     y, ty, ally = (_read_matrix(paths[s], sparse=False) for s in ("y", "ty", "ally"))
     test_index = _read_test_index(paths["test.index"])
 
+    _check_shapes(paths, x, tx, allx, y, ty, ally, test_index)
+    num_train = y.shape[0]
+    tx, ty, sorted_test = _pad_isolated_tests(paths, tx, ty, allx.shape[0], test_index)
+    feats = np.concatenate([allx, tx]).astype(np.float32)
+    n = feats.shape[0]
+    check_finite_features(feats, f"Planetoid features of {name!r} (files "
+                                 f"{paths['allx'].name}/{paths['tx'].name})")
+    labels = np.concatenate([ally, ty]).argmax(axis=1).astype(np.int64)
+    # Test rows are stored in sorted-id order; move them to their listed ids (as PyG does).
+    feats[test_index] = feats[sorted_test]
+    labels[test_index] = labels[sorted_test]
+    if normalize_features:
+        sums = feats.sum(axis=1, keepdims=True)
+        np.divide(feats, sums, out=feats, where=sums != 0)
+    graph = _graph(paths["graph"], n)
+    return Dataset(
+        name=name,
+        graph=graph,
+        features=torch.from_numpy(feats),
+        labels=torch.from_numpy(labels),
+        train_idx=torch.arange(num_train, dtype=torch.int64),
+        val_idx=torch.arange(num_train, num_train + 500, dtype=torch.int64),
+        test_idx=torch.from_numpy(test_index),
+        num_classes=int(y.shape[1]),
+        meta={"source": "planetoid", "root": str(root),
+              "normalize_features": bool(normalize_features)},
+    )
+
+
+def _check_shapes(paths: dict[str, Path], x: np.ndarray, tx: np.ndarray, allx: np.ndarray,
+                  y: np.ndarray, ty: np.ndarray, ally: np.ndarray,
+                  test_index: np.ndarray) -> None:
+    """The files' row, feature and class counts agree with one another."""
     for f_name, f, l_name, lab in (("x", x, "y", y), ("tx", tx, "ty", ty),
                                    ("allx", allx, "ally", ally)):
         if f.shape[0] != lab.shape[0]:
@@ -227,47 +260,30 @@ def load_planetoid(name: str, root: str | os.PathLike, *,
         raise ValueError(f"Planetoid file {paths['allx']} has {allx.shape[0]} rows, fewer than "
                          f"len(y) + 500 = {num_train + 500} (train + validation nodes)")
 
+
+def _pad_isolated_tests(paths: dict[str, Path], tx: np.ndarray, ty: np.ndarray, num_all: int,
+                        test_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tx, ty, sorted test ids)``, ``tx``/``ty`` padded with zero rows to the whole test id
+    range (CiteSeer's isolated test nodes), which must start at ``num_all = len(allx)``."""
     sorted_test = np.sort(test_index)
     lo, hi = int(sorted_test[0]), int(sorted_test[-1])
-    if lo != allx.shape[0]:
+    if lo != num_all:
         raise ValueError(f"Planetoid file {paths['test.index']}: the smallest test node id is "
-                         f"{lo}, expected len(allx) = {allx.shape[0]}")
+                         f"{lo}, expected len(allx) = {num_all}")
     if hi - lo + 1 > tx.shape[0]:
-        # Isolated test nodes (CiteSeer): pad tx/ty to the whole test id range with zero rows.
         tx_ext = np.zeros((hi - lo + 1, tx.shape[1]), dtype=tx.dtype)
         tx_ext[sorted_test - lo] = tx
         ty_ext = np.zeros((hi - lo + 1, ty.shape[1]), dtype=ty.dtype)
         ty_ext[sorted_test - lo] = ty
         tx, ty = tx_ext, ty_ext
+    return tx, ty, sorted_test
 
-    feats = np.concatenate([allx, tx]).astype(np.float32)
-    onehot = np.concatenate([ally, ty])
-    n = feats.shape[0]
-    check_finite_features(feats, f"Planetoid features of {name!r} (files "
-                                 f"{paths['allx'].name}/{paths['tx'].name})")
-    labels = onehot.argmax(axis=1).astype(np.int64)
-    # Test rows are stored in sorted-id order; move them to their listed ids (as PyG does).
-    feats[test_index] = feats[sorted_test]
-    labels[test_index] = labels[sorted_test]
-    if normalize_features:
-        sums = feats.sum(axis=1, keepdims=True)
-        np.divide(feats, sums, out=feats, where=sums != 0)
 
-    edges = _read_graph(paths["graph"], n)
+def _graph(path: Path, n: int) -> CSRGraph:
+    """The symmetric, deduplicated graph of ``ind.<name>.graph`` without self-loops."""
+    edges = _read_graph(path, n)
     edges = edges[:, edges[0] != edges[1]]                       # drop self-loops, as PyG
     try:
-        graph = CSRGraph.from_edge_index(edges, num_nodes=n, symmetrize=True, dedup=True)
+        return CSRGraph.from_edge_index(edges, num_nodes=n, symmetrize=True, dedup=True)
     except ValueError as exc:
-        raise ValueError(f"Planetoid file {paths['graph']}: {exc}") from exc
-    return Dataset(
-        name=name,
-        graph=graph,
-        features=torch.from_numpy(feats),
-        labels=torch.from_numpy(labels),
-        train_idx=torch.arange(num_train, dtype=torch.int64),
-        val_idx=torch.arange(num_train, num_train + 500, dtype=torch.int64),
-        test_idx=torch.from_numpy(test_index),
-        num_classes=int(y.shape[1]),
-        meta={"source": "planetoid", "root": str(root),
-              "normalize_features": bool(normalize_features)},
-    )
+        raise ValueError(f"Planetoid file {path}: {exc}") from exc

@@ -74,6 +74,47 @@ class LinkSplit:
                        undirected=self.undirected)
 
 
+def _input_pairs(edges: torch.Tensor | CSRGraph, num_nodes: int | None
+                 ) -> tuple[torch.Tensor, int]:
+    """``(int64 (2, E) pairs, N)`` of :func:`random_link_split`'s ``edges``."""
+    if isinstance(edges, CSRGraph):
+        return edges.edge_index(), edges.num_nodes
+    pairs = torch.as_tensor(edges).long()
+    if pairs.dim() != 2 or pairs.shape[0] != 2:
+        raise ValueError(f"edges must have shape (2, E), got {tuple(pairs.shape)}")
+    if num_nodes is None:
+        num_nodes = int(pairs.max()) + 1 if pairs.numel() else 0
+    return pairs, num_nodes
+
+
+def _check_shares(val: float, test: float, disjoint_train_ratio: float, neg_ratio: int) -> None:
+    """:func:`random_link_split`'s shares and negative ratio in range."""
+    for name, v in (("val", val), ("test", test), ("disjoint_train_ratio", disjoint_train_ratio)):
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"random_link_split: {name} must lie in [0, 1), got {name}={v!r}")
+    if val + test >= 1.0:
+        raise ValueError(f"random_link_split: val + test must be < 1, got {val} + {test}")
+    if neg_ratio < 1:
+        raise ValueError(f"random_link_split: neg_ratio must be >= 1, got {neg_ratio!r}")
+
+
+def _shuffled_pairs(pairs: torch.Tensor, num_nodes: int, undirected: bool,
+                    gen: torch.Generator) -> torch.Tensor:
+    """The distinct pairs without self-loops (``(min, max)`` when ``undirected``), shuffled.
+
+    Raises:
+        ValueError: when no pair is left.
+    """
+    pairs = pairs[:, pairs[0] != pairs[1]]
+    if undirected:
+        pairs = torch.stack([pairs.min(0).values, pairs.max(0).values])
+    keys = torch.unique(pairs[0] * num_nodes + pairs[1])
+    if keys.numel() == 0:
+        raise ValueError("random_link_split: the graph has no edges (self-loops excluded)")
+    keys = keys[torch.randperm(keys.numel(), generator=gen)]
+    return torch.stack([keys // num_nodes, keys % num_nodes])
+
+
 def random_link_split(edges: torch.Tensor | CSRGraph, num_nodes: int | None = None, *,
                       val: float = 0.05, test: float = 0.1, disjoint_train_ratio: float = 0.0,
                       neg_ratio: int = 1, undirected: bool = True, seed: int = 0) -> LinkSplit:
@@ -99,31 +140,10 @@ def random_link_split(edges: torch.Tensor | CSRGraph, num_nodes: int | None = No
         ValueError: naming the argument on a share outside its range, a ratio below 1, or a
             graph without edges.
     """
-    if isinstance(edges, CSRGraph):
-        num_nodes = edges.num_nodes
-        pairs = edges.edge_index()
-    else:
-        pairs = torch.as_tensor(edges).long()
-        if pairs.dim() != 2 or pairs.shape[0] != 2:
-            raise ValueError(f"edges must have shape (2, E), got {tuple(pairs.shape)}")
-        if num_nodes is None:
-            num_nodes = int(pairs.max()) + 1 if pairs.numel() else 0
-    for name, v in (("val", val), ("test", test), ("disjoint_train_ratio", disjoint_train_ratio)):
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"random_link_split: {name} must lie in [0, 1), got {name}={v!r}")
-    if val + test >= 1.0:
-        raise ValueError(f"random_link_split: val + test must be < 1, got {val} + {test}")
-    if neg_ratio < 1:
-        raise ValueError(f"random_link_split: neg_ratio must be >= 1, got {neg_ratio!r}")
-    pairs = pairs[:, pairs[0] != pairs[1]]
-    if undirected:
-        pairs = torch.stack([pairs.min(0).values, pairs.max(0).values])
-    keys = torch.unique(pairs[0] * num_nodes + pairs[1])
-    if keys.numel() == 0:
-        raise ValueError("random_link_split: the graph has no edges (self-loops excluded)")
+    pairs, num_nodes = _input_pairs(edges, num_nodes)
+    _check_shares(val, test, disjoint_train_ratio, neg_ratio)
     gen = torch.Generator().manual_seed(seed)
-    keys = keys[torch.randperm(keys.numel(), generator=gen)]
-    pairs = torch.stack([keys // num_nodes, keys % num_nodes])
+    pairs = _shuffled_pairs(pairs, num_nodes, undirected, gen)
     e = pairs.shape[1]
     n_val, n_test = int(val * e), int(test * e)
     n_train = e - n_val - n_test

@@ -121,6 +121,96 @@ def _nothing(ax: Any, what: str) -> None:
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
+def _plot_stages(ax_stage: Any, ax_hit: Any, xs: Sequence[int],
+                 epochs: Sequence[Mapping[str, Any]]) -> None:
+    """Stage breakdown, seconds summed over executors, stacked per epoch, with the cache hit
+    rate on the twin axis ``ax_hit``."""
+    bottom = [0.0] * len(xs)
+    for label, get, colour in _STAGES:
+        vals = [float(get(e)) for e in epochs]
+        ax_stage.bar(xs, vals, bottom=bottom, color=colour, label=label, width=0.8)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    _headroom(ax_stage, bottom)
+    ax_stage.set_ylabel("seconds, summed over executors")
+    ax_stage.set_title("stage breakdown per epoch", fontsize=10)
+    ax_hit.plot(xs, [100.0 * float(e["hit_rate"]) for e in epochs], color="#d62728",
+                marker="o", markersize=3, label="cache hit rate")
+    ax_hit.set_ylim(0, 105)
+    ax_hit.set_ylabel("cache hit rate (%)")
+    h1, l1 = ax_stage.get_legend_handles_labels()
+    h2, l2 = ax_hit.get_legend_handles_labels()
+    ax_stage.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                    fontsize=7, ncol=6, frameon=False)
+    _epoch_axis(ax_stage, xs)
+
+
+def _plot_wall(ax_wall: Any, xs: Sequence[int], epochs: Sequence[Mapping[str, Any]]) -> None:
+    """Wall time of each epoch: training, then its validation."""
+    train_wall = [float(e["time_s"]) for e in epochs]
+    ax_wall.bar(xs, train_wall, color="#7f7f7f", width=0.8, label="training")
+    top = train_wall
+    if any("eval_s" in e for e in epochs):
+        eval_wall = [float(e.get("eval_s") or 0.0) for e in epochs]
+        ax_wall.bar(xs, eval_wall, bottom=train_wall, color="#9467bd", width=0.8,
+                    label="validation")
+        top = [t + v for t, v in zip(train_wall, eval_wall)]
+    _headroom(ax_wall, top)
+    ax_wall.set_ylabel("wall seconds")
+    ax_wall.set_title("wall time per epoch", fontsize=10)
+    ax_wall.legend(fontsize=7, frameon=False, loc="best")
+    _epoch_axis(ax_wall, xs)
+
+
+def _plot_loss(ax_loss: Any, xs: Sequence[int], epochs: Sequence[Mapping[str, Any]]) -> None:
+    """Training loss per epoch."""
+    pts = [(x, _number(e.get("loss"))) for x, e in zip(xs, epochs)]
+    pts = [(x, v) for x, v in pts if v is not None]
+    if pts:
+        ax_loss.plot([p[0] for p in pts], [p[1] for p in pts], color="#1f77b4", marker="o",
+                     markersize=3)
+    else:
+        _nothing(ax_loss, "no batch trained")
+    ax_loss.set_ylabel("loss")
+    ax_loss.set_title("training loss (mean over the epoch's batches)", fontsize=10)
+    _epoch_axis(ax_loss, xs)
+
+
+def _plot_validation(ax_val: Any, xs: Sequence[int], epochs: Sequence[Mapping[str, Any]],
+                     final: Mapping[str, Any]) -> None:
+    """Validation accuracy per epoch (link prediction: the validation AUC), with the final
+    test accuracy."""
+    pts = [(x, _number(e.get("val_acc") if e.get("val_acc") is not None else e.get("val_auc")))
+           for x, e in zip(xs, epochs)]
+    pts = [(x, v) for x, v in pts if v is not None]
+    if pts:
+        ax_val.plot([p[0] for p in pts], [p[1] for p in pts], color="#2ca02c", marker="o",
+                    markersize=3, label="validation")
+    else:
+        _nothing(ax_val, "not evaluated")
+    test = _number(final.get("test_acc") if "test_acc" in final else final.get("test_auc"))
+    if test is not None:
+        ax_val.axhline(test, color="0.3", linestyle="--", linewidth=1,
+                       label=f"final test {test:.4f}")
+    if pts or test is not None:
+        ax_val.legend(fontsize=7, frameon=False, loc="best")
+    ax_val.set_ylabel("accuracy")
+    ax_val.set_title("validation accuracy", fontsize=10)
+    _epoch_axis(ax_val, xs)
+
+
+def _add_footer(fig: Any, report: Mapping[str, Any]) -> None:
+    """The timing line (and early stop) under the axes, wrapped to the figure's width, with
+    room reserved for it in the layout."""
+    footer = [f"time: {timing_text(report)}"]
+    if report.get("early_stop"):
+        footer.append(early_stop_message(report["early_stop"]))
+    chars = int(fig.bbox.width / (0.62 * 8 * fig.dpi / 72))  # 8 pt characters across
+    footer = [part for line in footer for part in textwrap.wrap(line, chars)]
+    fig.text(0.5, 0.005, "\n".join(footer), ha="center", va="bottom", fontsize=8, color="0.25")
+    reserve = (0.012 + 0.018 * len(footer)) * 7.6 / fig.get_figheight()
+    fig.get_layout_engine().set(rect=(0, reserve, 1, 1 - reserve))
+
+
 def report_figure(report: Mapping[str, Any]) -> Any:
     """The report's matplotlib ``Figure`` (Agg canvas attached, layout done), for
     :func:`plot_report` and for tests that measure what it draws.
@@ -148,81 +238,11 @@ def report_figure(report: Mapping[str, Any]) -> Any:
     ax_wall = fig.add_subplot(grid[1, 0])
     ax_val = fig.add_subplot(grid[1, 1])
 
-    # stage breakdown, seconds summed over executors, with the hit rate
-    bottom = [0.0] * len(xs)
-    for label, get, colour in _STAGES:
-        vals = [float(get(e)) for e in epochs]
-        ax_stage.bar(xs, vals, bottom=bottom, color=colour, label=label, width=0.8)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    _headroom(ax_stage, bottom)
-    ax_stage.set_ylabel("seconds, summed over executors")
-    ax_stage.set_title("stage breakdown per epoch", fontsize=10)
-    ax_hit.plot(xs, [100.0 * float(e["hit_rate"]) for e in epochs], color="#d62728",
-                marker="o", markersize=3, label="cache hit rate")
-    ax_hit.set_ylim(0, 105)
-    ax_hit.set_ylabel("cache hit rate (%)")
-    h1, l1 = ax_stage.get_legend_handles_labels()
-    h2, l2 = ax_hit.get_legend_handles_labels()
-    ax_stage.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-                    fontsize=7, ncol=6, frameon=False)
-    _epoch_axis(ax_stage, xs)
-
-    # wall time of each epoch: training, then its validation
-    train_wall = [float(e["time_s"]) for e in epochs]
-    ax_wall.bar(xs, train_wall, color="#7f7f7f", width=0.8, label="training")
-    top = train_wall
-    if any("eval_s" in e for e in epochs):
-        eval_wall = [float(e.get("eval_s") or 0.0) for e in epochs]
-        ax_wall.bar(xs, eval_wall, bottom=train_wall, color="#9467bd", width=0.8,
-                    label="validation")
-        top = [t + v for t, v in zip(train_wall, eval_wall)]
-    _headroom(ax_wall, top)
-    ax_wall.set_ylabel("wall seconds")
-    ax_wall.set_title("wall time per epoch", fontsize=10)
-    ax_wall.legend(fontsize=7, frameon=False, loc="best")
-    _epoch_axis(ax_wall, xs)
-
-    # training loss
-    pts = [(x, _number(e.get("loss"))) for x, e in zip(xs, epochs)]
-    pts = [(x, v) for x, v in pts if v is not None]
-    if pts:
-        ax_loss.plot([p[0] for p in pts], [p[1] for p in pts], color="#1f77b4", marker="o",
-                     markersize=3)
-    else:
-        _nothing(ax_loss, "no batch trained")
-    ax_loss.set_ylabel("loss")
-    ax_loss.set_title("training loss (mean over the epoch's batches)", fontsize=10)
-    _epoch_axis(ax_loss, xs)
-
-    # validation accuracy, with the final test accuracy
-    # link prediction: the validation AUC
-    pts = [(x, _number(e.get("val_acc") if e.get("val_acc") is not None else e.get("val_auc")))
-           for x, e in zip(xs, epochs)]
-    pts = [(x, v) for x, v in pts if v is not None]
-    if pts:
-        ax_val.plot([p[0] for p in pts], [p[1] for p in pts], color="#2ca02c", marker="o",
-                    markersize=3, label="validation")
-    else:
-        _nothing(ax_val, "not evaluated")
-    final = report.get("final", {})
-    test = _number(final.get("test_acc") if "test_acc" in final else final.get("test_auc"))
-    if test is not None:
-        ax_val.axhline(test, color="0.3", linestyle="--", linewidth=1,
-                       label=f"final test {test:.4f}")
-    if pts or test is not None:
-        ax_val.legend(fontsize=7, frameon=False, loc="best")
-    ax_val.set_ylabel("accuracy")
-    ax_val.set_title("validation accuracy", fontsize=10)
-    _epoch_axis(ax_val, xs)
-
-    footer = [f"time: {timing_text(report)}"]
-    if report.get("early_stop"):
-        footer.append(early_stop_message(report["early_stop"]))
-    chars = int(fig.bbox.width / (0.62 * 8 * fig.dpi / 72))  # 8 pt characters across
-    footer = [part for line in footer for part in textwrap.wrap(line, chars)]
-    fig.text(0.5, 0.005, "\n".join(footer), ha="center", va="bottom", fontsize=8, color="0.25")
-    reserve = (0.012 + 0.018 * len(footer)) * 7.6 / fig.get_figheight()
-    fig.get_layout_engine().set(rect=(0, reserve, 1, 1 - reserve))
+    _plot_stages(ax_stage, ax_hit, xs, epochs)
+    _plot_wall(ax_wall, xs, epochs)
+    _plot_loss(ax_loss, xs, epochs)
+    _plot_validation(ax_val, xs, epochs, report.get("final", {}))
+    _add_footer(fig, report)
     _fit_title(fig, report)
     fig.draw_without_rendering()  # run the layout with the final title in place
     return fig

@@ -133,6 +133,16 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         picks = torch.where(big.unsqueeze(1),
                             _weighted_rejection(graph, start, deg, row_max.index_select(0, rows),
                                                 k, max_rounds, generator), picks)
+    return _weighted_finish(graph, start, deg, picks, big, k, generator)
+
+
+def _weighted_finish(graph: CSRGraph, start: torch.Tensor, deg: torch.Tensor,
+                     picks: torch.Tensor, big: torch.Tensor, k: int,
+                     generator: Optional[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_weighted`'s result from its ``(R, k)`` picks (``-1`` unused): the big
+    rows the rejection proposals left short finish with :func:`_weighted_keys`, then every pick
+    becomes a ``(neighbour, row_index)`` pair.
+    """
     npick = (picks >= 0).sum(1)
     short = big & (npick < k)
     n_short, short_edges = torch.stack([short.sum(), torch.where(short, deg, 0).sum()]).tolist()
@@ -141,7 +151,7 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
                                               torch.nonzero(short).squeeze(1), short_edges, k,
                                               generator)
     else:
-        extra_row = extra_off = empty
+        extra_row = extra_off = torch.empty(0, dtype=torch.int64, device=start.device)
     flat = torch.nonzero(picks.view(-1) >= 0).squeeze(1)
     row_index = torch.cat([torch.div(flat, k, rounding_mode="floor"), extra_row])
     pos = start.index_select(0, row_index) + torch.cat([picks.view(-1).index_select(0, flat),

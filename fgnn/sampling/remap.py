@@ -27,7 +27,7 @@ from fgnn.config import FRONTIERS
 from fgnn.sampling._util import seed_value_error
 
 if TYPE_CHECKING:
-    from fgnn.sampling.base import Sample
+    from fgnn.sampling.base import Block, Sample
 
 __all__ = ["Remapper", "sample_layers"]
 
@@ -238,35 +238,49 @@ def sample_layers(remapper: Remapper, seeds: torch.Tensor, num_nodes: int, num_l
     Raises:
         ValueError: on another ``frontier``, or edge weights with ``frontier="new"``.
     """
-    from fgnn.sampling.base import Block, Sample
+    from fgnn.sampling.base import Sample
 
     if frontier not in FRONTIERS:
         raise ValueError(f"frontier must be one of {', '.join(FRONTIERS)}, got {frontier!r}")
     remapper.begin(seeds, num_nodes)
     try:
-        blocks: list[Block] = []
-        start = 0  # local id of the first vertex that samples at this hop
-        src_so_far: list[torch.Tensor] = []
-        dst_so_far: list[torch.Tensor] = []
-        for layer in range(num_layers):
-            nodes = remapper.nodes()
-            hop = nodes if frontier == "all" else nodes[start:]
-            nbr, dst, w = select(hop, layer)
-            src = remapper.add(nbr)
-            if edge_filter is not None:
-                src, dst, w = edge_filter(src, dst, w, layer, int(hop.numel()))
-            if frontier == "new":
-                if w is not None:
-                    raise ValueError("frontier='new' does not take edge weights")
-                src_so_far.append(src)
-                dst_so_far.append(dst + start)
-                src, dst = torch.cat(src_so_far), torch.cat(dst_so_far)
-                start = int(nodes.numel())
-            blocks.append(Block(src, dst, num_src=remapper.size, num_dst=int(nodes.numel()),
-                                weights=w))
+        blocks = _hop_blocks(remapper, num_layers, select, frontier, edge_filter)
         input_nodes = remapper.end()
     except BaseException:
         remapper.abort()
         raise
     blocks.reverse()  # blocks[0] is the input layer (the last hop)
     return Sample(seeds=seeds, blocks=blocks, input_nodes=input_nodes)
+
+
+def _hop_blocks(remapper: Remapper, num_layers: int, select: LayerSelect, frontier: str,
+                edge_filter: Optional[EdgeFilter]) -> "list[Block]":
+    """One block per hop, seeds' hop first, for :func:`sample_layers` (between the remapper's
+    ``begin`` and ``end``).
+
+    Raises:
+        ValueError: on edge weights with ``frontier="new"``.
+    """
+    from fgnn.sampling.base import Block
+
+    blocks: list[Block] = []
+    start = 0  # local id of the first vertex that samples at this hop
+    src_so_far: list[torch.Tensor] = []
+    dst_so_far: list[torch.Tensor] = []
+    for layer in range(num_layers):
+        nodes = remapper.nodes()
+        hop = nodes if frontier == "all" else nodes[start:]
+        nbr, dst, w = select(hop, layer)
+        src = remapper.add(nbr)
+        if edge_filter is not None:
+            src, dst, w = edge_filter(src, dst, w, layer, int(hop.numel()))
+        if frontier == "new":
+            if w is not None:
+                raise ValueError("frontier='new' does not take edge weights")
+            src_so_far.append(src)
+            dst_so_far.append(dst + start)
+            src, dst = torch.cat(src_so_far), torch.cat(dst_so_far)
+            start = int(nodes.numel())
+        blocks.append(Block(src, dst, num_src=remapper.size, num_dst=int(nodes.numel()),
+                            weights=w))
+    return blocks
