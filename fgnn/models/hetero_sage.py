@@ -17,8 +17,8 @@ from typing import Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
-from fgnn.hetero.sampler import HeteroBlock, HeteroSample
+from fgnn.graph.hetero import EdgeType, HeteroGraph, format_edge_type
+from fgnn.sampling.hetero import HeteroBlock, HeteroSample
 from fgnn.models.aggregate import Activation, resolve_activation, weighted_mean
 
 __all__ = ["HeteroSAGEConv", "HeteroGraphSAGE", "hetero_inputs"]
