@@ -6,13 +6,13 @@ Example::
     PYTHONPATH=. python bench/hetero_cache.py --users-log2 16 --items-log2 14 \\
         --interactions-log2 20 --user-feat-dim 64 --budgets 0.02,0.05,0.1,0.2 --json out.json
 
-The graph is :func:`fgnn.hetero.bipartite.user_item_graph` (items carry ``--item-feat-dim``
+The graph is :func:`fgnn.data.bipartite.user_item_graph` (items carry ``--item-feat-dim``
 float32 features); users get ``--user-feat-dim`` random float32 features (0: none, learned
 embeddings), so the two types have different row widths. Seeds are items (the item side of
 PinSAGE-style training), sampled by :class:`~fgnn.hetero.HeteroKHop` with ``--fanouts`` per
-relation. PreSC#K (:func:`~fgnn.hetero.cache.hetero_presc_hotness`) pre-samples ``--presc``
+relation. PreSC#K (:func:`~fgnn.cache.hetero.hetero_presc_hotness`) pre-samples ``--presc``
 epochs with one generator; the hit rate is then measured over ``--epochs`` other epochs (an
-independent generator) through :class:`~fgnn.hetero.cache.HeteroFeatureStore` counters, for each
+independent generator) through :class:`~fgnn.cache.hetero.HeteroFeatureStore` counters, for each
 budget (a fraction of all feature bytes) and each split: ``global`` (all rows ranked by visits
 per byte, one budget), ``global-bytes`` (all rows ranked by visits, one budget) and ``even``
 (budget / types bytes per type, hottest rows within each).
@@ -36,8 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fgnn.hetero import HeteroGraph, HeteroKHop  # noqa: E402
-from fgnn.hetero.bipartite import ITEM, USER, user_item_graph  # noqa: E402
-from fgnn.hetero.cache import (SPLITS, HeteroFeatureStore, feature_bytes,  # noqa: E402
+from fgnn.data.bipartite import ITEM, USER, user_item_graph  # noqa: E402
+from fgnn.cache.hetero import (SPLITS, HeteroFeatureStore, feature_bytes,  # noqa: E402
                                hetero_presc_hotness, row_bytes_of)
 
 

@@ -72,7 +72,7 @@ from fgnn.config import TrainConfig  # noqa: E402
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.link import LinkNeighborSampler, build_decoder, fit_link, random_link_split  # noqa
 from fgnn.link.edges import EdgeSet  # noqa: E402
-from fgnn.link.losses import bce_loss  # noqa: E402
+from fgnn.models.losses import bce_loss  # noqa: E402
 from fgnn.link.metrics import average_precision, mrr, roc_auc  # noqa: E402
 from fgnn.link.negatives import uniform_negatives  # noqa: E402
 from fgnn.link.split import LinkSplit  # noqa: E402

@@ -5,7 +5,7 @@ Example::
     python bench/recsys.py --users-log2 16 --items-log2 14 --interactions-log2 20 \\
         --json out.json
 
-Generates :func:`fgnn.hetero.bipartite.user_item_graph` (one held-out item per user), trains
+Generates :func:`fgnn.data.bipartite.user_item_graph` (one held-out item per user), trains
 PinSAGE item embeddings single-process on CPU with the max-margin loss and hard negatives
 (:func:`fgnn.hetero.recsys.train_pinsage`), and reports recall@K (= Hits@K) of ranking each
 user's unseen items against the mean embedding of their history plus the learned item bias
@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fgnn.hetero.bipartite import IU, UI, user_item_graph  # noqa: E402
+from fgnn.data.bipartite import IU, UI, user_item_graph  # noqa: E402
 from fgnn.hetero.recsys import (RecConfig, popularity_recall, recall_at_k,  # noqa: E402
                                 recall_of_scores, train_pinsage)
 from fgnn.models.pinsage_rec import ITEM_BIASES  # noqa: E402

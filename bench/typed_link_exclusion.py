@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 import fgnn.hetero.link_task as lt
 from fgnn.config import JobConfig, LinkConfig
 from fgnn.data import load_dataset
-from fgnn.hetero.sampler import HeteroKHop
+from fgnn.sampling.hetero import HeteroKHop
 spec = "hetero:papers=2000,seed=0"
 ds = load_dataset(spec)
 spent = [0.0]

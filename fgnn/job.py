@@ -497,7 +497,7 @@ def _check_typed(cfg: JobConfig, dataset: Dataset) -> None:
 def _typed_link_config(cfg: JobConfig, dataset: Dataset) -> JobConfig:
     """A typed link job's config with ``link.edge_type`` resolved (the dataset's default made
     explicit, so the console, the report and checkpoints name the relation predicted)."""
-    from fgnn.hetero.dataset import HeteroDataset
+    from fgnn.data.dataset_hetero import HeteroDataset
     from fgnn.tasks.checks import resolved_config
 
     if cfg.task != "link" or not isinstance(dataset, HeteroDataset):

@@ -265,7 +265,7 @@ def test_a_symmetric_relation_is_split_as_unordered_pairs_with_both_directions_e
 
 
 def _symmetric_dataset(g):
-    from fgnn.hetero.dataset import HeteroDataset
+    from fgnn.data.dataset_hetero import HeteroDataset
 
     return HeteroDataset.from_graph(g, name="sym", check_features=False)
 

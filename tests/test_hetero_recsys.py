@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from fgnn.hetero import HeteroGraph
-from fgnn.hetero.bipartite import IU, UI, user_item_graph
+from fgnn.data.bipartite import IU, UI, user_item_graph
 from fgnn.hetero.recsys import (RecConfig, cooccurrence_pairs, hard_negatives,
                                 history_queries, popularity_recall, recall_at_k, train_pinsage)
-from fgnn.hetero.walks import ItemWalkSampler
+from fgnn.sampling.walks_hetero import ItemWalkSampler
 from fgnn.models.pinsage_rec import ItemBias, max_margin_loss
 
 

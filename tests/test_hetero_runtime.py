@@ -31,7 +31,7 @@ from fgnn.executors.sampler import SamplerExecutor, pack_sample, sample_nbytes, 
 from fgnn.executors.scheduler import epoch_batches, step_tasks
 from fgnn.hetero import HeteroKHop
 from fgnn.sampling import Sample
-from fgnn.hetero.dataset import HeteroDataset
+from fgnn.data.dataset_hetero import HeteroDataset
 
 SPEC = "hetero:papers=1000,authors=300,fields=16,seed=0"
 FANOUTS = (5, 5)

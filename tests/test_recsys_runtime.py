@@ -24,7 +24,7 @@ from fgnn.executors._common import task_generator
 from fgnn.tasks.recsys import RecsysSampling, RecsysTask
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
-from fgnn.hetero.useritem import RecsysDataset
+from fgnn.data.useritem import RecsysDataset
 from fgnn.models.pinsage_rec import NEGATIVE, POSITIVE, QUERY
 
 SPEC = "useritem:users_log2=11,items_log2=9,interactions_log2=15,seed=0"

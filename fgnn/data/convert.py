@@ -20,26 +20,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from fgnn.data.dataset import Dataset, SplitLike, check_finite_features, split_ids
 from fgnn.graph import CSRGraph
+from fgnn.graph.arrays import as_cpu_tensor
 
 __all__ = ["from_pyg", "from_dgl", "from_ogb"]
 
 _SPLIT_NAMES = ("train", "val", "test")
-
-
-def as_cpu_tensor(value: Any, what: str) -> torch.Tensor:
-    """A CPU tensor from a tensor, numpy array or array-like."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    try:
-        return torch.as_tensor(np.asarray(value))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} cannot be read as an array ({type(value).__name__}): "
-                         f"{exc}") from None
 
 
 def _features(x: Any, n: int, what: str) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The on-disk format for heterogeneous graphs: ``.npy`` files per node type and per relation.
 
-Layout (ids are local to each node type, as in :class:`~fgnn.hetero.graph.HeteroGraph`)::
+Layout (ids are local to each node type, as in :class:`~fgnn.graph.hetero.HeteroGraph`)::
 
     DIR/manifest.json  {"format": "fgnn-ondisk-hetero", "version": 1, "name": str,
                         "node_types": [{"name": "user", "num_nodes": 3, "features": null},
@@ -25,7 +25,7 @@ Layout (ids are local to each node type, as in :class:`~fgnn.hetero.graph.Hetero
 
 Node types and relations keep their list order. :func:`save_ondisk_hetero` writes a directory
 atomically (as :func:`~fgnn.data.ondisk.save_dataset` does), :func:`load_ondisk_hetero` reads one
-into a :class:`~fgnn.hetero.graph.HeteroGraph` with the same checks as ``ondisk:`` (each error
+into a :class:`~fgnn.graph.hetero.HeteroGraph` with the same checks as ``ondisk:`` (each error
 one line naming the file, the manifest field and the value; NaN/±inf features refused; a symlink
 leaving ``DIR`` refused before it is opened). Feature files are memory-mapped copy-on-write, so
 they are read on demand and the files are never written.
@@ -47,7 +47,7 @@ from fgnn.data.ondisk import (FEAT_DTYPES, FORMAT, HETERO_FORMAT, VERSION, _chec
 from fgnn.graph import CSRGraph
 
 if TYPE_CHECKING:  # fgnn.hetero imports fgnn.data: import it lazily at run time
-    from fgnn.hetero.graph import HeteroGraph
+    from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["save_ondisk_hetero", "load_ondisk_hetero", "SPLIT_KEYS"]
 
@@ -334,7 +334,7 @@ def load_ondisk_hetero(directory: str | os.PathLike, *, check_nan: Optional[bool
             its type, a label outside ``num_classes``, a split id outside the target type,
             non-finite features, or a symlink that leaves ``directory``.
     """
-    from fgnn.hetero.graph import HeteroGraph
+    from fgnn.graph.hetero import HeteroGraph
 
     root = Path(directory)
     mpath, manifest = read_manifest(root)

@@ -11,17 +11,17 @@ Grammar::
                                     dedup, self_loops, weighted
     uniform[:key=value,...]   the same keys minus a, b, c
     hetero[:key=value,...]    typed synthetic graph with planted labels on ``paper``
-                              (:mod:`fgnn.hetero.synthetic`); keys: papers, authors, fields,
+                              (:mod:`fgnn.data.synthetic_hetero`); keys: papers, authors, fields,
                               classes, feat_dim, field_dim, authors_per_paper,
                               cites_per_paper, homophily, signal, train_frac, val_frac,
                               test_frac, seed
     useritem[:key=value,...]  planted user-item graph for ``--task recsys``
-                              (:mod:`fgnn.hetero.useritem`); keys: users_log2, items_log2,
+                              (:mod:`fgnn.data.useritem`); keys: users_log2, items_log2,
                               interactions_log2, dim, affinity, popularity_exponent,
                               feat_noise, seed
 
 A typed dataset (``hetero``, or an ``ondisk:DIR`` in the typed format) loads as a
-:class:`~fgnn.hetero.dataset.HeteroDataset`, which the runtime trains with a relational model.
+:class:`~fgnn.data.dataset_hetero.HeteroDataset`, which the runtime trains with a relational model.
 
 Example: ``rmat:scale=20,edge_factor=16,feat_dim=128,train_frac=0.01,seed=0``. Omitted keys take
 the defaults of :func:`~fgnn.data.synthetic.rmat_dataset`. A relative ``DIR`` is resolved
@@ -208,14 +208,14 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
             path = Path(root) / path
         return load_ogb(path) if kind == "ogb" else _load_ondisk_any(path)
     if kind == "hetero":
-        from fgnn.hetero.synthetic import typed_synthetic
+        from fgnn.data.synthetic_hetero import typed_synthetic
 
         try:
             return typed_synthetic(**params)
         except ValueError as exc:
             raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
     if kind == "useritem":
-        from fgnn.hetero.useritem import useritem_dataset
+        from fgnn.data.useritem import useritem_dataset
 
         try:
             return useritem_dataset(**params)
@@ -231,14 +231,14 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
 
 def _load_ondisk_any(path: Path) -> Dataset:
     """``ondisk:DIR``: the homogeneous format, or the typed one as a
-    :class:`~fgnn.hetero.dataset.HeteroDataset` (its manifest's ``format`` decides)."""
+    :class:`~fgnn.data.dataset_hetero.HeteroDataset` (its manifest's ``format`` decides)."""
     from fgnn.data.ondisk import HETERO_FORMAT, read_manifest
 
     _, manifest = read_manifest(path)
     if manifest.get("format") != HETERO_FORMAT:
         return load_ondisk(path)
     from fgnn.data.ondisk_hetero import load_ondisk_hetero
-    from fgnn.hetero.dataset import HeteroDataset
+    from fgnn.data.dataset_hetero import HeteroDataset
 
     graph = load_ondisk_hetero(path)
     return HeteroDataset.from_graph(graph, check_features=False)  # the loader scanned them

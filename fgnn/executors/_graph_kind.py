@@ -18,9 +18,9 @@ from fgnn.cache.feature_store import FeatureStore
 from fgnn.executors import _typed
 from fgnn.executors._common import features_payload, graph_from_payload, graph_payload
 from fgnn.graph import CSRGraph
-from fgnn.hetero.dataset import HeteroDataset
-from fgnn.hetero.graph import HeteroGraph
-from fgnn.hetero.sampler import HeteroKHop
+from fgnn.data.dataset_hetero import HeteroDataset
+from fgnn.graph.hetero import HeteroGraph
+from fgnn.sampling.hetero import HeteroKHop
 from fgnn.sampling import build_sampler
 from fgnn.sampling.base import Sample
 

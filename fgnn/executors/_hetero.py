@@ -1,21 +1,21 @@
 """Typed graphs through the factored runtime (internal): node classification on a
-:class:`~fgnn.hetero.dataset.HeteroDataset`.
+:class:`~fgnn.data.dataset_hetero.HeteroDataset`.
 
 What changes against a homogeneous job, and where:
 
 * **Payloads** -- the topology travels as one CSR payload per relation (:func:`graph_payload`),
   the features as one matrix per node type that has features (:func:`features_payload`).
-* **Samplers** -- a :class:`~fgnn.hetero.sampler.HeteroKHop` with per-relation fanouts draws a
-  :class:`~fgnn.hetero.sampler.HeteroSample` around each task's seeds of the target type, from
+* **Samplers** -- a :class:`~fgnn.sampling.hetero.HeteroKHop` with per-relation fanouts draws a
+  :class:`~fgnn.sampling.hetero.HeteroSample` around each task's seeds of the target type, from
   the same per-task generator as a homogeneous task
   (:func:`~fgnn.executors._common.task_generator`); :func:`fgnn.executors.sampler.pack_sample`
   carries it through the object store. PreSC counts visits per ``(type, id)``.
 * **Caches** -- :class:`HeteroCachePlanner`: hotness per node type (PreSC visits from the
   warm-up epochs, degree, random), ONE byte budget across the types
-  (:func:`fgnn.hetero.cache.choose_cached_rows`, ``split="global"``: visits per byte), the same
+  (:func:`fgnn.cache.hetero.choose_cached_rows`, ``split="global"``: visits per byte), the same
   rows on every Trainer (a standby, whose device also holds the topology, gets the rows of a
   budget smaller by the topology's bytes). The Samplers mark nothing: a Trainer's
-  :class:`~fgnn.hetero.cache.HeteroFeatureStore` knows its rows.
+  :class:`~fgnn.cache.hetero.HeteroFeatureStore` knows its rows.
 * **Trainers** -- extract per type through the store (:func:`extract_typed`: hit/miss counts
   per node type in each task's record, summed per epoch into ``EpochStats.typed_cache``), train
   :class:`~fgnn.models.hetero_sage.HeteroGraphSAGE` and exchange gradients like any job.
@@ -38,7 +38,7 @@ import torch
 from fgnn.data.dataset import Dataset
 from fgnn.executors._caches import CachePlanner
 from fgnn.executors._typed import graph_nbytes
-from fgnn.hetero.graph import HeteroGraph
+from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["degree_hotness", "HeteroCachePlanner"]
 
@@ -91,7 +91,7 @@ class HeteroCachePlanner(CachePlanner):
         ``cache_ratio`` times all feature bytes, else the device's budget
         (``device_memory_gib``, or 1 GiB on a logical device) less its model and step, capped
         by ``cache_ratio``."""
-        from fgnn.hetero.cache import feature_bytes
+        from fgnn.cache.hetero import feature_bytes
 
         cfg, g = self.config.cache, self.dataset.graph
         total = feature_bytes(g)
@@ -106,11 +106,11 @@ class HeteroCachePlanner(CachePlanner):
 
     def choose(self, memory_reports: dict[str, Any]) -> None:
         """After the warm-up: the hotness (PreSC: the Samplers' visits), the two budgets, the
-        rows under each (:func:`~fgnn.hetero.cache.choose_cached_rows`), then every Trainer
+        rows under each (:func:`~fgnn.cache.hetero.choose_cached_rows`), then every Trainer
         fills its store."""
         import ray
 
-        from fgnn.hetero.cache import choose_cached_rows, feature_bytes, row_bytes_of
+        from fgnn.cache.hetero import choose_cached_rows, feature_bytes, row_bytes_of
 
         t0 = time.perf_counter()
         reports = list(memory_reports.values())
@@ -161,7 +161,7 @@ class HeteroCachePlanner(CachePlanner):
     def typed_allocation(self) -> dict[str, Any]:
         """The report's ``allocation.typed_cache``: the split, the budgets and the rows and
         bytes each node type caches (every Trainer; ``resident``: a standby)."""
-        from fgnn.hetero.cache import row_bytes_of
+        from fgnn.cache.hetero import row_bytes_of
 
         rb = row_bytes_of(self.dataset.graph)
 

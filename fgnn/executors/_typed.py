@@ -12,7 +12,7 @@ import torch
 
 from fgnn.executors._common import tensor_from
 from fgnn.graph import CSRGraph
-from fgnn.hetero.graph import HeteroGraph
+from fgnn.graph.hetero import HeteroGraph
 from fgnn.sampling.base import Sample
 
 __all__ = ["graph_payload", "graph_from_payload", "features_payload", "graph_nbytes",
@@ -67,7 +67,7 @@ def new_visits(graph: HeteroGraph, device: torch.device) -> dict[str, torch.Tens
 def extract_typed(store: Any, sample: Sample) -> tuple[dict[str, torch.Tensor],
                                                              dict[str, Any]]:
     """A Trainer's Extract of a typed sample: the model inputs per type through its
-    :class:`~fgnn.hetero.cache.HeteroFeatureStore`, and the task record's counters (``hits``,
+    :class:`~fgnn.cache.hetero.HeteroFeatureStore`, and the task record's counters (``hits``,
     ``misses``, host ``bytes``, the tiers, and ``typed``: node type -> ``[hits, misses]`` for
     every type with features)."""
     x = store.extract(sample)
@@ -83,7 +83,7 @@ def extract_typed(store: Any, sample: Sample) -> tuple[dict[str, torch.Tensor],
 
 def build_store(host: dict[str, Any], cached: Optional[dict[str, Any]], device: str) -> Any:
     """A Trainer's typed store over ``host`` (node type -> matrix) caching ``cached`` ids."""
-    from fgnn.hetero.cache import HeteroFeatureStore
+    from fgnn.cache.hetero import HeteroFeatureStore
 
     feats = {t: tensor_from(x) for t, x in host.items()}
     ids = {t: tensor_from(v).long() for t, v in (cached or {}).items()}

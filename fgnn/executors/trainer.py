@@ -86,7 +86,7 @@ class TrainerExecutor:
             itself (its host tier then reads rows from the file, not from the object store),
             or for a typed dataset node type -> ``(N_t, F_t)`` matrix (``placement`` is then
             node type -> cached ids, and the store a
-            :class:`~fgnn.hetero.cache.HeteroFeatureStore`).
+            :class:`~fgnn.cache.hetero.HeteroFeatureStore`).
         labels: ``(N,)`` int64 labels.
         model: a model of the :mod:`fgnn.models` contract (weights come from the server).
         placement: the job's cache placement over its devices

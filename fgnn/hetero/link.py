@@ -1,7 +1,7 @@
 """Typed link prediction: the target relation, its reverse, the edge split and the negatives.
 
 A typed link job predicts the edges of one relation ``R = (S, r, D)`` of a
-:class:`~fgnn.hetero.graph.HeteroGraph` (``--link-edge-type S,r,D``):
+:class:`~fgnn.graph.hetero.HeteroGraph` (``--link-edge-type S,r,D``):
 
 * :func:`resolve_edge_type` -- the relation a spec names (``S,r,D``, ``S:r:D``, ``S-r->D`` or
   ``r`` alone when unique); without a spec the graph's own (``meta["link_edge_type"]``) or its
@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
+from fgnn.graph.hetero import EdgeType, HeteroGraph, format_edge_type
 from fgnn.link.edges import EdgeSet
 from fgnn.link.negatives import Negatives, uniform_negatives
 

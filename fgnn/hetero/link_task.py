@@ -1,7 +1,7 @@
 """Typed link prediction through the factored runtime (``--task link`` on a typed dataset).
 
 The pieces mirror :mod:`fgnn.link.task` (same interfaces, so the runtime's link path drives
-them unchanged) on a :class:`~fgnn.hetero.dataset.HeteroDataset` and one relation
+them unchanged) on a :class:`~fgnn.data.dataset_hetero.HeteroDataset` and one relation
 ``R = (S, r, D)`` (:mod:`fgnn.hetero.link`):
 
 * **Driver** (:class:`TypedLinkTask`): ``R``'s edge split, the training message graph (no
@@ -10,7 +10,7 @@ them unchanged) on a :class:`~fgnn.hetero.dataset.HeteroDataset` and one relatio
 * **Samplers** (:class:`TypedLinkSampling`): a training task's items are ids of training edges
   of ``R``; each draws ``neg_ratio`` negatives per positive with a destination of type ``D``
   (filtered: never a known training edge of ``R``), then samples around the seeds of both types
-  at once (:meth:`~fgnn.hetero.sampler.HeteroKHop.sample_seeds`: sources of type ``S``,
+  at once (:meth:`~fgnn.sampling.hetero.HeteroKHop.sample_seeds`: sources of type ``S``,
   destinations and negatives of type ``D``) with the seed edges dropped from ``R``'s draws and,
   with ``exclude="reverse"``, their twins from the reverse relation's. An evaluation chunk is a
   slice of the split's pairs sampled on the split's message graph. The
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fgnn.hetero.graph import EdgeType, HeteroGraph
+from fgnn.graph.hetero import EdgeType, HeteroGraph
 from fgnn.hetero.link import (TypedLinkSplit, resolve_edge_type, reverse_of, typed_link_split,
                               typed_negatives, with_relation)
-from fgnn.hetero.sampler import EdgeFilter, HeteroKHop
+from fgnn.sampling.hetero import EdgeFilter, HeteroKHop
 from fgnn.sampling.base import Sample
 from fgnn.link.edges import EdgeSet
 from fgnn.link.task import LinkTask
@@ -43,7 +43,7 @@ from fgnn.sampling.task_sampling import SamplingSpec
 
 if TYPE_CHECKING:
     from fgnn.config import JobConfig
-    from fgnn.hetero.dataset import HeteroDataset
+    from fgnn.data.dataset_hetero import HeteroDataset
 
 __all__ = ["TypedLinkTask", "TypedLinkSampling", "HeteroLinkModel", "build_typed_link_model",
            "seed_edge_filter"]
@@ -112,7 +112,7 @@ class TypedLinkTask(LinkTask):
 
 def seed_edge_filter(pos: torch.Tensor, et: EdgeType, rev: Optional[EdgeType],
                      num_nodes: dict[str, int], exclude: str) -> Optional[EdgeFilter]:
-    """The :data:`~fgnn.hetero.sampler.EdgeFilter` dropping the seed edges ``pos`` (``(2, P)``
+    """The :data:`~fgnn.sampling.hetero.EdgeFilter` dropping the seed edges ``pos`` (``(2, P)``
     ``[s, d]`` of ``et``) from ``et``'s draws and, with ``exclude="reverse"``, their twins
     ``d -> s`` from ``rev``'s; None for ``exclude="none"``."""
     if exclude == "none":
@@ -134,7 +134,7 @@ class TypedLinkSampling:
 
     Args:
         payload: :meth:`TypedLinkTask.payload`.
-        sampler: the job's :class:`~fgnn.hetero.sampler.HeteroKHop`.
+        sampler: the job's :class:`~fgnn.sampling.hetero.HeteroKHop`.
         device: the sampling device.
     """
 

@@ -43,8 +43,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch.nn import functional as F
 
-from fgnn.hetero.graph import EdgeType, HeteroGraph
-from fgnn.hetero.walks import ItemWalkSampler
+from fgnn.graph.hetero import EdgeType, HeteroGraph
+from fgnn.sampling.walks_hetero import ItemWalkSampler
 from fgnn.models.pinsage_rec import ITEM_BIASES, ItemBias, PinSAGEEmbedder, max_margin_loss
 
 __all__ = ["RecConfig", "PinSAGERecommender", "train_pinsage", "recall_at_k",

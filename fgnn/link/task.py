@@ -35,7 +35,7 @@ from torch import nn
 from fgnn.graph import CSRGraph
 from fgnn.link.decoders import build_decoder
 from fgnn.link.edges import EdgeSet
-from fgnn.link.losses import bce_loss
+from fgnn.models.losses import bce_loss
 from fgnn.link.metrics import average_precision, hits_at_k, mrr, roc_auc
 from fgnn.link.sampler import LinkNeighborSampler
 from fgnn.link.split import LinkSplit, random_link_split

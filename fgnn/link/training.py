@@ -21,7 +21,7 @@ from torch import nn
 from fgnn.config import TrainConfig
 from fgnn.data.dataset import Features
 from fgnn.graph import CSRGraph
-from fgnn.link.losses import LOSSES, bce_loss, max_margin_loss
+from fgnn.models.losses import LOSSES, bce_loss, max_margin_loss
 from fgnn.link.metrics import average_precision, roc_auc
 from fgnn.link.sampler import LinkNeighborSampler
 from fgnn.link.split import LinkSplit
@@ -102,7 +102,7 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
         sampler: edge-seed sampler; its layer count must be the encoder's.
         train_cfg: epochs, batch size (edges per step), lr, weight decay, seed, eval_every,
             patience (in evaluations without a better validation AUC).
-        loss: ``bce`` or ``margin`` (:mod:`fgnn.link.losses`).
+        loss: ``bce`` or ``margin`` (:mod:`fgnn.models.losses`).
         filter_negatives: never draw a known training edge as a negative.
         margin: Δ of the max-margin loss.
 

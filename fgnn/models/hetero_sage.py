@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
+from fgnn.graph.hetero import EdgeType, HeteroGraph, format_edge_type
 from fgnn.sampling.base import HeteroBlock, Sample
 from fgnn.models.aggregate import Activation, resolve_activation, weighted_mean
 

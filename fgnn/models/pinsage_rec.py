@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fgnn.models.aggregate import check_hparams, check_inputs
+from fgnn.models.losses import max_margin_loss as scores_max_margin_loss
 from fgnn.models.pinsage import PinSAGEConv
 from fgnn.sampling.base import Block
 
@@ -131,8 +132,6 @@ def max_margin_loss(query: torch.Tensor, positive: torch.Tensor, negatives: torc
     Shapes:
         -> scalar.
     """
-    from fgnn.link.losses import max_margin_loss as scores_max_margin_loss
-
     pos = (query * positive).sum(-1)                               # (B,)
     if negatives.dim() == 2:
         neg = query @ negatives.t()                                # (B, K)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 from torch import nn
 
 from fgnn.config import JobConfig, register_task_name
-from fgnn.hetero.dataset import HeteroDataset
+from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.hetero.link_task import TypedLinkTask
 from fgnn.link.task import LinkTask
 from fgnn.tasks.base import (SamplingSpec, StepRule, Task, TaskSampling, forward_backward)

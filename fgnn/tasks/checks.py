@@ -9,9 +9,9 @@ from typing import Any
 from fgnn.cache.hotness import parse_policy
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
-from fgnn.hetero.dataset import HeteroDataset
+from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.hetero.link import resolve_edge_type
-from fgnn.hetero.useritem import is_recsys
+from fgnn.data.useritem import is_recsys
 
 __all__ = ["TypedJobError", "POLICIES", "check_job", "check_typed", "check_homogeneous",
            "check_recsys", "check_link", "resolved_config"]

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fgnn.evaluation import score_logits
-from fgnn.hetero.dataset import HeteroDataset
+from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.models import build_model
 from fgnn.models.hetero_sage import HeteroGraphSAGE
 from fgnn.sampling.base import Sample

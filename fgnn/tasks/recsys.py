@@ -1,6 +1,6 @@
 """PinSAGE as a recommender through the factored runtime (``task="recsys"``).
 
-A user-item dataset (:class:`~fgnn.hetero.useritem.RecsysDataset`, ``useritem:...``) is one id
+A user-item dataset (:class:`~fgnn.data.useritem.RecsysDataset`, ``useritem:...``) is one id
 space, items first. The runtime's parts do what they do for link prediction (the job's
 task is a :class:`RecsysTask`); this module supplies what differs:
 
@@ -17,7 +17,7 @@ task is a :class:`RecsysTask`); this module supplies what differs:
   embedding), all read from the user's row of the topology, which holds training interactions
   only: a held-out item is never drawn. The task also draws its shared uniform negatives; then
   PinSAGE's item -> user -> item random-walk neighbourhoods of every item involved
-  (:meth:`~fgnn.hetero.walks.ItemWalkSampler.on_topology`). The sample carries its examples in
+  (:meth:`~fgnn.sampling.walks_hetero.ItemWalkSampler.on_topology`). The sample carries its examples in
   ``Sample.pairs`` (:class:`~fgnn.models.pinsage_rec.PinSAGERecModel`).
 * **Caches** (:class:`RecsysCachePlanner`): the homogeneous planner over the item rows;
   degree hotness counts an item's users, and user rows (never read) rank below every item.
@@ -39,7 +39,7 @@ import torch
 
 from fgnn.config import JobConfig
 from fgnn.hetero.recsys import RecConfig, popularity_recall, recall_at_k
-from fgnn.hetero.useritem import RecsysDataset
+from fgnn.data.useritem import RecsysDataset
 from fgnn.link.task import PAIR_STEP
 from fgnn.models.pinsage_rec import EMBED, NEGATIVE, POSITIVE, QUERY, PinSAGERecModel
 from fgnn.sampling.base import Sample
@@ -219,7 +219,7 @@ class RecsysSampling:
     def walker(self, graph: Any) -> Any:
         """PinSAGE's walks on the Sampler's topology (built once)."""
         if self._walker is None:
-            from fgnn.hetero.walks import ItemWalkSampler
+            from fgnn.sampling.walks_hetero import ItemWalkSampler
 
             self._walker = ItemWalkSampler.on_topology(graph, self.num_items, 0,
                                                        **self.walk_args)

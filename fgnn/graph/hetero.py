@@ -19,10 +19,10 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 
-from fgnn.data.convert import as_cpu_tensor
-from fgnn.graph import CSRGraph
+from fgnn.graph.arrays import as_cpu_tensor
+from fgnn.graph.csr import CSRGraph
 
-__all__ = ["EdgeType", "HeteroGraph", "format_edge_type"]
+__all__ = ["EdgeType", "HeteroGraph", "format_edge_type", "row_bytes_of"]
 
 #: A relation ``(src_type, rel, dst_type)``, PyG's ``EdgeType``.
 EdgeType = tuple[str, str, str]
@@ -259,6 +259,15 @@ class HeteroGraph:
         rels = ", ".join(f"{format_edge_type(e)}: {c.num_edges}" for e, c in
                          self.relations.items())
         return f"HeteroGraph(num_nodes={self.num_nodes}, relations={{{rels}}})"
+
+
+def row_bytes_of(graph: HeteroGraph) -> dict[str, int]:
+    """Bytes of one feature row per node type (0 for a type without features)."""
+    out = {}
+    for t in graph.node_types:
+        x = graph.features.get(t)
+        out[t] = 0 if x is None else int(x.shape[1]) * x.element_size()
+    return out
 
 
 def _as_float(value: Any, what: str) -> torch.Tensor:

@@ -6,7 +6,7 @@ author 16, a type without features -- learned embeddings -- none), so a row coun
 the budget: bytes are. This module keeps the pieces of :mod:`fgnn.cache` and adds the typed step:
 
 * :func:`hetero_presample_counts` / :func:`hetero_presc_hotness` -- PreSC#K (FGNN §6.3) over
-  :class:`~fgnn.hetero.sampler.HeteroKHop` samples: the visit count of every ``(type, local
+  :class:`~fgnn.sampling.hetero.HeteroKHop` samples: the visit count of every ``(type, local
   id)``, i.e. how many mini-batches' ``input_nodes[type]`` hold the node.
 * :func:`choose_cached_rows` -- which rows to cache under one byte budget. ``split="global"``
   (the default) ranks every row of every type with features by *visits per byte*
@@ -39,12 +39,12 @@ import numpy as np
 import torch
 
 from fgnn.cache.feature_store import FeatureCache, FeatureStore, TierStats, fill_rows
-from fgnn.hetero.graph import HeteroGraph
-from fgnn.hetero.sampler import HeteroKHop
+from fgnn.graph.hetero import HeteroGraph, row_bytes_of
 from fgnn.sampling.base import Sample
+from fgnn.sampling.hetero import HeteroKHop
 
 __all__ = ["SPLITS", "hetero_presample_counts", "hetero_presc_hotness", "choose_cached_rows",
-           "row_bytes_of", "feature_bytes", "HeteroFeatureStore"]
+           "feature_bytes", "HeteroFeatureStore"]
 
 #: How :func:`choose_cached_rows` shares the budget between types.
 SPLITS = ("global", "global-bytes", "even")
@@ -112,15 +112,6 @@ def hetero_presc_hotness(graph: HeteroGraph, sampler: HeteroKHop, seed_type: str
     counts = hetero_presample_counts(graph, sampler, seed_type, train_idx, epochs=epochs,
                                      batch_size=batch_size, generator=generator)
     return {t: c / float(epochs) for t, c in counts.items()}
-
-
-def row_bytes_of(graph: HeteroGraph) -> dict[str, int]:
-    """Bytes of one feature row per node type (0 for a type without features)."""
-    out = {}
-    for t in graph.node_types:
-        x = graph.features.get(t)
-        out[t] = 0 if x is None else int(x.shape[1]) * x.element_size()
-    return out
 
 
 def feature_bytes(graph: HeteroGraph) -> int:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
+from fgnn.graph.hetero import EdgeType, HeteroGraph, format_edge_type
 from fgnn.sampling.base import HeteroBlock, Sample, Sampler
 from fgnn.sampling.khop import sample_uniform
 from fgnn.sampling.remap import Remapper

@@ -1,6 +1,6 @@
 """The planted user-item graph as a launchable dataset (``useritem:...``, ``--task recsys``).
 
-:func:`useritem_dataset` generates :func:`fgnn.hetero.bipartite.user_item_graph` and lays it
+:func:`useritem_dataset` generates :func:`fgnn.data.bipartite.user_item_graph` and lays it
 out for the factored runtime as one id space, **items first**: item ``i`` is vertex ``i`` and
 user ``u`` is vertex ``num_items + u``. The topology holds both directions of every training
 interaction (a user's row lists its items, an item's row its users), which is what the
@@ -23,7 +23,7 @@ import torch
 
 from fgnn.data.dataset import Dataset
 from fgnn.graph import CSRGraph
-from fgnn.hetero.bipartite import UI, UserItemData, user_item_graph
+from fgnn.data.bipartite import UI, UserItemData, user_item_graph
 
 __all__ = ["RecsysDataset", "useritem_dataset", "USERITEM_KEYS", "is_recsys"]
 

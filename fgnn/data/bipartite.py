@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fgnn.hetero.graph import HeteroGraph
+from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["UserItemData", "user_item_graph", "USER", "ITEM", "UI", "IU"]
 

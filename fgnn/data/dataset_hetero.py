@@ -1,4 +1,4 @@
-"""A typed dataset the runtime trains: a :class:`~fgnn.hetero.graph.HeteroGraph` with labels on
+"""A typed dataset the runtime trains: a :class:`~fgnn.graph.hetero.HeteroGraph` with labels on
 one target type and a train/validation/test split of that type's nodes.
 
 :class:`HeteroDataset` is a :class:`~fgnn.data.Dataset` whose ``graph`` is the typed graph and
@@ -16,8 +16,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from fgnn.data.dataset import Dataset, check_finite_features, split_ids
-from fgnn.hetero.cache import row_bytes_of
-from fgnn.hetero.graph import HeteroGraph, format_edge_type
+from fgnn.graph.hetero import HeteroGraph, format_edge_type, row_bytes_of
 
 __all__ = ["HeteroDataset", "random_splits"]
 

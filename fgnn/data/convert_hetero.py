@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from fgnn.hetero.graph import HeteroGraph
+from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["from_pyg_hetero", "from_dgl_hetero"]
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-from fgnn.hetero.graph import EdgeType, HeteroGraph, format_edge_type
+from fgnn.graph.hetero import EdgeType, HeteroGraph, format_edge_type
 from fgnn.sampling.base import Sample
 from fgnn.sampling.random_walk import random_walk_topk, random_walks
 from fgnn.sampling.remap import Remapper, sample_layers
@@ -69,7 +69,7 @@ class ItemWalkSampler:
         """The same walks on an already merged topology: ``homo`` (a
         :class:`~fgnn.graph.CSRGraph`) holds both directions of every interaction, the items
         are vertices ``[offset, offset + num_items)`` and every other vertex is of the other
-        type (the layout of :mod:`fgnn.hetero.useritem`: items first, ``offset`` 0).
+        type (the layout of :mod:`fgnn.data.useritem`: items first, ``offset`` 0).
 
         Raises:
             ValueError: when an argument is not a positive int or the items do not fit.

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from fgnn.hetero.dataset import HeteroDataset, random_splits
-from fgnn.hetero.graph import HeteroGraph
+from fgnn.data.dataset_hetero import HeteroDataset, random_splits
+from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["typed_synthetic", "SYNTHETIC_KEYS"]
 
