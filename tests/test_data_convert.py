@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fgnn.data import from_dgl, from_ogb, from_pyg
+from fgnn.data import Dataset, from_dgl, from_ogb, from_pyg
 
 #   0 ──> 1 ──> 2        edge u -> v: a message from u to v, so row v lists u
 #   ^     ^     │        (PyG edge_index[:, e] = (u, v), DGL g.edges() = (u, v))
@@ -193,8 +193,22 @@ def test_from_dgl_bad_input():
         from_dgl(FakeDGLGraph({"label": Y}))
     with pytest.raises(ValueError, match=r"no edata\['w'\]"):
         from_dgl(fake_dgl(), weight_key="w")
-    with pytest.raises(ValueError, match="heterogeneous"):
-        from_dgl(FakeDGLGraph({"feat": X, "label": Y}, ntypes=("a", "b")))
+    with pytest.raises(TypeError, match=r"from_dgl: target_type='a' does not apply to DGL graph "
+                                        r"'dgl', a homogeneous graph"):
+        from_dgl(fake_dgl(), target_type="a")
+
+
+def test_homogeneous_objects_still_give_a_dataset_and_reject_typed_keywords():
+    for ds in (from_pyg(fake_pyg()), from_dgl(fake_dgl())):
+        assert type(ds) is Dataset and _rows(ds.graph) == ROWS
+    with pytest.raises(TypeError, match=r"from_pyg: seed=3 does not apply to PyG data 'pyg', a "
+                                        r"homogeneous graph"):
+        from_pyg(fake_pyg(), seed=3)
+    for wrong in ([1, 2], object()):   # neither a graph nor a typed graph: the type is named
+        with pytest.raises(ValueError, match=rf"neither edge_index nor adj_t, nor the node_types "
+                                             rf"and edge_types of a HeteroData \(got "
+                                             rf"{type(wrong).__name__};"):
+            from_pyg(wrong)
 
 
 def test_from_dgl_real_library():

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fgnn.data import Dataset, from_dgl, from_pyg
 from fgnn.graph import CSRGraph
-from fgnn.hetero import HeteroGraph, HeteroKHop, from_dgl_hetero, from_pyg_hetero
+from fgnn.hetero import HeteroDataset, HeteroGraph, HeteroKHop, from_dgl_hetero, from_pyg_hetero
 from fgnn.models.hetero_sage import HeteroGraphSAGE, HeteroSAGEConv, hetero_inputs
 
 UI = ("user", "rates", "item")
@@ -157,6 +158,78 @@ def test_conversion_errors_name_the_part():
         from_pyg_hetero(SimpleNamespace(x=X_ITEM))
     with pytest.raises(ValueError, match=r"nodes\['user'\].data\['label'\]"):
         from_dgl_hetero(FakeDGLHetero(), target_type="user")
+
+
+def _same_dataset(a: Dataset, b: Dataset) -> None:
+    assert type(a) is type(b) is HeteroDataset
+    assert (a.name, a.num_classes, a.target_type, a.meta) == (b.name, b.num_classes,
+                                                              b.target_type, b.meta)
+    assert a.graph.num_nodes == b.graph.num_nodes and a.graph.edge_types == b.graph.edge_types
+    for et in a.graph.edge_types:
+        assert torch.equal(a.graph.relations[et].indptr, b.graph.relations[et].indptr)
+        assert torch.equal(a.graph.relations[et].indices, b.graph.relations[et].indices)
+    assert a.features.keys() == b.features.keys()
+    assert all(torch.equal(a.features[t], b.features[t]) for t in a.features)
+    for field in ("labels", "train_idx", "val_idx", "test_idx"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_from_pyg_and_from_dgl_take_typed_graphs():
+    """The homogeneous entry points give the typed converters' dataset for a typed object; the
+    target type defaults to the only node type with labels."""
+    want = HeteroDataset.from_graph(from_pyg_hetero(fake_pyg(), target_type="item", name="pyg"),
+                                    name="pyg", seed=5)
+    _same_dataset(from_pyg(fake_pyg(), target_type="item", seed=5), want)
+    _same_dataset(from_pyg(fake_pyg(), seed=5), want)
+    assert want.graph.meta["source"] == "pyg" and want.num_nodes == 4
+    assert sorted(torch.cat([want.train_idx, want.val_idx, want.test_idx]).tolist()) == [0, 1,
+                                                                                          2, 3]
+    want = HeteroDataset.from_graph(
+        from_dgl_hetero(FakeDGLHetero(), target_type="item", name="dgl"), name="dgl")
+    _same_dataset(from_dgl(FakeDGLHetero(), target_type="item"), want)
+    _same_dataset(from_dgl(FakeDGLHetero()), want)
+    assert not torch.equal(from_pyg(fake_pyg(), seed=1).train_idx,
+                           from_pyg(fake_pyg(), seed=2).train_idx)
+
+
+def test_typed_splits_come_from_the_target_types_masks_or_keywords():
+    data = fake_pyg()
+    item = data["item"]
+    item.train_mask = torch.tensor([True, True, False, False])
+    item.val_mask = torch.tensor([False, False, True, False])
+    item.test_mask = torch.tensor([[False, False], [False, False], [False, True], [True, False]])
+    ds = from_pyg(data, split=0, num_classes=3)
+    assert (ds.train_idx.tolist(), ds.val_idx.tolist(), ds.test_idx.tolist()) == ([0, 1], [2],
+                                                                                   [3])
+    assert ds.num_classes == 3
+    with pytest.raises(ValueError, match=r"test_mask has shape \(4, 2\): 2 splits"):
+        from_pyg(data)
+    assert from_pyg(data, split=1, train=[3]).train_idx.tolist() == [3]
+    g = FakeDGLHetero()
+    g.nodes["item"].data.update(train_mask=torch.tensor([False, True, True, False]))
+    with pytest.raises(ValueError, match=r"DGL graph 'dgl': no val split of node type 'item'.*"
+                                         r"pass val="):
+        from_dgl(g)
+    ds = from_dgl(g, val=torch.tensor([0]), test=torch.tensor([3]))
+    assert (ds.train_idx.tolist(), ds.val_idx.tolist(), ds.test_idx.tolist()) == ([1, 2], [0],
+                                                                                   [3])
+
+
+def test_typed_entry_point_errors_name_the_keyword_or_type():
+    with pytest.raises(TypeError, match=r"from_pyg: symmetrize=True does not apply to PyG data "
+                                        r"'pyg', a typed HeteroData"):
+        from_pyg(fake_pyg(), symmetrize=True)
+    with pytest.raises(TypeError, match=r"from_dgl: weight_key='w' does not apply to DGL graph "
+                                        r"'dgl', a heterograph"):
+        from_dgl(FakeDGLHetero(), weight_key="w")
+    data = fake_pyg()
+    data["user"].y = torch.zeros(3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"2 node types have y \(\['user', 'item'\].*pass "
+                                         r"target_type="):
+        from_pyg(data)
+    assert from_pyg(data, target_type="user").num_nodes == 3
+    with pytest.raises(ValueError, match=r"target_type 'paper' is not a node type"):
+        from_pyg(fake_pyg(), target_type="paper")
 
 
 # ---------------------------------------------------------------------------- sampler

@@ -1,5 +1,9 @@
 """Bring your own graph: PyG ``Data``, DGL graphs and OGB node-property datasets as a Dataset.
 
+:func:`from_pyg` and :func:`from_dgl` take typed graphs too (PyG ``HeteroData``, DGL
+heterographs) and return a :class:`~fgnn.data.dataset_hetero.HeteroDataset` for them (through
+:mod:`fgnn.data.convert_hetero`).
+
 The converters read the objects by their attributes (duck typing), so none of them imports
 torch_geometric, dgl or ogb; only :func:`from_ogb` given a dataset *name* needs the ``ogb``
 package (to download it) and says so when it is missing.
@@ -18,11 +22,15 @@ mask with one column per split needs ``split=k``) or node ids, each overridable 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 
 from fgnn.data.dataset import Dataset, SplitLike, check_finite_features, split_ids
+from fgnn.data.convert_hetero import (from_dgl_hetero, from_pyg_hetero, is_typed_dgl,
+                                     is_typed_pyg, labelled_type, typed_dataset)
+from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.graph import CSRGraph
 from fgnn.graph.arrays import as_cpu_tensor
 
@@ -82,6 +90,22 @@ def _mask_column(value: Any, split: Optional[int], what: str) -> Any:
     if not 0 <= split < cols:
         raise ValueError(f"split={split} is outside the {cols} columns of {what}")
     return value[:, split]
+
+
+def _not_for(func: str, what: str, **given: Any) -> None:
+    """Raise TypeError naming the first keyword of ``given`` that is set (not ``None`` or
+    ``False``): it does not apply to the kind of graph ``what`` describes."""
+    for key, value in given.items():
+        if value is not None and value is not False:
+            raise TypeError(f"{func}: {key}={value!r} does not apply to {what}")
+
+
+def _splits(given: dict[str, Any], mask: Callable[[str], Any], where: str,
+            split: Optional[int]) -> dict[str, Any]:
+    """``train`` / ``val`` / ``test``: each ``given`` one, else the graph's ``mask(s)`` (its
+    column ``split`` when 2-D); ``where`` names the mask in errors (``{s}``: the split)."""
+    return {s: given[s] if given[s] is not None else
+            _mask_column(mask(s), split, where.format(s=s)) for s in _SPLIT_NAMES}
 
 
 def _assemble(name: str, n: int, edge_index: torch.Tensor, weights: Optional[torch.Tensor],
@@ -148,8 +172,9 @@ def _pyg_edges(data: Any, what: str) -> tuple[torch.Tensor, Optional[torch.Tenso
     adj_t = getattr(data, "adj_t", None)
     if adj_t is not None:
         return _sparse_edges(adj_t, what)
-    raise ValueError(f"{what} has neither edge_index nor adj_t (got {type(data).__name__}; for "
-                     f"a PyG dataset pass dataset[0])")
+    raise ValueError(f"{what} has neither edge_index nor adj_t, nor the node_types and "
+                     f"edge_types of a HeteroData (got {type(data).__name__}; for a PyG "
+                     f"dataset pass dataset[0])")
 
 
 def _num_nodes(data: Any, x: Any, what: str) -> int:
@@ -161,40 +186,70 @@ def _num_nodes(data: Any, x: Any, what: str) -> int:
     return int(n)
 
 
+def _typed_pyg(data: Any, what: str, *, name: str, num_classes: Optional[int],
+               given: dict[str, Any], split: Optional[int], target_type: Optional[str],
+               seed: Optional[int]) -> HeteroDataset:
+    """The HeteroDataset of a typed PyG graph (see :func:`from_pyg`)."""
+    types = list(data.node_types)
+    target = target_type or labelled_type(
+        [t for t in types if getattr(data[t], "y", None) is not None], types, what, "y")
+    graph = from_pyg_hetero(data, target_type=target, name=name)
+    store = data[target]
+    splits = _splits(given, lambda s: getattr(store, f"{s}_mask", None),
+                     f"{what}[{target!r}].{{s}}_mask", split)
+    return typed_dataset(graph, name=name, num_classes=num_classes, splits=splits, seed=seed,
+                         what=what)
+
+
 def from_pyg(data: Any, *, name: str = "pyg", num_classes: Optional[int] = None,
              train: Optional[SplitLike] = None, val: Optional[SplitLike] = None,
              test: Optional[SplitLike] = None, split: Optional[int] = None,
-             symmetrize: bool = False) -> Dataset:
-    """A Dataset from a PyG ``torch_geometric.data.Data`` (or any object with its attributes).
+             symmetrize: bool = False, target_type: Optional[str] = None,
+             seed: Optional[int] = None) -> Dataset:
+    """A Dataset from a PyG ``Data`` or ``HeteroData`` (or any object with its attributes).
 
-    Reads ``x`` ``(N, F)``, ``y`` ``(N,)``/``(N, 1)``, ``edge_index`` ``(2, E)`` (source row 0,
-    target row 1) or ``adj_t`` (a transposed ``SparseTensor`` / torch sparse tensor, as
-    ``T.ToSparseTensor`` makes), optional ``edge_weight`` ``(E,)`` and ``train_mask`` /
-    ``val_mask`` / ``test_mask``.
+    Homogeneous: reads ``x`` ``(N, F)``, ``y`` ``(N,)``/``(N, 1)``, ``edge_index`` ``(2, E)``
+    (source row 0, target row 1) or ``adj_t`` (a transposed ``SparseTensor`` / torch sparse
+    tensor, as ``T.ToSparseTensor`` makes), optional ``edge_weight`` ``(E,)`` and ``train_mask``
+    / ``val_mask`` / ``test_mask``. Typed (``data`` has ``node_types`` and ``edge_types``):
+    reads the graph as :func:`~fgnn.data.convert_hetero.from_pyg_hetero` does, the labels from
+    ``data[target_type].y`` and the splits from its masks, else a seeded 50/20/30 split.
 
     Args:
-        data: the graph, e.g. ``Planetoid(root, "Cora")[0]``.
+        data: the graph, e.g. ``Planetoid(root, "Cora")[0]`` or ``OGB_MAG(root)[0]``.
         name: dataset name.
         num_classes: C; default the largest label + 1.
-        train, val, test: node ids or ``(N,)`` boolean masks, replacing the masks of ``data``
-            (e.g. from an OGB ``get_idx_split()``).
+        train, val, test: node ids or ``(N,)`` boolean masks (of the target type when typed),
+            replacing the masks of ``data`` (e.g. from an OGB ``get_idx_split()``).
         split: column of 2-D ``(N, S)`` masks to use (datasets with several splits).
-        symmetrize: add every edge's reverse (then drop duplicates).
+        symmetrize: homogeneous only: add every edge's reverse (then drop duplicates).
+        target_type: typed only: the node type whose ``y`` are the labels; default the only
+            node type with ``y``.
+        seed: typed only: seed of the random split when the target type has no masks.
 
     Returns:
-        A :class:`~fgnn.data.Dataset` whose row ``v`` lists the sources of the edges into ``v``.
+        A :class:`~fgnn.data.Dataset` whose row ``v`` lists the sources of the edges into ``v``;
+        for a typed graph a :class:`~fgnn.data.dataset_hetero.HeteroDataset`.
 
     Raises:
         ValueError: naming the attribute on a missing or malformed one.
+        TypeError: naming a keyword of the other kind (``symmetrize`` for a typed graph,
+            ``target_type`` or ``seed`` for a homogeneous one).
     """
     what = f"PyG data {name!r}"
+    given = {"train": train, "val": val, "test": test}
+    if is_typed_pyg(data):
+        _not_for("from_pyg", f"{what}, a typed HeteroData (each direction is a relation)",
+                 symmetrize=symmetrize)
+        return _typed_pyg(data, what, name=name, num_classes=num_classes, given=given,
+                          split=split, target_type=target_type, seed=seed)
+    _not_for("from_pyg", f"{what}, a homogeneous graph (it has no node_types)",
+             target_type=target_type, seed=seed)
+    ei, w = _pyg_edges(data, what)
     x = getattr(data, "x", None)
     n = _num_nodes(data, x, what)
-    ei, w = _pyg_edges(data, what)
-    given = {"train": train, "val": val, "test": test}
-    splits = {s: given[s] if given[s] is not None else
-              _mask_column(getattr(data, f"{s}_mask", None), split, f"{what}.{s}_mask")
-              for s in _SPLIT_NAMES}
+    splits = _splits(given, lambda s: getattr(data, f"{s}_mask", None), f"{what}.{{s}}_mask",
+                     split)
     return _assemble(name, n, ei, w, x, getattr(data, "y", None), splits,
                      num_classes=num_classes, symmetrize=symmetrize, source="pyg", what=what)
 
@@ -210,49 +265,90 @@ def _dgl_parts(graph: Any, what: str) -> tuple[int, torch.Tensor]:
                                                  as_cpu_tensor(dst, what).long()])
 
 
-def from_dgl(graph: Any, *, name: str = "dgl", feat_key: str = "feat", label_key: str = "label",
-             weight_key: Optional[str] = None, num_classes: Optional[int] = None,
-             train: Optional[SplitLike] = None, val: Optional[SplitLike] = None,
-             test: Optional[SplitLike] = None, split: Optional[int] = None,
-             symmetrize: bool = False) -> Dataset:
-    """A Dataset from a homogeneous ``dgl.DGLGraph`` (or any object with its methods).
-
-    Reads ``g.edges()`` (``(src, dst)``: messages flow ``src -> dst``), ``g.num_nodes()``,
-    ``g.ndata[feat_key]``, ``g.ndata[label_key]``, ``g.ndata["train_mask"]`` / ``"val_mask"`` /
-    ``"test_mask"`` and, with ``weight_key``, ``g.edata[weight_key]``.
-
-    Args:
-        graph: the graph, e.g. ``dgl.data.CoraGraphDataset()[0]``.
-        name: dataset name.
-        feat_key, label_key: ``ndata`` keys of the features and labels.
-        weight_key: ``edata`` key of positive edge weights; ``None`` leaves the graph unweighted.
-        num_classes, train, val, test, split, symmetrize: as for :func:`from_pyg`.
-
-    Returns:
-        A :class:`~fgnn.data.Dataset` whose row ``v`` lists the sources of the edges into ``v``.
-
-    Raises:
-        ValueError: naming the key on a missing or malformed field, or for a heterograph.
-    """
-    what = f"DGL graph {name!r}"
-    n, ei = _dgl_parts(graph, what)
+def _dgl_fields(graph: Any, what: str, feat_key: str, label_key: str,
+                weight_key: Optional[str]) -> tuple[Any, Any, Any]:
+    """``(features, labels, edge weights or None)`` of a homogeneous DGL graph."""
     ndata = graph.ndata
     for key in (feat_key, label_key):
         if key not in ndata:
             raise ValueError(f"{what} has no ndata[{key!r}] (keys: {sorted(ndata.keys())}); "
                              f"pass feat_key= / label_key=")
-    w = None
-    if weight_key is not None:
-        if weight_key not in graph.edata:
-            raise ValueError(f"{what} has no edata[{weight_key!r}] (keys: "
-                             f"{sorted(graph.edata.keys())})")
-        w = graph.edata[weight_key]
+    if weight_key is None:
+        return ndata[feat_key], ndata[label_key], None
+    if weight_key not in graph.edata:
+        raise ValueError(f"{what} has no edata[{weight_key!r}] (keys: "
+                         f"{sorted(graph.edata.keys())})")
+    return ndata[feat_key], ndata[label_key], graph.edata[weight_key]
+
+
+def _typed_dgl(graph: Any, what: str, *, name: str, num_classes: Optional[int],
+               given: dict[str, Any], split: Optional[int], target_type: Optional[str],
+               seed: Optional[int], feat_key: str, label_key: str) -> HeteroDataset:
+    """The HeteroDataset of a DGL heterograph (see :func:`from_dgl`)."""
+    types = list(graph.ntypes)
+    target = target_type or labelled_type(
+        [t for t in types if label_key in graph.nodes[t].data], types, what,
+        f"data[{label_key!r}]")
+    typed = from_dgl_hetero(graph, target_type=target, feat_key=feat_key, label_key=label_key,
+                            name=name)
+    data = graph.nodes[target].data
+    splits = _splits(given, lambda s: data[f"{s}_mask"] if f"{s}_mask" in data else None,
+                     f"{what}.nodes[{target!r}].data['{{s}}_mask']", split)
+    return typed_dataset(typed, name=name, num_classes=num_classes, splits=splits, seed=seed,
+                         what=what)
+
+
+def from_dgl(graph: Any, *, name: str = "dgl", feat_key: str = "feat", label_key: str = "label",
+             weight_key: Optional[str] = None, num_classes: Optional[int] = None,
+             train: Optional[SplitLike] = None, val: Optional[SplitLike] = None,
+             test: Optional[SplitLike] = None, split: Optional[int] = None,
+             symmetrize: bool = False, target_type: Optional[str] = None,
+             seed: Optional[int] = None) -> Dataset:
+    """A Dataset from a ``dgl.DGLGraph``, homogeneous or a heterograph (or any object with its
+    methods).
+
+    Homogeneous: reads ``g.edges()`` (``(src, dst)``: messages flow ``src -> dst``),
+    ``g.num_nodes()``, ``g.ndata[feat_key]``, ``g.ndata[label_key]``, ``g.ndata["train_mask"]``
+    / ``"val_mask"`` / ``"test_mask"`` and, with ``weight_key``, ``g.edata[weight_key]``. A
+    heterograph (more than one node type or relation): reads it as
+    :func:`~fgnn.data.convert_hetero.from_dgl_hetero` does, the splits from
+    ``g.nodes[target_type].data["train_mask"]`` etc., else a seeded 50/20/30 split.
+
+    Args:
+        graph: the graph, e.g. ``dgl.data.CoraGraphDataset()[0]``.
+        name: dataset name.
+        feat_key, label_key: ``ndata`` keys of the features and labels.
+        weight_key: homogeneous only: ``edata`` key of positive edge weights; ``None`` leaves
+            the graph unweighted.
+        num_classes, train, val, test, split, symmetrize, target_type, seed: as for
+            :func:`from_pyg` (``target_type`` defaults to the only node type with
+            ``label_key``).
+
+    Returns:
+        A :class:`~fgnn.data.Dataset` whose row ``v`` lists the sources of the edges into ``v``;
+        for a heterograph a :class:`~fgnn.data.dataset_hetero.HeteroDataset`.
+
+    Raises:
+        ValueError: naming the key on a missing or malformed field.
+        TypeError: naming a keyword of the other kind (``weight_key`` or ``symmetrize`` for a
+            heterograph, ``target_type`` or ``seed`` for a homogeneous graph).
+    """
+    what = f"DGL graph {name!r}"
     given = {"train": train, "val": val, "test": test}
-    splits = {s: given[s] if given[s] is not None else
-              _mask_column(ndata[f"{s}_mask"] if f"{s}_mask" in ndata else None, split,
-                           f"{what}.ndata['{s}_mask']")
-              for s in _SPLIT_NAMES}
-    return _assemble(name, n, ei, w, ndata[feat_key], ndata[label_key], splits,
+    if is_typed_dgl(graph):
+        _not_for("from_dgl", f"{what}, a heterograph", weight_key=weight_key,
+                 symmetrize=symmetrize)
+        return _typed_dgl(graph, what, name=name, num_classes=num_classes, given=given,
+                          split=split, target_type=target_type, seed=seed, feat_key=feat_key,
+                          label_key=label_key)
+    _not_for("from_dgl", f"{what}, a homogeneous graph (one node type and relation)",
+             target_type=target_type, seed=seed)
+    n, ei = _dgl_parts(graph, what)
+    feats, labels, w = _dgl_fields(graph, what, feat_key, label_key, weight_key)
+    ndata = graph.ndata
+    splits = _splits(given, lambda s: ndata[f"{s}_mask"] if f"{s}_mask" in ndata else None,
+                     f"{what}.ndata['{{s}}_mask']", split)
+    return _assemble(name, n, ei, w, feats, labels, splits,
                      num_classes=num_classes, symmetrize=symmetrize, source="dgl", what=what)
 
 

@@ -1,5 +1,9 @@
-"""PyG ``HeteroData`` and DGL heterographs as a :class:`~fgnn.hetero.HeteroGraph` (duck-typed).
+"""PyG ``HeteroData`` and DGL heterographs as a :class:`~fgnn.graph.hetero.HeteroGraph`
+(duck-typed).
 
+:func:`fgnn.data.from_pyg` and :func:`fgnn.data.from_dgl` recognise a typed object
+(:func:`is_typed_pyg`, :func:`is_typed_dgl`) and build its
+:class:`~fgnn.data.dataset_hetero.HeteroDataset` with these converters and :func:`typed_dataset`.
 Like :mod:`fgnn.data.convert`, the converters read attributes and methods only, so neither
 torch_geometric nor dgl is imported. An edge ``u -> v`` of relation ``(s, r, d)`` is a message
 from node ``u`` of type ``s`` to node ``v`` of type ``d``: row ``v`` of the relation's CSR lists
@@ -8,13 +12,71 @@ from node ``u`` of type ``s`` to node ``v`` of type ``d``: row ``v`` of the rela
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
+from fgnn.graph.arrays import as_cpu_tensor
+from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.graph.hetero import HeteroGraph
 
-__all__ = ["from_pyg_hetero", "from_dgl_hetero"]
+__all__ = ["from_pyg_hetero", "from_dgl_hetero", "is_typed_pyg", "is_typed_dgl",
+           "labelled_type", "typed_dataset"]
+
+
+def is_typed_pyg(data: Any) -> bool:
+    """Whether ``data`` is a typed PyG graph: it has ``node_types`` and ``edge_types``, as
+    ``HeteroData`` does (a homogeneous ``Data`` has neither)."""
+    return (getattr(data, "node_types", None) is not None
+            and getattr(data, "edge_types", None) is not None)
+
+
+def is_typed_dgl(graph: Any) -> bool:
+    """Whether ``graph`` is a DGL heterograph: more than one node type or relation in
+    ``ntypes`` / ``canonical_etypes`` (a homogeneous graph has one of each)."""
+    ntypes = getattr(graph, "ntypes", None)
+    etypes = getattr(graph, "canonical_etypes", None)
+    return ntypes is not None and etypes is not None and (len(ntypes) > 1 or len(etypes) > 1)
+
+
+def labelled_type(labelled: list[str], types: list[str], what: str, field: str) -> str:
+    """The one node type with labels (``labelled``, those of ``types`` that have ``field``).
+
+    Raises:
+        ValueError: none or several types have labels: pass ``target_type=``.
+    """
+    if len(labelled) != 1:
+        raise ValueError(f"{what}: {len(labelled)} node types have {field} ({labelled} of "
+                         f"{list(types)}); pass target_type= (the node type whose {field} are "
+                         f"the labels)")
+    return labelled[0]
+
+
+def typed_dataset(graph: HeteroGraph, *, name: str, num_classes: Optional[int],
+                  splits: Mapping[str, Any], seed: Optional[int], what: str) -> HeteroDataset:
+    """The HeteroDataset over ``graph`` (labels on its target type).
+
+    Args:
+        graph: a converted typed graph with ``target_type`` and labels.
+        name: dataset name.
+        num_classes: C; default the largest label + 1.
+        splits: ``train`` / ``val`` / ``test`` node ids or boolean masks of the target type,
+            each ``None`` when absent; all three ``None`` gives a seeded 50/20/30 split.
+        seed: seed of that random split (default 0).
+        what: prefixes errors.
+
+    Raises:
+        ValueError: a split is missing while others are given (naming it), or out of range.
+    """
+    given = {s: v for s, v in splits.items() if v is not None}
+    missing = [s for s in splits if splits[s] is None]
+    if given and missing:
+        raise ValueError(f"{what}: no {missing[0]} split of node type {graph.target_type!r} "
+                         f"found (given: {sorted(given)}); pass {missing[0]}=<node ids or "
+                         f"boolean mask>")
+    ids = {f"{s}_idx": as_cpu_tensor(v, f"{what} {s} split") for s, v in given.items()}
+    return HeteroDataset.from_graph(graph, name=name, splits=ids or None,
+                                    num_classes=num_classes, seed=0 if seed is None else seed)
 
 
 def _edge_types(obj: Any, attr: str, what: str) -> list[tuple[str, str, str]]:
