@@ -29,6 +29,7 @@ from fgnn.checkpoint import load_checkpoint, save_checkpoint
 from fgnn.config import TrainConfig
 from fgnn.data.dataset import Dataset, Features
 from fgnn.graph import CSRGraph
+from fgnn.models.step import forward_backward
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.remap import Remapper, sample_layers
 
@@ -188,14 +189,18 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sample: Sampl
     Shapes:
         x ``(M, F)``, labels ``(B,)`` with ``B = len(sample.seeds)``.
     """
-    model.train()
     optimizer.zero_grad(set_to_none=True)
-    logits = model(sample.blocks, x)
-    _check_labels(labels, logits)
-    loss = F.cross_entropy(logits, labels)
-    loss.backward()
+    loss = forward_backward(model, _checked_cross_entropy, sample, x, labels)
     optimizer.step()
     return float(loss.detach())
+
+
+def _checked_cross_entropy(model: nn.Module, logits: torch.Tensor, sample: Sample,
+                           labels: torch.Tensor) -> torch.Tensor:
+    """Node classification's loss (:class:`fgnn.tasks.node.NodeStep`'s), after checking the
+    labels against the logits (one per seed, inside the model's classes)."""
+    _check_labels(labels, logits)
+    return F.cross_entropy(logits, labels)
 
 
 def _resolve_eval_sampler(model: nn.Module, how: SamplerOrFanouts) -> Sampler:

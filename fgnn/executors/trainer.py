@@ -51,7 +51,8 @@ from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample, per_type_tensors
-from fgnn.tasks.base import StepRule, forward_backward
+from fgnn.models.step import forward_backward
+from fgnn.tasks.base import StepRule
 from fgnn.tasks.node import NODE_STEP
 
 __all__ = ["TrainerExecutor"]
@@ -362,8 +363,8 @@ class TrainerExecutor:
         def finite(out: Any, loss: torch.Tensor) -> None:
             if not bool(torch.isfinite(loss)):  # either exchange: never deliver its gradient
                 raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
-        return forward_backward(self.model, self.step, batch.sample, batch.x, batch.labels,
-                                finite)
+        return forward_backward(self.model, self.step.loss, batch.sample, batch.x,
+                                batch.labels, finite)
 
     def _train(self, epoch: int, batch: _Batch, has_next: bool = False
                ) -> Optional[dict[str, Any]]:

@@ -21,6 +21,7 @@ from torch import nn
 from fgnn.config import TrainConfig
 from fgnn.data.dataset import Features
 from fgnn.graph import CSRGraph
+from fgnn.models.step import forward_backward
 from fgnn.models.losses import LOSSES, bce_loss, max_margin_loss
 from fgnn.link.metrics import average_precision, roc_auc
 from fgnn.link.sampler import LinkNeighborSampler
@@ -89,6 +90,18 @@ def evaluate_link(encoder: nn.Module, decoder: nn.Module, features: Features, sp
     return {"auc": roc_auc(s_pos, s_neg), "ap": average_precision(s_pos, s_neg)}
 
 
+def _pair_loss(decoder: nn.Module, ls: Any, kind: str, margin: float) -> Any:
+    """The loss of one link sample's scored pairs for :func:`forward_backward`: BCE, or the
+    max-margin loss of each positive against its negatives."""
+    def loss(encoder: nn.Module, h: torch.Tensor, sample: Any,
+             labels: torch.Tensor) -> torch.Tensor:
+        score = decoder(h[ls.src], h[ls.dst])
+        if kind == "bce":
+            return bce_loss(score, labels)
+        return max_margin_loss(score[:ls.num_pos], score[ls.num_pos:], ls.neg_pos_index, margin)
+    return loss
+
+
 def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: nn.Module,
              sampler: LinkNeighborSampler, train_cfg: TrainConfig, *, loss: str = "bce",
              filter_negatives: bool = True, margin: float = 0.1) -> LinkHistory:
@@ -143,14 +156,8 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
                                 None if slots is None else slots.index_select(0, ids))
             x = rows.gather(ls.sample.input_nodes)
             opt.zero_grad(set_to_none=True)
-            h = encoder(ls.sample.blocks, x)
-            score = decoder(h[ls.src], h[ls.dst])
-            if loss == "bce":
-                value = bce_loss(score, ls.label)
-            else:
-                value = max_margin_loss(score[:ls.num_pos], score[ls.num_pos:],
-                                        ls.neg_pos_index, margin)
-            value.backward()
+            value = forward_backward(encoder, _pair_loss(decoder, ls, loss, margin), ls.sample,
+                                     x, ls.label)
             opt.step()
             total, steps = total + float(value.detach()), steps + 1
         hist.epoch_time_s.append(time.perf_counter() - tick)

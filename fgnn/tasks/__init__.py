@@ -15,7 +15,8 @@ from fgnn.config import JobConfig, register_task_name
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.hetero.link_task import TypedLinkTask
 from fgnn.link.task import LinkTask
-from fgnn.tasks.base import (SamplingSpec, StepRule, Task, TaskSampling, forward_backward)
+from fgnn.models.step import forward_backward
+from fgnn.tasks.base import SamplingSpec, StepRule, Task, TaskSampling
 from fgnn.tasks.checks import TypedJobError, check_job
 from fgnn.tasks.node import NODE_STEP, NodeSampling, NodeStep, NodeTask
 from fgnn.tasks.recsys import RecsysTask

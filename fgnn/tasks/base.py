@@ -10,7 +10,8 @@ test which task or graph kind they run (GraphBolt's one ``MiniBatch`` pipeline, 
 * the **Samplers** (:class:`TaskSampling`, built in each Sampler from :meth:`Task.sampling`):
   a batch of items -> one :class:`~fgnn.sampling.base.Sample`;
 * the **Trainers** (:class:`StepRule`, :attr:`Task.step`): a sample's labels, its loss and an
-  evaluation chunk's record; :func:`train_step` is the one training step every loop runs.
+  evaluation chunk's record; :func:`~fgnn.models.step.forward_backward` is the one training
+  step every loop runs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Callable, Optional, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from fgnn.models.step import forward_backward
 from fgnn.sampling.base import Sample
 from fgnn.sampling.task_sampling import SamplingSpec, TaskSampling
 
@@ -82,24 +84,3 @@ class Task(Protocol):
 
     def identity(self) -> dict[str, Any]:
         """What a checkpoint records of the task (checked on resume)."""
-
-
-def forward_backward(model: nn.Module, step: StepRule, sample: Sample, x: Any,
-                     labels: torch.Tensor,
-                     check: Optional[Callable[[Any, torch.Tensor], None]] = None
-                     ) -> torch.Tensor:
-    """The one training step's compute, for every task and loop: forward the sample, the
-    task's loss, ``check(out, loss)`` (e.g. refuse labels outside the classes, or a non-finite
-    loss before any gradient exists), backward. The caller zeroes the gradients before and
-    steps (or exchanges) after.
-
-    Returns:
-        The loss (detached from nothing: the caller reads it).
-    """
-    model.train()
-    out = model(sample.blocks, x)
-    loss = step.loss(model, out, sample, labels)
-    if check is not None:
-        check(out, loss)
-    loss.backward()
-    return loss
