@@ -384,86 +384,139 @@ def fit(dataset: Dataset, model: nn.Module, sampler: Sampler, train_cfg: TrainCo
             not match the model's ``in_dim``, labels exceed the model's classes, or a resume
             checkpoint belongs to another model.
     """
-    _check_fit_args(dataset, model, sampler)
-    model.to(device)
-    if optimizer is None:
-        optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr,
-                                     weight_decay=train_cfg.weight_decay)
-    graph = dataset.graph
-    torch.manual_seed(train_cfg.seed)
-    gen = torch.Generator(device=graph.device).manual_seed(train_cfg.seed)
-    eval_bs = eval_batch_size or train_cfg.batch_size
-    train_idx = dataset.train_idx.to(graph.device)
-
-    history = FitHistory()
-    best_state: Optional[dict[str, torch.Tensor]] = None
-    bad_evals = 0
-    start = 0
-    ckpt_path = (Path(train_cfg.checkpoint_dir) / CHECKPOINT_NAME
-                 if train_cfg.checkpoint_dir else None)
-    if train_cfg.resume and ckpt_path is not None and ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path, model, optimizer, generator=gen)
-        state = ckpt.extra.get("fit", {})
-        history = FitHistory(epochs=[EpochRecord(**r) for r in state.get("epochs", [])],
-                             best_epoch=state.get("best_epoch"),
-                             best_val_acc=state.get("best_val_acc"),
-                             resumed_from=ckpt.epoch)
-        best_state = ckpt.extra.get("best_state")
-        bad_evals = int(state.get("bad_evals", 0))
-        history.stopped_early = bool(state.get("stopped_early", False))
-        start = train_cfg.epochs if history.stopped_early else ckpt.epoch + 1
-
-    for epoch in range(start, train_cfg.epochs):
-        t_epoch = time.perf_counter()
-        rec = EpochRecord(epoch=epoch, loss=0.0, batches=0)
-        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen, device=graph.device)]
-        total_loss = 0.0
-        for seeds in torch.split(perm, train_cfg.batch_size):
-            t0 = time.perf_counter()
-            sample = sampler.sample(graph, seeds, gen).to(device)
-            t1 = time.perf_counter()
-            x = extract_features(dataset.features, sample.input_nodes, device)
-            labels = gather_labels(dataset.labels, sample.seeds, device)
-            t2 = time.perf_counter()
-            total_loss += train_step(model, optimizer, sample, x, labels)
-            t3 = time.perf_counter()
-            rec.sample_s += t1 - t0
-            rec.extract_s += t2 - t1
-            rec.train_s += t3 - t2
-            rec.batches += 1
-        rec.loss = total_loss / max(rec.batches, 1)
-
-        last = epoch == train_cfg.epochs - 1
-        if dataset.val_idx.numel() > 0 and ((epoch + 1) % train_cfg.eval_every == 0 or last):
-            rec.val_acc = evaluate(model, dataset, eval_sampler, dataset.val_idx, eval_bs, device)
-            if history.best_val_acc is None or rec.val_acc > history.best_val_acc:
-                history.best_val_acc, history.best_epoch = rec.val_acc, epoch
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                bad_evals = 0
-            else:
-                bad_evals += 1
-        rec.time_s = time.perf_counter() - t_epoch
-        history.epochs.append(rec)
-        stop = train_cfg.patience is not None and bad_evals >= train_cfg.patience
-        history.stopped_early = stop and not last
-
-        if ckpt_path is not None:
-            fit_state = {"epochs": [asdict(r) for r in history.epochs],
-                         "best_epoch": history.best_epoch, "best_val_acc": history.best_val_acc,
-                         "bad_evals": bad_evals, "stopped_early": history.stopped_early}
-            extra: dict[str, Any] = {"fit": fit_state}
-            if best_state is not None:
-                extra["best_state"] = best_state
-            save_checkpoint(ckpt_path, model, optimizer, epoch, generator=gen, extra=extra)
+    run = _FitRun.start(dataset, model, sampler, train_cfg, device, optimizer,
+                        eval_sampler, eval_batch_size)
+    for epoch in range(run.resume(), train_cfg.epochs):
+        rec = run.epoch(epoch)
         if on_epoch_end is not None:
             on_epoch_end(rec)
-        if stop:
+        if run.stop:
             break
+    return run.finish(restore_best)
 
-    if restore_best and best_state is not None:
-        model.load_state_dict(best_state)
-    if dataset.test_idx.numel() > 0:
-        history.test_acc = evaluate(model, dataset, eval_sampler, dataset.test_idx, eval_bs,
-                                    device)
-    return history
+
+@dataclass
+class _FitRun:
+    """The moving parts of one :func:`fit`: what it trains, its generator and checkpoint, the
+    history and the best weights so far."""
+
+    dataset: Dataset
+    model: nn.Module
+    sampler: Sampler
+    cfg: TrainConfig
+    device: Union[str, torch.device]
+    optimizer: torch.optim.Optimizer
+    gen: torch.Generator
+    eval_sampler: SamplerOrFanouts
+    eval_bs: int
+    ckpt_path: Optional[Path]
+    history: FitHistory = field(default_factory=lambda: FitHistory())
+    best_state: Optional[dict[str, torch.Tensor]] = None
+    bad_evals: int = 0
+    stop: bool = False
+
+    @classmethod
+    def start(cls, dataset: Dataset, model: nn.Module, sampler: Sampler, cfg: TrainConfig,
+              device: Union[str, torch.device], optimizer: Optional[torch.optim.Optimizer],
+              eval_sampler: SamplerOrFanouts, eval_batch_size: Optional[int]) -> "_FitRun":
+        """Check the arguments, move the model, seed torch and the sampling generator."""
+        _check_fit_args(dataset, model, sampler)
+        model.to(device)
+        if optimizer is None:
+            optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr,
+                                         weight_decay=cfg.weight_decay)
+        torch.manual_seed(cfg.seed)
+        gen = torch.Generator(device=dataset.graph.device).manual_seed(cfg.seed)
+        ckpt = Path(cfg.checkpoint_dir) / CHECKPOINT_NAME if cfg.checkpoint_dir else None
+        return cls(dataset, model, sampler, cfg, device, optimizer, gen, eval_sampler,
+                   eval_batch_size or cfg.batch_size, ckpt)
+
+    def resume(self) -> int:
+        """Load the checkpoint when resuming; returns the first epoch to run."""
+        if not (self.cfg.resume and self.ckpt_path is not None and self.ckpt_path.exists()):
+            return 0
+        ckpt = load_checkpoint(self.ckpt_path, self.model, self.optimizer, generator=self.gen)
+        state = ckpt.extra.get("fit", {})
+        self.history = FitHistory(epochs=[EpochRecord(**r) for r in state.get("epochs", [])],
+                                  best_epoch=state.get("best_epoch"),
+                                  best_val_acc=state.get("best_val_acc"),
+                                  resumed_from=ckpt.epoch)
+        self.best_state = ckpt.extra.get("best_state")
+        self.bad_evals = int(state.get("bad_evals", 0))
+        self.history.stopped_early = bool(state.get("stopped_early", False))
+        return self.cfg.epochs if self.history.stopped_early else ckpt.epoch + 1
+
+    def epoch(self, epoch: int) -> EpochRecord:
+        """Train, validate when due, record and checkpoint one epoch."""
+        t_epoch = time.perf_counter()
+        rec = self._train(epoch)
+        last = epoch == self.cfg.epochs - 1
+        ds = self.dataset
+        if ds.val_idx.numel() > 0 and ((epoch + 1) % self.cfg.eval_every == 0 or last):
+            self._validate(rec, epoch)
+        rec.time_s = time.perf_counter() - t_epoch
+        self.history.epochs.append(rec)
+        self.stop = self.cfg.patience is not None and self.bad_evals >= self.cfg.patience
+        self.history.stopped_early = self.stop and not last
+        if self.ckpt_path is not None:
+            self._save(epoch)
+        return rec
+
+    def _train(self, epoch: int) -> EpochRecord:
+        """One pass over the shuffled training vertices, a step per mini-batch."""
+        ds, graph, dev = self.dataset, self.dataset.graph, self.device
+        rec = EpochRecord(epoch=epoch, loss=0.0, batches=0)
+        train_idx = ds.train_idx.to(graph.device)
+        perm = train_idx[torch.randperm(train_idx.numel(), generator=self.gen,
+                                        device=graph.device)]
+        total_loss = 0.0
+        for seeds in torch.split(perm, self.cfg.batch_size):
+            t0 = time.perf_counter()
+            sample = self.sampler.sample(graph, seeds, self.gen).to(dev)
+            t1 = time.perf_counter()
+            x = extract_features(ds.features, sample.input_nodes, dev)
+            labels = gather_labels(ds.labels, sample.seeds, dev)
+            t2 = time.perf_counter()
+            total_loss += train_step(self.model, self.optimizer, sample, x, labels)
+            rec.sample_s += t1 - t0
+            rec.extract_s += t2 - t1
+            rec.train_s += time.perf_counter() - t2
+            rec.batches += 1
+        rec.loss = total_loss / max(rec.batches, 1)
+        return rec
+
+    def _validate(self, rec: EpochRecord, epoch: int) -> None:
+        """Score validation; keep the best weights (patience counts the others)."""
+        ds, h = self.dataset, self.history
+        rec.val_acc = evaluate(self.model, ds, self.eval_sampler, ds.val_idx, self.eval_bs,
+                               self.device)
+        if h.best_val_acc is None or rec.val_acc > h.best_val_acc:
+            h.best_val_acc, h.best_epoch = rec.val_acc, epoch
+            self.best_state = {k: v.detach().clone()
+                               for k, v in self.model.state_dict().items()}
+            self.bad_evals = 0
+        else:
+            self.bad_evals += 1
+
+    def _save(self, epoch: int) -> None:
+        """The rolling checkpoint: weights, optimiser, generator, history, best weights."""
+        h = self.history
+        fit_state = {"epochs": [asdict(r) for r in h.epochs], "best_epoch": h.best_epoch,
+                     "best_val_acc": h.best_val_acc, "bad_evals": self.bad_evals,
+                     "stopped_early": h.stopped_early}
+        extra: dict[str, Any] = {"fit": fit_state}
+        if self.best_state is not None:
+            extra["best_state"] = self.best_state
+        save_checkpoint(self.ckpt_path, self.model, self.optimizer, epoch, generator=self.gen,
+                        extra=extra)
+
+    def finish(self, restore_best: bool) -> FitHistory:
+        """Restore the best weights (when asked) and score the test split."""
+        if restore_best and self.best_state is not None:
+            self.model.load_state_dict(self.best_state)
+        ds = self.dataset
+        if ds.test_idx.numel() > 0:
+            self.history.test_acc = evaluate(self.model, ds, self.eval_sampler, ds.test_idx,
+                                             self.eval_bs, self.device)
+        return self.history
 

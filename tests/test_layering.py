@@ -36,14 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("graph", "config", "flags", "atomic", "raystart", "raylet_watch", "_lazy"),
 )
 
-#: Old module paths kept as re-exporting shims, old -> new: nothing may import an old path
-#: except an edge of :data:`KNOWN_UNTIL_TASK_REFACTOR`; a shim nothing imports must go.
-MOVED: Mapping[str, str] = {}
-
-#: Imports (importer, imported) tolerated until the task refactor of fgnn/executors/,
-#: fgnn/training.py, fgnn/link/{training,task}.py and fgnn/hetero/{link_task,recsys}.py lands;
-#: emptied then. Each edge must still exist, so the list cannot go stale.
-KNOWN_UNTIL_TASK_REFACTOR: frozenset[tuple[str, str]] = frozenset()
+#: Imports (importer, imported) allowed against the rules (none: an exception is named here
+#: with its reason). Each edge must still exist, so the list cannot go stale.
+ALLOWED_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def _modules() -> dict[str, Path]:
@@ -123,7 +118,7 @@ LAYER_OF = _layer_of()
 
 
 def _checked() -> dict[tuple[str, str], list[str]]:
-    return {e: where for e, where in EDGES.items() if e not in KNOWN_UNTIL_TASK_REFACTOR}
+    return {e: where for e, where in EDGES.items() if e not in ALLOWED_IMPORTS}
 
 
 def _cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -210,20 +205,6 @@ def test_every_import_points_to_its_own_layer_or_below():
     assert not upward, "imports against LAYERS (top layer is 0):\n" + "\n".join(upward)
 
 
-def test_moved_modules_are_imported_only_through_the_allow_list():
-    old = [f"  {a} -> {b}: import {MOVED[b]} instead  ({', '.join(where)})"
-           for (a, b), where in sorted(_checked().items()) if b in MOVED]
-    assert not old, "imports of moved modules' old paths:\n" + "\n".join(old)
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_a_moved_modules_shim_exists_only_while_something_imports_it(old):
-    assert old in MODULES, f"{old} is gone: drop it from MOVED"
-    assert MOVED[old] in MODULES, f"MOVED sends {old} to {MOVED[old]}, which does not exist"
-    importers = sorted(a for a, b in EDGES if b == old)
-    assert importers, f"nothing imports the shim {old} any more: delete it and its MOVED entry"
-
-
 def test_the_architecture_doc_shows_the_layers():
     doc = (ROOT / "docs" / "architecture.md").read_text()
     block = doc.split("<!-- BEGIN LAYERS", 1)[1].split("<!-- END LAYERS -->", 1)[0]
@@ -234,8 +215,8 @@ def test_the_architecture_doc_shows_the_layers():
 
 
 def test_every_allow_listed_import_still_exists():
-    stale = sorted(KNOWN_UNTIL_TASK_REFACTOR - set(EDGES))
-    assert not stale, ("KNOWN_UNTIL_TASK_REFACTOR lists imports that no longer exist; remove "
+    stale = sorted(ALLOWED_IMPORTS - set(EDGES))
+    assert not stale, ("ALLOWED_IMPORTS lists imports that no longer exist; remove "
                        f"them: {stale}")
 
 

@@ -46,6 +46,7 @@ from torch.nn import functional as F
 from fgnn.graph.hetero import EdgeType, HeteroGraph
 from fgnn.sampling.walks_hetero import ItemWalkSampler
 from fgnn.models.pinsage_rec import ITEM_BIASES, ItemBias, PinSAGEEmbedder, max_margin_loss
+from fgnn.models.step import forward_backward
 
 __all__ = ["RecConfig", "PinSAGERecommender", "train_pinsage", "recall_at_k",
            "popularity_recall", "recall_of_scores", "cooccurrence_pairs", "history_queries",
@@ -230,10 +231,25 @@ def hard_negatives(sampler: ItemWalkSampler, queries: torch.Tensor, ranks: tuple
     return torch.where(avail > 0, nbr[pos], rand_items)
 
 
-def _batch_loss(cfg: RecConfig, model: PinSAGEEmbedder, bias: Optional[ItemBias],
-                sampler: ItemWalkSampler, inputs: torch.Tensor, graph: HeteroGraph,
-                to_other: EdgeType, use_hard: bool, gen: torch.Generator) -> torch.Tensor:
-    """The max-margin loss of one mini-batch (module docstring)."""
+@dataclass
+class _Batch:
+    """One recommender mini-batch: the sample of every item involved and where each example's
+    items sit in it (module docstring)."""
+
+    sample: Any
+    inv: torch.Tensor
+    b: int
+    k: int
+    e: int
+    p: torch.Tensor
+    easy: torch.Tensor
+    hard: torch.Tensor
+    use_hard: bool
+
+
+def _draw_batch(cfg: RecConfig, sampler: ItemWalkSampler, graph: HeteroGraph,
+                to_other: EdgeType, use_hard: bool, gen: torch.Generator) -> _Batch:
+    """Queries, positives, shared (and hard) negatives, and the walk sample of their items."""
     b, e, k = cfg.batch_size, cfg.negatives_for(sampler.num_items), cfg.query_items
     if k == 1:
         q, p = cooccurrence_pairs(graph, to_other, b, gen)
@@ -244,8 +260,14 @@ def _batch_loss(cfg: RecConfig, model: PinSAGEEmbedder, bias: Optional[ItemBias]
     hard = (hard_negatives(sampler, q[:, 0], cfg.hard_ranks, cfg.hard_walks, gen)
             if use_hard else p.new_empty(0))
     seeds, inv = torch.unique(torch.cat([q.reshape(-1), p, easy, hard]), return_inverse=True)
-    s = sampler.sample(seeds, gen)
-    z = model(s.blocks, inputs[s.input_nodes], s.input_nodes)[inv]
+    return _Batch(sampler.sample(seeds, gen), inv, b, k, e, p, easy, hard, use_hard)
+
+
+def _batch_loss(cfg: RecConfig, bias: Optional[ItemBias], batch: _Batch,
+                out: torch.Tensor) -> torch.Tensor:
+    """The max-margin loss of one mini-batch from the sample's embeddings ``out``."""
+    b, k, e, p, easy, hard = batch.b, batch.k, batch.e, batch.p, batch.easy, batch.hard
+    z = out[batch.inv]
     zq = z[:b * k].view(b, k, -1).mean(1)
     if k > 1 and cfg.normalize:
         zq = F.normalize(zq, dim=-1)
@@ -260,7 +282,7 @@ def _batch_loss(cfg: RecConfig, model: PinSAGEEmbedder, bias: Optional[ItemBias]
                                be[top] if be is not None else None)
     else:
         loss = max_margin_loss(zq, zp, ze, cfg.margin, bp, be)
-    if use_hard:
+    if batch.use_hard:
         loss = loss + max_margin_loss(zq, zp, z[b * k + b + e:].unsqueeze(1), cfg.margin,
                                       bp, bh)
     return loss
@@ -304,9 +326,11 @@ def train_pinsage(graph: HeteroGraph, to_other: EdgeType, to_item: EdgeType,
     model.train()
     for step in range(cfg.steps):
         use_hard = step >= cfg.hard_after * cfg.steps
-        loss = _batch_loss(cfg, model, bias, sampler, inputs, graph, to_other, use_hard, gen)
+        batch = _draw_batch(cfg, sampler, graph, to_other, use_hard, gen)
         opt.zero_grad()
-        loss.backward()
+        loss = forward_backward(model, lambda m, out, s, lab: _batch_loss(cfg, bias, batch, out),
+                                batch.sample, inputs[batch.sample.input_nodes], None,
+                                forward=lambda m, s, x: m(s.blocks, x, s.input_nodes))
         opt.step()
         losses.append(float(loss.detach()))
         if log is not None and (step % 50 == 0 or step == cfg.steps - 1):

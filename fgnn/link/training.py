@@ -125,6 +125,29 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
     Raises:
         ValueError: on another ``loss``, a layer-count mismatch or features of another size.
     """
+    _check_fit_link(features, split, encoder, sampler, loss)
+    torch.manual_seed(train_cfg.seed)
+    params = list(encoder.parameters()) + list(decoder.parameters())
+    run = _LinkRun(features, split, encoder, decoder, sampler, train_cfg, loss, margin,
+                   torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay),
+                   split.known_edges("train") if filter_negatives else None)
+    for epoch in range(train_cfg.epochs):
+        run.epoch(epoch)
+        if (epoch + 1) % train_cfg.eval_every and epoch + 1 < train_cfg.epochs:
+            continue
+        if run.validate(epoch):
+            break
+    if run.best is not None:
+        encoder.load_state_dict(run.best[0])
+        decoder.load_state_dict(run.best[1])
+    test = evaluate_link(encoder, decoder, features, split, "test")
+    run.hist.test_auc, run.hist.test_ap = test["auc"], test["ap"]
+    return run.hist
+
+
+def _check_fit_link(features: Features, split: LinkSplit, encoder: nn.Module,
+                    sampler: LinkNeighborSampler, loss: str) -> None:
+    """:func:`fit_link`'s argument checks (loss, layer counts, feature rows)."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
     if sampler.num_layers != encoder.num_layers:
@@ -133,51 +156,58 @@ def fit_link(features: Features, split: LinkSplit, encoder: nn.Module, decoder: 
     if features.shape[0] != split.num_nodes:
         raise ValueError(f"features have {features.shape[0]} rows but the split has "
                          f"{split.num_nodes} vertices")
-    torch.manual_seed(train_cfg.seed)
-    params = list(encoder.parameters()) + list(decoder.parameters())
-    opt = torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
-    graph = split.graph("train")
-    known = split.known_edges("train") if filter_negatives else None
-    rows = FeatureBuffer(features)
-    hist = LinkHistory()
-    best: Optional[tuple[dict, dict]] = None
-    best_auc, bad = -1.0, 0
-    slots = sampler.slots(graph, split.train_pos)  # the seed edges' CSR slots, once
-    for epoch in range(train_cfg.epochs):
+
+
+class _LinkRun:
+    """The moving parts of one :func:`fit_link`: the training graph, its seed edges' CSR slots,
+    the feature rows, the history and the best weights so far."""
+
+    def __init__(self, features: Features, split: LinkSplit, encoder: nn.Module,
+                 decoder: nn.Module, sampler: LinkNeighborSampler, cfg: TrainConfig, loss: str,
+                 margin: float, opt: torch.optim.Optimizer, known: Any) -> None:
+        self.features, self.split, self.encoder, self.decoder = features, split, encoder, decoder
+        self.sampler, self.cfg, self.loss, self.margin = sampler, cfg, loss, margin
+        self.opt, self.known = opt, known
+        self.graph = split.graph("train")
+        self.rows = FeatureBuffer(features)
+        self.slots = sampler.slots(self.graph, split.train_pos)  # the seed edges', once
+        self.hist = LinkHistory()
+        self.best: Optional[tuple[dict, dict]] = None
+        self.best_auc, self.bad = -1.0, 0
+
+    def epoch(self, epoch: int) -> None:
+        """One pass over the shuffled training edges, a step per mini-batch."""
         tick, tick_cpu = time.perf_counter(), time.thread_time()
-        gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)
-        order = torch.randperm(split.train_pos.shape[1], generator=gen)
-        encoder.train()
-        decoder.train()
+        gen = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        pos = self.split.train_pos
+        order = torch.randperm(pos.shape[1], generator=gen)
+        self.encoder.train()
+        self.decoder.train()
         total, steps = 0.0, 0
-        for start in range(0, order.numel(), train_cfg.batch_size):
-            ids = order[start:start + train_cfg.batch_size]
-            ls = sampler.sample(graph, split.train_pos[:, ids], gen, known,
-                                None if slots is None else slots.index_select(0, ids))
-            x = rows.gather(ls.sample.input_nodes)
-            opt.zero_grad(set_to_none=True)
-            value = forward_backward(encoder, _pair_loss(decoder, ls, loss, margin), ls.sample,
-                                     x, ls.label)
-            opt.step()
+        for start in range(0, order.numel(), self.cfg.batch_size):
+            ids = order[start:start + self.cfg.batch_size]
+            ls = self.sampler.sample(self.graph, pos[:, ids], gen, self.known,
+                                     None if self.slots is None
+                                     else self.slots.index_select(0, ids))
+            x = self.rows.gather(ls.sample.input_nodes)
+            self.opt.zero_grad(set_to_none=True)
+            value = forward_backward(self.encoder, _pair_loss(self.decoder, ls, self.loss,
+                                                              self.margin), ls.sample, x, ls.label)
+            self.opt.step()
             total, steps = total + float(value.detach()), steps + 1
-        hist.epoch_time_s.append(time.perf_counter() - tick)
-        hist.epoch_cpu_s.append(time.thread_time() - tick_cpu)
-        hist.loss.append(total / max(steps, 1))
-        if (epoch + 1) % train_cfg.eval_every and epoch + 1 < train_cfg.epochs:
-            continue
-        scores = evaluate_link(encoder, decoder, features, split, "val")
-        hist.val_auc.append(scores["auc"])
-        hist.val_ap.append(scores["ap"])
-        if scores["auc"] > best_auc:
-            best_auc, bad, hist.best_epoch = scores["auc"], 0, epoch
-            best = (copy.deepcopy(encoder.state_dict()), copy.deepcopy(decoder.state_dict()))
-        else:
-            bad += 1
-            if train_cfg.patience is not None and bad >= train_cfg.patience:
-                break
-    if best is not None:
-        encoder.load_state_dict(best[0])
-        decoder.load_state_dict(best[1])
-    test = evaluate_link(encoder, decoder, features, split, "test")
-    hist.test_auc, hist.test_ap = test["auc"], test["ap"]
-    return hist
+        self.hist.epoch_time_s.append(time.perf_counter() - tick)
+        self.hist.epoch_cpu_s.append(time.thread_time() - tick_cpu)
+        self.hist.loss.append(total / max(steps, 1))
+
+    def validate(self, epoch: int) -> bool:
+        """Score validation, keep the best weights; True when patience is spent."""
+        scores = evaluate_link(self.encoder, self.decoder, self.features, self.split, "val")
+        self.hist.val_auc.append(scores["auc"])
+        self.hist.val_ap.append(scores["ap"])
+        if scores["auc"] > self.best_auc:
+            self.best_auc, self.bad, self.hist.best_epoch = scores["auc"], 0, epoch
+            self.best = (copy.deepcopy(self.encoder.state_dict()),
+                         copy.deepcopy(self.decoder.state_dict()))
+            return False
+        self.bad += 1
+        return self.cfg.patience is not None and self.bad >= self.cfg.patience
