@@ -48,6 +48,11 @@ TASKS = ("node", "link", "recsys")
 _TASK_NAMES: list[str] = list(TASKS)
 
 
+def task_names() -> tuple[str, ...]:
+    """The tasks a job may name: the built-in :data:`TASKS` and those registered since."""
+    return tuple(_TASK_NAMES)
+
+
 def register_task_name(name: str) -> None:
     """Accept ``JobConfig.task=name`` from now on (:func:`fgnn.tasks.register_task` calls it)."""
     if name not in _TASK_NAMES:

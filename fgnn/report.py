@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from fgnn.atomic import atomic_open
-from fgnn.config import MODES, TASKS
+from fgnn.config import MODES, task_names
 from fgnn.executors._ledger import LEDGER_KEYS
 from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
 from fgnn.monitor.summary import cache_text, devices_text, timing_text
@@ -183,8 +183,8 @@ def _check_final(report: Mapping[str, Any]) -> None:
     """The report's ``final`` metrics, by ``config.task``."""
     final = _mapping(report, "final")
     task = report["config"].get("task", "node")
-    if task not in TASKS:
-        _fail("config.task", f"must be one of {', '.join(TASKS)}", task)
+    if task not in task_names():
+        _fail("config.task", f"must be one of {', '.join(task_names())}", task)
     if task == "recsys":  # recall@K, ceiling, popularity and their ratio per split
         for key in RECSYS_FINAL:
             _number(final, key, "final", hi=1.0)

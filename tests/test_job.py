@@ -24,7 +24,7 @@ def _doc_namespace() -> dict:
     """Exec the example classes of docs/api.md (their ``__main__`` parts do not run)."""
     text = (REPO / "docs" / "api.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class " in b]
-    assert len(blocks) == 2, "docs/api.md should hold the sampler and the model example"
+    assert len(blocks) == 3, "docs/api.md should hold the sampler, model and task examples"
     ns: dict = {"__name__": "fgnn_api_doc"}  # not importable: Ray pickles the classes by value
     for b in blocks:
         exec(compile(b, "docs/api.md", "exec"), ns)
@@ -89,6 +89,26 @@ def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
     assert len(report["epochs"]) == 2 and all(e["batches"] > 0 for e in report["epochs"])
     assert report["config"]["runtime"]["devices"] == 2
     assert png_path_for(cfg.report).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_doc_task_registers_and_trains_through_a_job(doc, ray_session, tmp_path):
+    from fgnn.tasks import TASKS, register_task
+
+    step = doc["SmoothedStep"](0.2)
+    out, labels = torch.randn(6, 3), torch.tensor([0, 1, 2, 0, 1, 2])
+    assert torch.allclose(step.loss(None, out, None, labels), torch.nn.functional.cross_entropy(
+        out, labels, label_smoothing=0.2))
+    if "smoothed-node" not in TASKS:
+        register_task("smoothed-node", lambda config, dataset, model:
+                      doc["SmoothedNodeTask"](0.1))
+    cfg = JobConfig(dataset=TINY, task="smoothed-node", sampler=SamplerConfig(fanouts=(4, 4)),
+                    runtime=RuntimeConfig(devices=2), train=TrainConfig(epochs=2, batch_size=32),
+                    report=str(tmp_path / "r.json"))
+    result = fgnn.Job(cfg, progress=False, out=io.StringIO()).run()
+    assert len(result.epochs) == 2 and all(e.loss == e.loss for e in result.epochs)
+    report = json.loads(Path(cfg.report).read_text())
+    validate_report(report)
+    assert report["config"]["task"] == "smoothed-node"
 
 
 def test_job_rejects_bad_arguments(tmp_path):
