@@ -26,7 +26,7 @@ Four recipes exist:
   Sample stage and only the seeds' hop checked for seed edges.
 * ``pinsage-rec`` -- ``task="recsys"`` with ``--model pinsage`` (any dataset; the job refuses
   one that is not a user-item graph): the single-process recommender recipe of
-  :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.executors._recsys`).
+  :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.tasks.recsys`).
 
 A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields (and options of the
 dataset spec). :func:`apply_recipe` writes them into a config except for the fields the user set, so

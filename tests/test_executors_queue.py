@@ -9,8 +9,7 @@ import torch
 
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue, QueueItem
-from fgnn.executors.sampler import (SamplerExecutor, mark_sample, pack_sample, sample_nbytes,
-                                    unpack_sample)
+from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.sampling.khop import KHop
 
 from tests.conftest import random_graph
@@ -222,13 +221,13 @@ def test_sampler_executor_in_process_is_deterministic_per_task():
     assert torch.equal(sa.input_nodes, sb.input_nodes)     # same task -> same sample anywhere
     assert torch.equal(sa.seeds, a.seeds_of(2, 3))
     assert torch.equal(sa.cached, bits[sa.input_nodes])     # M: the holder bits of the job
-    assert sample_nbytes(sa) > 0
+    assert sa.nbytes() > 0
     back = unpack_sample(pack_sample(sa))                   # the object-store form
     assert back.task_id == 3 and torch.equal(back.input_nodes, sa.input_nodes)
     assert all(torch.equal(x.src, y.src) and x.num_dst == y.num_dst
                for x, y in zip(back.blocks, sa.blocks))
     assert unpack_sample(sa) is sa
-    assert mark_sample(sa, None).cached.sum() == 0
+    assert sa.mark(None).cached.sum() == 0
     with pytest.raises(ValueError, match="task_id"):
         a.sample(2, 99)
     with pytest.raises(ValueError, match="batch_size"):

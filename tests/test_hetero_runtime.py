@@ -29,11 +29,10 @@ from fgnn.data import from_pyg, load_dataset
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.executors._common import task_generator
 from fgnn.executors._typed import graph_payload
-from fgnn.executors.sampler import SamplerExecutor, pack_sample, sample_nbytes, unpack_sample
+from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
 from fgnn.hetero import HeteroKHop
 from fgnn.sampling import Sample
-from fgnn.data.dataset_hetero import HeteroDataset
 
 SPEC = "hetero:papers=1000,authors=300,fields=16,seed=0"
 FANOUTS = (5, 5)
@@ -69,7 +68,7 @@ def test_sampler_executor_draws_typed_samples_from_the_task_generator():
         assert set(got.input_nodes) == {"paper", "author", "field"}
         back = unpack_sample(pack_sample(got))
         _same_sample(back, got)
-        assert sample_nbytes(back) == sum(t.numel() * t.element_size() for t in got.tensors())
+        assert back.nbytes() == sum(t.numel() * t.element_size() for t in got.tensors())
 
 
 def _rows_requested(ds: HeteroDataset, cfg: JobConfig, epoch: int) -> dict[str, int]:

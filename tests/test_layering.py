@@ -17,7 +17,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Mapping
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "fgnn"

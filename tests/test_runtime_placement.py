@@ -113,7 +113,7 @@ def test_standby_trainer_extracts_from_the_samplers_marks(ray_cluster):
     from fgnn.cache.placement import job_placement
     from fgnn.data import load_dataset
     from fgnn.executors.queue import QueueItem
-    from fgnn.executors.sampler import SamplerExecutor, pack_sample, sample_nbytes
+    from fgnn.executors.sampler import SamplerExecutor, pack_sample
     from fgnn.executors.trainer import TrainerExecutor
     from fgnn.models import GraphSAGE
     from fgnn.sampling import KHop
@@ -126,7 +126,7 @@ def test_standby_trainer_extracts_from_the_samplers_marks(ray_cluster):
                           cache_map=pl.holder_bits())
     sample, _, _ = smp.sample(0, 3)
     item = QueueItem(0, 3, ref=ray.put(pack_sample(sample)), producer="fgnn-sampler-0",
-                     nbytes=sample_nbytes(sample))
+                     nbytes=sample.nbytes())
     model = GraphSAGE(ds.feat_dim, ds.num_classes, num_layers=2, hidden=8)
     standby = TrainerExecutor(ds.features, ds.labels, model, pl, 0, None, _OneItemQueue(item),
                               name="fgnn-standby-0", role="standby")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-import numpy as np
 import torch
 
 from fgnn.data.dataset import Dataset, SplitLike, check_finite_features, split_ids

@@ -10,7 +10,7 @@ What differs in the tasks (seeds, samples, losses, scores) is :mod:`fgnn.tasks`'
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 

@@ -6,7 +6,7 @@ What changes against a homogeneous job, and where:
 * **Payloads** -- the topology travels as one CSR payload per relation (:func:`graph_payload`),
   the features as one matrix per node type that has features (:func:`features_payload`).
 * **Samplers** -- a :class:`~fgnn.sampling.hetero.HeteroKHop` with per-relation fanouts draws a
-  :class:`~fgnn.sampling.hetero.HeteroSample` around each task's seeds of the target type, from
+  typed :class:`~fgnn.sampling.base.Sample` around each task's seeds of the target type, from
   the same per-task generator as a homogeneous task
   (:func:`~fgnn.executors._common.task_generator`); :func:`fgnn.executors.sampler.pack_sample`
   carries it through the object store. PreSC counts visits per ``(type, id)``.

@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 import torch
 
-from fgnn.executors._common import (_device_tag, configure_torch, graph_from_payload,
-                                    metrics_for, task_generator, tensor_from)
+from fgnn.executors._common import (_device_tag, configure_torch, metrics_for,
+                                    task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
 from fgnn.evaluation import EvalPlan, eval_generator
 from fgnn.executors._graph_kind import graph_kind
@@ -38,8 +38,7 @@ from fgnn.sampling.task_sampling import SamplingSpec
 from fgnn.tasks.node import NodeSampling
 from fgnn.sampling.locality import LocalityAwareKHop
 
-__all__ = ["SamplerExecutor", "mark_sample", "sample_nbytes", "pack_sample",
-           "pack_sample_tensors", "sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport",
+__all__ = ["SamplerExecutor", "pack_sample", "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport",
            "trainers_share_gpu", "transport_errors"]
 
 #: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
@@ -98,11 +97,6 @@ def choose_transport(requested: str, device_type: str, one_node: bool,
     return requested
 
 
-def mark_sample(sample: Sample, cache_map: Optional[torch.Tensor]) -> Sample:
-    """The M step (:meth:`Sample.mark <fgnn.sampling.base.Sample.mark>`)."""
-    return sample.mark(cache_map)
-
-
 def _add_visit(visits: torch.Tensor, ids: torch.Tensor) -> None:
     visits[ids] += 1
 
@@ -115,16 +109,6 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
         raise ValueError(f"cache_map must be the (N,) integer holder bits of a Placement, got "
                          f"dtype {m.dtype} and shape {tuple(m.shape)}")
     return m.to(device)
-
-
-def sample_tensors(sample: Sample) -> list[torch.Tensor]:
-    """The tensors of a sample (:meth:`Sample.tensors <fgnn.sampling.base.Sample.tensors>`)."""
-    return sample.tensors()
-
-
-def sample_nbytes(sample: Sample) -> int:
-    """Bytes of the sample's tensors (what the C step copies)."""
-    return sample.nbytes()
 
 
 def _numpy(t: torch.Tensor) -> Any:
@@ -340,7 +324,7 @@ class SamplerExecutor:
             if self.device.type != "cpu":
                 sample = sample.to("cpu")  # host memory side of the queue
             ref = ray.put(pack_sample(sample))
-        nbytes = sample_nbytes(sample)
+        nbytes = sample.nbytes()
         self._max_sample_bytes = max(self._max_sample_bytes, nbytes)
         waited = self._wait_put()
         self._pending_put = self.queue.put.remote(

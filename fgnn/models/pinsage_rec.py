@@ -152,7 +152,7 @@ QUERY, POSITIVE, NEGATIVE, EMBED = 0, 1, 2, 3
 class PinSAGERecModel(nn.Module):
     """PinSAGE item embeddings, the learned item bias and the max-margin loss as one module,
     the way the factored runtime trains a recommender (``task="recsys"``,
-    :mod:`fgnn.executors._recsys`): the parameter server, the gradient exchange and checkpoints
+    :mod:`fgnn.tasks.recsys`): the parameter server, the gradient exchange and checkpoints
     treat it as any model.
 
     A sample's ``pairs`` is ``(4, P)`` int64: row 0 the local id of an item among the sample's

@@ -11,7 +11,7 @@ those it reads from (the homogeneous block layout of :mod:`fgnn.sampling.base`, 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 

@@ -16,7 +16,7 @@ test which task or graph kind they run (GraphBolt's one ``MiniBatch`` pipeline, 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 import torch
 from torch import nn
