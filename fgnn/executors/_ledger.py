@@ -1,7 +1,8 @@
 """The exactly-once ledger of an epoch in the report (``epochs[*].ledger``).
 
-The parameter server counts every gradient pushed per task (``attempts``), applied
-(``applied``) and turned away (``rejected``: duplicates of an applied task, stale epochs); the
+The gradient exchange's :class:`~fgnn.executors.exactly_once.TaskLedger` counts every gradient
+pushed per task (``attempts``), applied (``applied``) and turned away (``rejected``: duplicates of
+an applied task, stale epochs, dead incarnations); the
 driver counts the tasks it handed to Samplers (``issued``), handed out again after a fault
 (``reissued``) and the samples lost with a dead Sampler (``lost``). :func:`epoch_ledger` folds
 them into the counts a user checks: a run trained every mini-batch exactly once when

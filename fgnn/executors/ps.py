@@ -34,6 +34,8 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
+from fgnn.executors.exactly_once import TaskLedger
+
 __all__ = ["ParameterServer", "Claim", "StepReply", "flatten", "step_wait", "unflatten_into"]
 
 
@@ -136,31 +138,28 @@ class ParameterServer:
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
         self.version = 0
-        self.epoch = -1
-        self.group = 1
-        self.tasks: Optional[int] = None
         self._flat = flatten(self.params)
         self._cond: Any = None  # asyncio.Condition of the actor's event loop, made on first use
         self._loop: Any = None
-        # the incarnation of each consumer whose claims and pushes count (enroll / release);
-        # kept across epochs, unlike the ledger
-        self._live: dict[str, int] = {}
-        self._reset_ledger()
+        # the exactly-once ledger and the enrolment (the incarnation of each consumer whose
+        # claims and pushes count, kept across epochs). Every step() call is counted where it
+        # happens, apart from the admission decision, so a duplicate that gets through (or is
+        # turned away) shows in the counts: attempts = applied + rejected per task, and
+        # applied > 1 means a gradient was applied twice.
+        self._tasks = TaskLedger()
+        self._reset_step()
 
-    def _reset_ledger(self) -> None:
-        # Every step() call is counted where it happens, apart from the admission decision, so
-        # a duplicate that gets through (or is turned away) shows in the counts: attempts =
-        # applied + rejected per task, and applied > 1 means a gradient was applied twice.
-        self._attempts: Counter[int] = Counter()
-        self._applied: Counter[int] = Counter()
-        self._rejected: Counter[int] = Counter()
-        self._by: dict[int, str] = {}
+    @property
+    def epoch(self) -> int:
+        """The epoch whose gradients are accepted (-1 before :meth:`begin_epoch`)."""
+        return self._tasks.epoch
+
+    def _reset_step(self) -> None:
+        """Clear the open step (its slots, sum and seeds) and the epoch's claim wait."""
         self._holders: Counter[str] = Counter()
         self._sum = torch.zeros_like(self._flat)
         self._seeds = 0.0
-        self._claimed = self._received = self._accepted = 0
-        self._steps = 0
-        self._busy_s = 0.0
+        self._claimed = self._received = 0
         self._wait_s = 0.0
         # wall time the current step's last gradient was ready, and that of the last step taken
         self._ready, self._closed_ready = 0.0, 0.0
@@ -178,13 +177,8 @@ class ParameterServer:
         Raises:
             ValueError: for ``group < 1`` or ``tasks < 0``.
         """
-        if group < 1:
-            raise ValueError(f"group must be >= 1, got {group!r}")
-        if tasks is not None and tasks < 0:
-            raise ValueError(f"tasks must be >= 0, got {tasks!r}")
-        self.epoch = int(epoch)
-        self.group, self.tasks = int(group), None if tasks is None else int(tasks)
-        self._reset_ledger()
+        self._tasks.reset(epoch, tasks, group)
+        self._reset_step()
         self._notify()
 
     def weights(self) -> tuple[int, torch.Tensor]:
@@ -194,18 +188,18 @@ class ParameterServer:
     # ------------------------------------------------------------------ claims
     def slots(self) -> int:
         """Slots of the current step: ``min(R, tasks not yet accepted)``."""
-        if self.tasks is None:
-            return self.group
-        return max(0, min(self.group, self.tasks - self._accepted + self._received))
+        return self._tasks.slots(self._received)
 
     def enroll(self, consumer: str, incarnation: int) -> None:
         """``consumer``'s claims and pushes count only from ``incarnation`` on (a Trainer
         enrolls at the start of each epoch with its queue generation): a claim or push still in
         flight from a dead incarnation can no longer take or fill a slot."""
-        self._live[consumer] = int(incarnation)
+        self._tasks.enroll(consumer, incarnation)
 
     def _stale(self, consumer: str, incarnation: Optional[int]) -> bool:
-        return incarnation is not None and self._live.get(consumer) != incarnation
+        """Whether ``incarnation`` of ``consumer`` is not the enrolled one (the hook a fault
+        test switches off)."""
+        return self._tasks.stale(consumer, incarnation)
 
     def try_claim(self, consumer: str, base_version: Optional[int] = None,
                   incarnation: Optional[int] = None) -> Optional[Claim]:
@@ -256,7 +250,7 @@ class ParameterServer:
         The runtime calls it for a Trainer that died or stopped while holding slots; releasing
         all of them also ends the consumer's incarnation (see :meth:`enroll`)."""
         if count is None:
-            self._live.pop(consumer, None)
+            self._tasks.retire(consumer)
         n = self._holders[consumer] if count is None else min(count, self._holders[consumer])
         self._holders[consumer] -= n
         self._claimed -= n
@@ -305,13 +299,13 @@ class ParameterServer:
         """
         t0 = time.perf_counter()
         if self._stale(consumer, incarnation):
-            self._attempts[task_id] += 1
-            self._rejected[task_id] += 1
+            self._tasks.attempt(task_id)
+            self._tasks.reject(task_id)
             return StepReply(False, self.version, None)
         if self._holders[consumer] < 1:
             raise ValueError(f"{consumer!r} pushed task {task_id} without a claimed slot")
         self._holders[consumer] -= 1
-        self._attempts[task_id] += 1
+        self._tasks.attempt(task_id)
         self._ready = max(self._ready, time.time() if ready_at is None else ready_at)
         applied = self._admit(epoch, task_id)
         if applied:
@@ -320,25 +314,25 @@ class ParameterServer:
                                  f"{self._sum.numel()}")
             if seeds <= 0:
                 raise ValueError(f"seeds must be > 0, got {seeds!r}")
-            self._applied[task_id] += 1
-            self._by.setdefault(task_id, consumer)
-            self._accepted += 1
+            self._tasks.apply(task_id, consumer)
             self._received += 1
             self._sum.add_(grad.to(self._sum.dtype), alpha=float(seeds))
             self._seeds += float(seeds)
         else:
-            self._rejected[task_id] += 1
+            self._tasks.reject(task_id)
             self._claimed -= 1
         self._maybe_step()
         nxt = None if claim_next is None else self.try_claim(consumer, claim_next, incarnation)
         self._notify()
-        self._busy_s += time.perf_counter() - t0
+        self._tasks.busy_s += time.perf_counter() - t0
         return StepReply(applied, self.version, nxt)
 
     def _admit(self, epoch: int, task_id: int) -> bool:
         """Whether a gradient of ``task_id`` may be applied: it belongs to this epoch and no
-        gradient of that task was applied in it yet (the exactly-once rule)."""
-        return epoch == self.epoch and self._applied[task_id] == 0
+        gradient of that task was applied in it yet (the exactly-once rule of
+        :meth:`TaskLedger.admit <fgnn.executors.exactly_once.TaskLedger.admit>`; the hook a
+        fault test breaks)."""
+        return self._tasks.admit(epoch, task_id)
 
     def _maybe_step(self) -> None:
         """Take the step once every claimed slot delivered and no slot is left to claim."""
@@ -356,7 +350,7 @@ class ParameterServer:
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
         self._flat = flatten(self.params)
-        self._steps += 1
+        self._tasks.steps += 1
         self._closed_ready, self._ready = self._ready, 0.0
         self._sum.zero_()
         self._seeds = 0.0
@@ -368,11 +362,9 @@ class ParameterServer:
         pushed for the task), ``applied`` (gradients applied: 1 when exactly-once holds),
         ``rejected`` (duplicates and stale epochs turned away); ``by`` (task id -> the trainer
         whose gradient was applied first), ``steps`` taken, ``busy_s`` (pushes) and ``claim_s``
-        (time inside :meth:`claim`, waits included)."""
-        return {"epoch": self.epoch, "attempts": dict(self._attempts),
-                "applied": dict(self._applied),
-                "rejected": dict(self._rejected), "by": dict(self._by), "steps": self._steps,
-                "busy_s": self._busy_s, "claim_s": self._wait_s}
+        (time inside :meth:`claim`, waits included); see :meth:`TaskLedger.report
+        <fgnn.executors.exactly_once.TaskLedger.report>`."""
+        return {**self._tasks.report(), "claim_s": self._wait_s}
 
     def state(self) -> dict[str, Any]:
         """Model and optimizer state dicts (CPU), for checkpoints and the final model."""

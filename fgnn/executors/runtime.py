@@ -27,8 +27,10 @@ parameter-server actor (:mod:`fgnn.executors.ps`); ``collective`` (experimental)
 and optimizer on every Trainer's device and all-reduces the gradients once per step, with a
 ledger actor (:class:`~fgnn.executors.step_ledger.StepLedger`, no tensors) handing out slots,
 keeping the exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`).
-Either way the actor is ``self.ps`` (``begin_epoch``, ``release``, ``ledger``, ``weights``,
-``state``).
+Either way the actor is ``self.ps``, driven through one interface
+(:class:`~fgnn.executors.exchange_api.GradientExchange`: ``begin_epoch``, ``release``,
+``ledger``, ``weights``, ``state``), and both keep the exactly-once ledger with one class
+(:class:`~fgnn.executors.exactly_once.TaskLedger`).
 
 Host features: in-memory matrices go through the object store once (mapped zero-copy by every
 executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
@@ -366,12 +368,21 @@ class Runtime:
             name=ARGS_ACTOR).remote()
         sv.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
             name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
-        tc, resumed = self.config.train, self.checkpointer.resume_optimizer
-        if rt.exchange == "collective":  # a ledger without tensors; weights on the Trainers
+        self._start_exchange(set(nodes.values()))
+
+    def _start_exchange(self, nodes: set[str]) -> None:
+        """Start the gradient exchange ``runtime.exchange`` picks (the one place that picks):
+        ``self.ps``, a :class:`~fgnn.executors.exchange_api.GradientExchange` actor. ``nodes``:
+        the nodes of the job's devices."""
+        import ray
+
+        sv, tc = self.services, self.config.train
+        resumed = self.checkpointer.resume_optimizer
+        if self.config.runtime.exchange == "collective":  # no tensors; weights on the Trainers
             sv.ps = ray.remote(num_cpus=0, max_restarts=0)(StepLedger).options(
                 name="fgnn-ps", max_concurrency=256).remote(serve_store=True)
             sv.exchange = ExchangeSpec(sv.ps, tc.lr, tc.weight_decay, resumed,
-                                       **self._ring_place(set(nodes.values())))
+                                       **self._ring_place(nodes))
         else:
             sv.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
                 copy.deepcopy(self.model).cpu(), tc.lr, tc.weight_decay, resumed)

@@ -20,6 +20,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from fgnn.executors.exactly_once import TaskLedger
+
 __all__ = ["GROUP_TIMEOUT_S", "Event", "StepLedger"]
 
 #: Seconds a collective call waits for its peers before it fails (a peer died or hangs).
@@ -81,10 +83,9 @@ class StepLedger:
         self._cv = threading.Condition()
         self._alive = alive or (_ray_actor_exists if serve_store else (lambda name: True))
         self._watching: set[int] = set()
-        self.epoch, self.group, self.tasks = -1, 1, None
         self.version = 0  # steps closed over the job (the open step's index)
         self.generation = 0
-        self._live: dict[str, int] = {}
+        self._tasks = TaskLedger()  # the exactly-once ledger and the members' incarnations
         self._log: list[Event] = []
         self._members: list[str] = []
         self._at: dict[str, tuple[int, int]] = {}  # member -> (events processed, version)
@@ -98,13 +99,16 @@ class StepLedger:
 
             self._store = dist.TCPStore(get_node_ip_address(), 0, is_master=True,
                                         wait_for_workers=False)
-        self._reset_ledger()
+        self._reset_step()
 
-    def _reset_ledger(self) -> None:
-        self._attempts: Counter[int] = Counter()
-        self._applied: Counter[int] = Counter()
-        self._rejected: Counter[int] = Counter()
-        self._by: dict[int, str] = {}
+    @property
+    def epoch(self) -> int:
+        """The epoch whose deliveries count (-1 before :meth:`begin_epoch`)."""
+        return self._tasks.epoch
+
+    def _reset_step(self) -> None:
+        """Clear the open step, the queued requests, the closed steps not yet settled and the
+        membership changes (with each epoch)."""
         self._holders: Counter[str] = Counter()
         self._open: dict[int, str] = {}  # task -> consumer, delivered in the open step
         # (consumer, task, ring row) accepted, in order
@@ -114,8 +118,7 @@ class StepLedger:
         self._joining: list[str] = []
         self._expect: set[str] = set()
         self._dead: set[str] = set()
-        self._claimed = self._received = self._accepted = 0
-        self._steps, self._busy_s = 0, 0.0
+        self._claimed = self._received = 0
         # wall time the open step's last gradient was ready (its Trainer's clock), and that of
         # the step closed last: a request that waited for a close waited for other Trainers'
         # work only until then (:func:`~fgnn.executors.ps.step_wait`)
@@ -144,17 +147,12 @@ class StepLedger:
     def begin_epoch(self, epoch: int, tasks: Optional[int] = None, group: int = 1) -> None:
         """Start ``epoch`` (``tasks`` tasks, R = ``group`` per step); the members of the last
         epoch end (an ``end`` event) and this epoch's members :meth:`join` anew."""
-        if group < 1:
-            raise ValueError(f"group must be >= 1, got {group!r}")
-        if tasks is not None and tasks < 0:
-            raise ValueError(f"tasks must be >= 0, got {tasks!r}")
         with self._cv:
+            self._tasks.reset(epoch, tasks, group)  # ValueError for group < 1 or tasks < 0
             if self._members:
                 self._append(Event("end", self.generation, tuple(self._members)))
-            self.epoch, self.group = int(epoch), int(group)
-            self.tasks = None if tasks is None else int(tasks)
             self._members, self._at = [], {}
-            self._reset_ledger()
+            self._reset_step()
             self._cv.notify_all()
 
     def expect(self, consumers: list[str]) -> None:
@@ -172,7 +170,7 @@ class StepLedger:
         at the next step boundary. ``ring``: ``(host key, file)`` of its gradient ring, or
         None. Returns the index of the first event it must replay."""
         with self._cv:
-            self._live[consumer] = int(incarnation)
+            self._tasks.enroll(consumer, incarnation)
             self._handles[consumer] = handle
             self._rings[consumer] = None if ring is None else (str(ring[0]), str(ring[1]))
             self._dead.discard(consumer)
@@ -192,7 +190,7 @@ class StepLedger:
         open step count as not applied, and the group is re-formed without it. Returns the
         slots given back."""
         with self._cv:
-            self._live.pop(consumer, None)
+            self._tasks.retire(consumer)
             self._expect.discard(consumer)
             n = self._holders.pop(consumer, 0)
             self._claimed -= n
@@ -200,11 +198,9 @@ class StepLedger:
             self._delivered = [d for d in self._delivered if d[0] != consumer]
             for task in [t for t, c in self._open.items() if c == consumer]:
                 del self._open[task]
-                self._applied[task] -= 1
-                self._by.pop(task, None)
+                self._tasks.revoke(task)
                 self._received -= 1
                 self._claimed -= 1
-                self._accepted -= 1
             if consumer in self._joining:
                 self._joining.remove(consumer)
             if consumer in self._members:
@@ -220,7 +216,7 @@ class StepLedger:
         that name holds another incarnation, that one died (Ray restarted the actor), so it is
         released (a standby killed while idle has no call of the runtime's to fail)."""
         with self._cv:
-            old = self._live.get(consumer)
+            old = self._tasks.incarnation(consumer)
             gone = old is not None and old != int(incarnation)
         if gone:
             self.release(consumer)
@@ -257,9 +253,6 @@ class StepLedger:
                 return
             time.sleep(0.25)
 
-    def _stale(self, consumer: str, incarnation: Optional[int]) -> bool:
-        return incarnation is not None and self._live.get(consumer) != incarnation
-
     def _reform(self) -> None:
         """Drop dead members and add joiners: a ``form`` event of a new generation, once every
         surviving member reported how far it got (a death may have cut a reduction short).
@@ -289,11 +282,9 @@ class StepLedger:
         for step in [s for s in self._closed if s >= done]:  # no survivor applied it
             for task, c in list(self._closed[step].items()):
                 if c in self._dead:
-                    self._applied[task] -= 1
-                    self._by.pop(task, None)
-                    self._accepted -= 1
+                    self._tasks.revoke(task)
                     del self._closed[step][task]
-        joined = [m for m in self._joining if m not in self._dead or m in self._live]
+        joined = [m for m in self._joining if m not in self._dead or self._tasks.enrolled(m)]
         def newest(ms: list[str]) -> list[str]:
             return sorted(ms, key=lambda m: -self._at[m][1])
         members = newest(survivors) + newest(joined)
@@ -317,9 +308,7 @@ class StepLedger:
     # ------------------------------------------------------------------ slots and gradients
     def slots(self) -> int:
         """Slots of the open step: ``min(R, tasks not yet accepted)``."""
-        if self.tasks is None:
-            return self.group
-        return max(0, min(self.group, self.tasks - self._accepted + self._received))
+        return self._tasks.slots(self._received)
 
     def request(self, consumer: str, incarnation: Optional[int] = None,
                 epoch: Optional[int] = None) -> None:
@@ -334,8 +323,9 @@ class StepLedger:
         the one it computes and the one its prefetch brought), so the waiters at a step's close
         never outnumber the Trainers, and a slot is never held by a Trainer without a task."""
         with self._cv:
-            if (epoch is not None and epoch != self.epoch) or consumer not in self._live \
-                    or self._stale(consumer, incarnation):
+            if (epoch is not None and epoch != self.epoch) \
+                    or not self._tasks.enrolled(consumer) \
+                    or self._tasks.stale(consumer, incarnation):
                 return
             self._waiting.append((consumer, incarnation))
             self._publish(None)
@@ -346,7 +336,7 @@ class StepLedger:
         members not yet in a group wait on."""
         grants, keep = [], []
         for consumer, inc in self._waiting:
-            if self._stale(consumer, inc) or consumer not in self._live:
+            if self._tasks.stale(consumer, inc) or not self._tasks.enrolled(consumer):
                 continue
             if consumer in self._members and self._claimed < self.slots():
                 self._claimed += 1
@@ -382,9 +372,9 @@ class StepLedger:
         """
         t0 = time.perf_counter()
         with self._cv:
-            self._attempts[task_id] += 1
-            if self._stale(consumer, incarnation):
-                self._rejected[task_id] += 1
+            self._tasks.attempt(task_id)
+            if self._tasks.stale(consumer, incarnation):
+                self._tasks.reject(task_id)
                 return False
             if self._holders[consumer] < 1:
                 raise ValueError(f"{consumer!r} delivered task {task_id} without a slot")
@@ -394,25 +384,25 @@ class StepLedger:
             ok = self._admit(epoch, task_id)
             self._ready = max(self._ready, time.time() if ready_at is None else ready_at)
             if ok:
-                self._applied[task_id] += 1
-                self._by.setdefault(task_id, consumer)
+                self._tasks.apply(task_id, consumer)
                 self._open[task_id] = consumer
                 self._delivered.append((consumer, task_id, None if row is None else int(row)))
-                self._accepted += 1
                 self._received += 1
             else:
-                self._rejected[task_id] += 1
+                self._tasks.reject(task_id)
                 self._claimed -= 1
             self._maybe_close()
             self._reform()
             self._publish(time.time())
             self._cv.notify_all()
-            self._busy_s += time.perf_counter() - t0
+            self._tasks.busy_s += time.perf_counter() - t0
             return ok
 
     def _admit(self, epoch: int, task_id: int) -> bool:
-        """The exactly-once rule: a task of this epoch none of whose gradients counted yet."""
-        return epoch == self.epoch and self._applied[task_id] == 0
+        """The exactly-once rule: a task of this epoch none of whose gradients counted yet
+        (:meth:`TaskLedger.admit <fgnn.executors.exactly_once.TaskLedger.admit>`; the hook a
+        fault test breaks)."""
+        return self._tasks.admit(epoch, task_id)
 
     def _maybe_close(self) -> None:
         """Close the open step once every claimed slot delivered and no slot is left: deaths
@@ -428,7 +418,7 @@ class StepLedger:
         step, tasks = self.version, tuple(self._delivered)
         self._closed[step] = dict(self._open)
         self.version += 1
-        self._steps += 1
+        self._tasks.steps += 1
         self._open, self._delivered = {}, []
         self._closed_ready, self._ready = self._ready, 0.0
         self._claimed = self._received = 0
@@ -444,8 +434,8 @@ class StepLedger:
         When every task is in but a member has not applied every step, its members are probed
         (:meth:`failed`): a member that died idle fails nobody's call when the group sums
         from shared memory, and without the probe the epoch never ended."""
-        if (self._ended or self.tasks is None or self._accepted < self.tasks
-                or self._received or not self._members):
+        if (self._ended or not self._tasks.complete() or self._received
+                or not self._members):
             return
         if self._closed or self._dead:
             self._start_watch()
@@ -483,11 +473,7 @@ class StepLedger:
         <fgnn.executors.ps.ParameterServer.ledger>` reports it (``busy_s``: time inside
         :meth:`deliver`)."""
         with self._cv:
-            return {"epoch": self.epoch, "attempts": dict(self._attempts),
-                    "applied": {t: n for t, n in self._applied.items() if n},
-                    "rejected": dict(self._rejected), "by": dict(self._by),
-                    "steps": self._steps, "busy_s": self._busy_s,
-                    "generation": self.generation}
+            return {**self._tasks.report(), "generation": self.generation}
 
     def _holder_state(self) -> dict[str, Any]:
         """The state of the newest member that answers (rank 0 first); the last one read when
