@@ -46,6 +46,7 @@ from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
+from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
@@ -102,10 +103,9 @@ class TrainerExecutor:
         role: ``"trainer"`` or ``"standby"``.
         local_sampler: a :class:`~fgnn.executors.sampler.SamplerExecutor` (in-process) to sample
             raw tasks itself (time-sharing mode), else None.
-        delay_s: extra seconds per mini-batch (fault injection: a deliberately slow Trainer).
-        crash_after_apply: fault injection: the process exits right after the server applied its
-            first gradient and before the task is acknowledged; the restarted incarnation (Ray
-            ``max_restarts``) trains normally.
+        faults: this Trainer's fault injection
+            (:class:`~fgnn.executors.fault_injection.TrainerFaults`: a delay per mini-batch, an
+            exit after the first applied gradient); None: none.
         disk: a :class:`~fgnn.config.DiskConfig` with ``feature_tier="disk"``: read rows through
             the GIDS tiers of the on-disk file (device software cache of ``alpha``, CPU buffer,
             storage) instead of a static cache over the host matrix; ``features`` must then be a
@@ -125,8 +125,8 @@ class TrainerExecutor:
     def __init__(self, features: Any, labels: Any, model: nn.Module,
                  placement: Optional[Placement], device_index: int, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
-                 local_sampler: Any = None, delay_s: float = 0.0,
-                 crash_after_apply: bool = False, disk: Any = None, seed: int = 0,
+                 local_sampler: Any = None, faults: Optional[TrainerFaults] = None,
+                 disk: Any = None, seed: int = 0,
                  exchange: Any = None, deterministic: bool = False,
                  step: Optional[StepRule] = None) -> None:
         # one compute thread (executors share the host's cores); host gathers run on the
@@ -150,8 +150,9 @@ class TrainerExecutor:
         self.ps, self.queue = ps, queue
         self.local_sampler = local_sampler
         self.load_cache(placement)
-        self.delay_s = float(delay_s)
-        self.crash_after_apply = bool(crash_after_apply)
+        if faults is not None and not isinstance(faults, TrainerFaults):
+            raise TypeError(f"faults must be a TrainerFaults, got {faults!r}")
+        self.faults = faults if faults is not None else NO_FAULTS
         self.seed = int(seed)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
@@ -163,7 +164,7 @@ class TrainerExecutor:
             from fgnn.executors._exchange import TrainerExchange
 
             self.exchange = TrainerExchange(exchange, name, self.model, self._ack,
-                                            self.crash_after_apply)
+                                            self.faults.crash_after_apply)
 
     def ready(self) -> tuple[float, str]:
         """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
@@ -377,7 +378,7 @@ class TrainerExecutor:
         if self.exchange is not None:
             return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
                                        batch.rec, lambda: self._backward(epoch, batch),
-                                       self._stop, self.delay_s, has_next)
+                                       self._stop, self.faults.delay_s, has_next)
         t0 = time.perf_counter()
         waited = self._claim()
         if waited is None:
@@ -388,15 +389,15 @@ class TrainerExecutor:
                         for p in self.params]).cpu()
         if not bool(torch.isfinite(grad).all()):
             raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
+        if self.faults.delay_s > 0:
+            time.sleep(self.faults.delay_s)
         t2 = time.perf_counter()
         reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
                                             int(batch.labels.numel()),
                                             self._version if has_next else None,
                                             self._incarnation, time.time()))
         applied, self._next_claim = reply.applied, reply.claim
-        if applied and self.crash_after_apply and \
+        if applied and self.faults.crash_after_apply and \
                 not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         t3 = time.perf_counter()
