@@ -77,3 +77,33 @@ def test_the_trainer_takes_only_the_typed_hooks():
         trainer(faults={"delay_s": 0.25})
     with pytest.raises(TypeError):
         trainer(delay_s=0.25)  # the old keyword is gone
+
+
+def test_the_worker_group_hands_each_trainer_its_hooks(monkeypatch):
+    """The layout's Trainer index picks the hooks (``make_actor`` recorded: the arguments the
+    actor's constructor gets); a standby of a crashing index does not crash."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from fgnn.config import JobConfig
+    from fgnn.executors import _workers
+    from fgnn.models import GraphSAGE
+    from fgnn.sampling import KHop
+
+    built: dict[str, dict] = {}
+    monkeypatch.setattr(_workers, "make_actor",
+                        lambda cls, name, *args, **kwargs: built.setdefault(name, kwargs))
+    faults = FaultSpec(slow_trainers={0: 0.5, 1: 0.25}, crash_after_apply={0, 1})
+    spec = _workers.ExecutorSpec(JobConfig(), KHop([2]), GraphSAGE(4, 2, num_layers=1, hidden=4),
+                                 1, False, faults)
+    refs = {k: None for k in ("graph", "train_idx", "eval_idx", "features", "labels")}
+    services = SimpleNamespace(pg=None, gpus_per_device=1.0, refs=refs, queue=None, ps=None,
+                               one_node=True, shared_gpu=False, torch_device="cpu",
+                               exchange=None)
+    group = _workers.WorkerGroup(spec, services, watchdog=None)
+    group._new_trainer(1, 0)
+    group._new_trainer(2, 2)
+    group._new_trainer(0, 1, role="standby")
+    assert {n: kw["faults"] for n, kw in built.items()} == {
+        "fgnn-trainer-1": TrainerFaults(0.5, True), "fgnn-trainer-2": NO_FAULTS,
+        "fgnn-standby-0": TrainerFaults(0.25, False)}

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -50,6 +50,7 @@ from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
+from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample, per_type_tensors
 from fgnn.models.step import forward_backward
@@ -70,7 +71,7 @@ class _Batch:
     sample: Sample
     x: torch.Tensor
     labels: torch.Tensor
-    rec: dict[str, Any]
+    rec: TaskRecord
     ready: Any = None
     """CUDA event after the batch's copies (None off CUDA)."""
 
@@ -143,7 +144,7 @@ class TrainerExecutor:
         self._features, self._disk = features, disk
         self._host = None if self._disk_tier else open_features(features)
         self.store, self.tiers, self.lookahead = None, None, 0
-        self._ahead: deque[tuple[int, Sample, dict[str, Any]]] = deque()
+        self._ahead: deque[tuple[int, Sample, TaskRecord]] = deque()
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -231,7 +232,7 @@ class TrainerExecutor:
 
     # ------------------------------------------------------------------ stages
     def _take(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None,
-              wait: bool = True) -> Optional[tuple[int, Sample, dict[str, Any]]]:
+              wait: bool = True) -> Optional[tuple[int, Sample, TaskRecord]]:
         """Dequeue the next task and load its sample: ``(task_id, sample, record)``; None when
         the epoch is over (or, with ``wait=False``, when nothing is queued right now). With
         ``plan`` the tasks are chunks of an evaluation pass."""
@@ -249,8 +250,8 @@ class TrainerExecutor:
             if status != "item":
                 return None
             t1 = time.perf_counter()
-            rec: dict[str, Any] = {"role": self.role, "wait_s": wait_s, "rpc_s": rpc,
-                                   "producer": item.producer, "nbytes": item.nbytes}
+            rec = TaskRecord(role=self.role, wait_s=wait_s, rpc_s=rpc, producer=item.producer,
+                             nbytes=item.nbytes)
             # On the copy stream: a CUDA IPC receipt makes the current stream wait for the
             # sender's event, and the local sampler's host syncs then wait only for its own
             # kernels, not for the training queued on the training stream.
@@ -262,10 +263,10 @@ class TrainerExecutor:
                         self.queue.fail.remote(self.name, item.task_id)  # sample it again
                         continue
                     sample = unpack_sample(payload)
-                    rec["fetch_s"] = time.perf_counter() - t1
+                    rec.fetch_s = time.perf_counter() - t1
                 else:  # time-sharing: sample (S) and mark (M) on this device
                     sample, s, m = self.local_sampler.sample(epoch, item.task_id, plan)
-                    rec.update(S=s, M=m, fetch_s=0.0)
+                    rec.S, rec.M, rec.fetch_s = s, m, 0.0
             return item.task_id, sample, rec
         return None
 
@@ -292,12 +293,13 @@ class TrainerExecutor:
             self._lease_ahead(got)
         return self._extract(*self._ahead.popleft())
 
-    def _lease_ahead(self, got: tuple[int, Sample, dict[str, Any]]) -> None:
+    def _lease_ahead(self, got: tuple[int, Sample, TaskRecord]) -> None:
         self._ahead.append(got)
         self.tiers.enter_window(got[1].input_nodes)
 
-    def _extract(self, task_id: int, sample: Sample, rec: dict[str, Any]) -> _Batch:
-        """Extract the sample's features (cache hits, host or disk misses) and labels."""
+    def _extract(self, task_id: int, sample: Sample, rec: TaskRecord) -> _Batch:
+        """Extract the sample's features (cache hits, host or disk misses) and labels; the
+        batch's record is ``rec`` with the Extract's time and counters."""
         t2 = time.perf_counter()
         counts: dict[str, Any] = {}
         with self.copies.scope():
@@ -316,8 +318,8 @@ class TrainerExecutor:
             d = self.tiers.take_stats()
             host = d["cpu_rows"] + d["storage_rows"]
             counts = {"hits": d["device_rows"], "misses": host,
-                      "bytes": host * self.tiers.row_bytes, "disk": d}
-        rec.update(counts, extract_s=time.perf_counter() - t2)
+                      "host_bytes": host * self.tiers.row_bytes, "disk": d}
+        rec = replace(rec, **counts, extract_s=time.perf_counter() - t2)
         return _Batch(task_id, sample, x, labels, rec, ready)
 
     def _to_device(self, sample: Sample) -> tuple[torch.Tensor, Sample, Any]:
@@ -368,7 +370,7 @@ class TrainerExecutor:
                                 batch.labels, finite)
 
     def _train(self, epoch: int, batch: _Batch, has_next: bool = False
-               ) -> Optional[dict[str, Any]]:
+               ) -> Optional[TaskRecord]:
         """Claim a slot, forward, backward, push the gradient (None: stopped before a slot).
 
         ``has_next``: this Trainer already holds its next task, so the push may also claim a
@@ -401,16 +403,15 @@ class TrainerExecutor:
                 not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         t3 = time.perf_counter()
-        rec = dict(batch.rec)
         # sync_s: the gradient exchange (the claim's reply less its wait for other Trainers'
         # work, ps.step_wait; the push); step_wait_s: waiting for other Trainers' work
-        rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t3 - t0 - waited,
-                   sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited,
-                   x_claim_s=t1 - t0 - waited, x_push_s=t3 - t2)
-        return rec
+        return replace(batch.rec, loss=float(loss.detach()), applied=bool(applied),
+                       train_s=t3 - t0 - waited, sync_s=(t1 - t0 - waited) + (t3 - t2),
+                       step_wait_s=waited,
+                       exchange_parts={"x_claim_s": t1 - t0 - waited, "x_push_s": t3 - t2})
 
     @torch.no_grad()
-    def _score(self, batch: _Batch, plan: EvalPlan) -> dict[str, Any]:
+    def _score(self, batch: _Batch, plan: EvalPlan) -> TaskRecord:
         """Forward one evaluation chunk in eval mode: correct, count and summed loss."""
         t0 = time.perf_counter()
         self.copies.wait(batch.ready, batch.tensors())
@@ -420,10 +421,9 @@ class TrainerExecutor:
             scored = self.step.score(self.model, out, batch.sample, batch.labels)
         finally:
             self.model.train()
-        rec = dict(batch.rec)
-        rec.update(scored, split=plan.task(batch.task_id)[0], eval_s=time.perf_counter() - t0,
-                   train_s=0.0, sync_s=0.0, step_wait_s=0.0)
-        return rec
+        return replace(batch.rec, **scored, split=plan.task(batch.task_id)[0],
+                       eval_s=time.perf_counter() - t0, train_s=0.0, sync_s=0.0,
+                       step_wait_s=0.0)
 
     def score_layerwise(self, graph: Any, idx: Any, weights: Optional[torch.Tensor] = None
                         ) -> tuple[int, int, float]:
@@ -479,7 +479,7 @@ class TrainerExecutor:
         generation, saved = self._begin_run(epoch, plan, weights)
         meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
 
-        def step(b: _Batch, has_next: bool = False) -> Optional[dict[str, Any]]:
+        def step(b: _Batch, has_next: bool = False) -> Optional[TaskRecord]:
             run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
                    else (lambda x: self._score(x, plan)))
             return run(b) if meter is None else meter.run(run, b)
@@ -512,7 +512,7 @@ class TrainerExecutor:
         saved = self._load_weights(epoch, plan, weights, generation)
         return generation, saved
 
-    def _run_pipelined(self, step: Callable[..., Optional[dict[str, Any]]], epoch: int,
+    def _run_pipelined(self, step: Callable[..., Optional[TaskRecord]], epoch: int,
                        generation: int, plan: Optional[EvalPlan]) -> tuple[int, Any]:
         """A normal Trainer's loop, pipelined: extract ``i + 1`` while training ``i``; returns
         the batches done and the last acknowledgement's ref."""
@@ -532,13 +532,13 @@ class TrainerExecutor:
                 rec = step(batch, nxt.done() and nxt.result() is not None)
                 if rec is None:
                     break
-                rec["stall_s"] = stall
+                rec.stall_s = stall
                 last_ack = self._ack(batch.task_id, rec)
                 batches += 1
             self._stop.set()
         return batches, last_ack
 
-    def _run_standby(self, step: Callable[..., Optional[dict[str, Any]]],
+    def _run_standby(self, step: Callable[..., Optional[TaskRecord]],
                      policy: StandbyPolicy, epoch: int, generation: int,
                      plan: Optional[EvalPlan]) -> tuple[int, Any]:
         """A standby's loop: decide per fetch whether it profits (FGNN §5.3); returns the
@@ -559,8 +559,8 @@ class TrainerExecutor:
             rec = step(batch)
             if rec is None:
                 break
-            rec["stall_s"] = stall
-            busy += time.perf_counter() - t0 - rec["wait_s"] - rec["step_wait_s"]
+            rec.stall_s = stall
+            busy += time.perf_counter() - t0 - rec.wait_s - rec.step_wait_s
             last_ack = self._ack(batch.task_id, rec)
             batches += 1
         return batches, last_ack
@@ -614,12 +614,12 @@ class TrainerExecutor:
             raise ValueError(f"{self.name} has no collective exchange")
         return self.exchange.state()
 
-    def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
-        if rec.get("deferred"):
+    def _ack(self, task_id: int, rec: TaskRecord) -> Any:
+        if rec.deferred:
             return None  # the collective exchange acknowledges it once its step is applied
-        self.metrics.stage_seconds("extract", rec["extract_s"])
-        self.metrics.cache(rec["hits"], rec["misses"], rec["bytes"])
-        if "eval_s" not in rec:
-            self.metrics.stage_seconds("train", rec["train_s"])
-            self.metrics.batch_done(rec["extract_s"] + rec["train_s"])
+        self.metrics.stage_seconds("extract", rec.extract_s)
+        self.metrics.cache(rec.hits, rec.misses, rec.host_bytes)
+        if not rec.evaluation:
+            self.metrics.stage_seconds("train", rec.train_s)
+            self.metrics.batch_done(rec.extract_s + rec.train_s)
         return self.queue.ack.remote(self.name, task_id, rec)
