@@ -37,10 +37,13 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from fgnn.executors.task_record import TaskRecord
 
 __all__ = ["main"]
 
@@ -201,6 +204,7 @@ def _executor_pair(ds: Any, device: torch.device, batch: int
     import torch.nn.functional as F
 
     from fgnn.executors.sampler import SamplerExecutor
+    from fgnn.executors.task_record import TaskRecord
     from fgnn.executors.trainer import TrainerExecutor
     from fgnn.models import GCN
     from fgnn.sampling import KHop
@@ -214,7 +218,7 @@ def _executor_pair(ds: Any, device: torch.device, batch: int
 
     def fetch(task: int) -> Any:
         sample, s, m = smp.sample(0, task)
-        return trn._extract(task, sample, {"S": s, "M": m})
+        return trn._extract(task, sample, TaskRecord(S=s, M=m))
 
     def train(batch: Any) -> float:
         trn.copies.wait(batch.ready, batch.tensors())
@@ -228,7 +232,7 @@ def _executor_pair(ds: Any, device: torch.device, batch: int
 
 
 def _pipelined_steps(fetch: Callable[[int], Any], train: Callable[[Any], float], tasks: int
-                     ) -> tuple[list[float], list[dict[str, Any]]]:
+                     ) -> tuple[list[float], list[TaskRecord]]:
     """Train tasks ``0 .. tasks - 1`` while a thread fetches the next one (the Trainer's
     prefetch); ``(losses, per-batch records)``."""
     losses, recs = [], []
@@ -273,7 +277,7 @@ def check_executors(ds: Any, device: torch.device, sizes: dict[str, int],
     overlap = _overlap_seconds(list(prof.events())) if device.type == "cuda" else None
     return {"device": str(trn.device), "sampler_device": str(smp.device), "batch_size": batch,
             "tasks": tasks, "seconds": seconds, "losses": losses,
-            "extract_s": [r.get("extract_s") for r in recs],
+            "extract_s": [r.extract_s for r in recs],
             "trace": trace.name, "copy_compute_overlap_s": overlap,
             "overlap_note": (None if device.type == "cuda"
                              else "CPU dry run: no device streams, overlap not measured")}

@@ -455,6 +455,7 @@ def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_la
     from types import SimpleNamespace
 
     from fgnn.executors._exchange import TrainerExchange
+    from fgnn.executors.task_record import TaskRecord
 
     class Counting(StepLedger):
         requests = 0
@@ -484,9 +485,10 @@ def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_la
 
     fetch: Future = Future()
     fetch.set_result(SimpleNamespace(task_id=5))  # its waiter (the training thread) woke
-    rec = ex.train(0, 5, 8, {}, backward, threading.Event())
+    rec = ex.train(0, 5, 8, TaskRecord(), backward, threading.Event())
     ex.prefetched(fetch)  # ... and only now the callback for the same task runs
     assert rec is not None and Counting.requests == 1, Counting.requests
+    assert rec.deferred and rec.loss is not None and "x_claim_s" in rec.exchange_parts
     member.stop()
 
 

@@ -67,6 +67,7 @@ def test_the_runtime_passes_the_flag_to_every_executor(flag, monkeypatch):
 
     from fgnn.config import JobConfig, TrainConfig
     from fgnn.executors import _workers
+    from fgnn.executors.fault_injection import FaultSpec
     from fgnn.models import GraphSAGE
     from fgnn.sampling import KHop
 
@@ -74,7 +75,8 @@ def test_the_runtime_passes_the_flag_to_every_executor(flag, monkeypatch):
     monkeypatch.setattr(_workers, "make_actor",
                         lambda cls, name, *args, **kwargs: built.setdefault(name, kwargs))
     spec = _workers.ExecutorSpec(JobConfig(train=TrainConfig(deterministic=flag)), KHop([2]),
-                                 GraphSAGE(4, 2, num_layers=1, hidden=4), 1, False, {}, set())
+                                 GraphSAGE(4, 2, num_layers=1, hidden=4), 1, False,
+                                 FaultSpec())
     refs = {k: None for k in ("graph", "train_idx", "eval_idx", "features", "labels")}
     services = SimpleNamespace(pg=None, gpus_per_device=1.0, refs=refs, queue=None, ps=None,
                                one_node=True, shared_gpu=False, torch_device="cpu",

@@ -10,6 +10,7 @@ import torch
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue, QueueItem
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
+from fgnn.executors.task_record import TaskRecord
 from fgnn.sampling.khop import KHop
 
 from tests.conftest import random_graph
@@ -31,16 +32,18 @@ def test_queue_fifo_lease_ack_and_epoch_end():
         st, item, _ = await q.get("t0", g)
         assert st == "item" and item.task_id == 0
         assert q.poll()["leased"] == {"t0": [0]}
-        assert await q.ack("t0", 0, {"loss": 1.0})
-        assert not await q.ack("t0", 0)              # counted once
+        assert await q.ack("t0", 0, TaskRecord(loss=1.0))
+        assert not await q.ack("t0", 0, TaskRecord(loss=9.0))  # counted once
         for t in (1, 2):
             st, item, _ = await q.get("t0", g)
-            await q.ack("t0", item.task_id, {"loss": 0.5})
+            await q.ack("t0", item.task_id, TaskRecord(loss=0.5))
         st, item, _ = await q.get("t0", g)           # every task acknowledged
         assert (st, item) == ("done", None)
         p = q.poll()
-        assert p["done"] == 3 and [r["task_id"] for r in p["records"]] == [0, 1, 2]
-        assert q.poll(since=2)["records"][0]["task_id"] == 2
+        assert p["done"] == 3 and [r.task_id for r in p["records"]] == [0, 1, 2]
+        assert [(r.consumer, r.loss) for r in p["records"]] == [("t0", 1.0), ("t0", 0.5),
+                                                                ("t0", 0.5)]
+        assert q.poll(since=2)["records"][0].task_id == 2
     run(body())
 
 

@@ -16,6 +16,7 @@ ray = pytest.importorskip("ray")
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
+from fgnn.executors.fault_injection import FaultSpec  # noqa: E402
 from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 from fgnn.monitor.stats import RunResult  # noqa: E402
@@ -129,7 +130,7 @@ def test_all_sampler_allocation_without_switching_keeps_one_trainer(ray_cluster,
 
 def test_slow_trainer_makes_the_standby_take_batches(ray_cluster, dataset):
     cfg = job(devices=2, samplers=1, epochs=1)
-    rt = Runtime(cfg, dataset, slow_trainers={0: 0.3})
+    rt = Runtime(cfg, dataset, faults=FaultSpec(slow_trainers={0: 0.3}))
     result = rt.run()
     assert_exactly_once(rt, result, dataset, cfg)
     d = rt.details[-1]
@@ -151,7 +152,8 @@ def test_killed_trainers_mid_epoch_still_train_each_batch_once(ray_cluster, data
             ray.kill(ray.get_actor(name), no_restart=for_good)
             killed.append(epoch)
 
-    rt = Runtime(cfg, dataset, on_batch=on_batch, slow_trainers={0: 0.1, 1: 0.1, 2: 0.1})
+    rt = Runtime(cfg, dataset, on_batch=on_batch,
+                 faults=FaultSpec(slow_trainers={0: 0.1, 1: 0.1, 2: 0.1}))
     result = rt.run()
     assert killed == [0, 1]
     assert_exactly_once(rt, result, dataset, cfg)
@@ -172,7 +174,7 @@ def test_killed_sampler_mid_epoch_resamples_its_lost_batches(ray_cluster, datase
             ray.kill(ray.get_actor("fgnn-sampler-0"), no_restart=False)
             killed.append(done)
 
-    rt = Runtime(cfg, dataset, on_batch=on_batch, slow_trainers={0: 0.1})
+    rt = Runtime(cfg, dataset, on_batch=on_batch, faults=FaultSpec(slow_trainers={0: 0.1}))
     result = rt.run()
     assert killed
     assert_exactly_once(rt, result, dataset, cfg)
@@ -189,7 +191,7 @@ def test_no_trainer_left_stops_with_a_resumable_checkpoint(ray_cluster, dataset,
         if epoch == 1 and done == 2:
             ray.kill(ray.get_actor("fgnn-trainer-1"), no_restart=True)
 
-    rt = Runtime(cfg, dataset, on_batch=on_batch, slow_trainers={0: 0.1})
+    rt = Runtime(cfg, dataset, on_batch=on_batch, faults=FaultSpec(slow_trainers={0: 0.1}))
     with pytest.raises(RuntimeFailure, match="Trainer") as info:
         rt.run()
     assert info.value.checkpoint is not None and info.value.checkpoint.exists()

@@ -24,6 +24,7 @@ import fgnn.executors.runtime as runtime_mod  # noqa: E402
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
+from fgnn.executors.fault_injection import FaultSpec  # noqa: E402
 from fgnn.executors.runtime import Runtime  # noqa: E402
 from fgnn.executors.runtime import RuntimeFailure  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches, step_tasks  # noqa: E402
@@ -111,7 +112,7 @@ def test_trainer_dying_between_apply_and_ack_trains_every_batch_once(ray_cluster
         name, cls = _broken(variant)
         monkeypatch.setattr(runtime_mod, name, cls)
     cfg = _job(exchange)
-    rt = Runtime(cfg, dataset, crash_after_apply={0}, evaluate=False)
+    rt = Runtime(cfg, dataset, faults=FaultSpec(crash_after_apply={0}), evaluate=False)
     try:
         result = rt.run()
     except RuntimeFailure as e:

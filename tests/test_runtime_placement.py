@@ -140,9 +140,10 @@ def test_standby_trainer_extracts_from_the_samplers_marks(ray_cluster):
     n_local, n_any = int(own[ids].sum()), int(anywhere[ids].sum())
     assert n_local > 0 and n_any > n_local
     rec = batch.rec
-    assert (rec["local"], rec["peer"], rec["host"]) == (n_local, n_any - n_local,
-                                                        ids.numel() - n_any)
-    assert rec["tier_bytes"]["host"] == rec["bytes"] == (ids.numel() - n_any) * ROW_BYTES
+    assert rec.tier_rows == {"local": n_local, "peer": n_any - n_local,
+                             "host": ids.numel() - n_any}
+    assert rec.tier_bytes["host"] == rec.host_bytes == (ids.numel() - n_any) * ROW_BYTES
+    assert (rec.hits, rec.misses) == (n_any, ids.numel() - n_any) and rec.role == "standby"
     assert standby._fetch(0, 0) is None                                # the queue is done
 
 

@@ -22,15 +22,17 @@ _EXPORTS = {
     "TaskScheduler": "fgnn.executors.scheduler", "StandbyPolicy": "fgnn.executors.scheduler",
     "allocate": "fgnn.executors.scheduler", "profit": "fgnn.executors.scheduler",
     "epoch_batches": "fgnn.executors.scheduler",
+    "FaultSpec": "fgnn.executors.fault_injection",
 }
 
 __all__ = [
     "Runtime", "RuntimeFailure", "RunFinished", "CHECKPOINT_NAME",
     "SamplerExecutor", "TrainerExecutor", "ParameterServer", "GlobalQueue", "QueueItem",
-    "TaskScheduler", "StandbyPolicy", "allocate", "profit", "epoch_batches",
+    "TaskScheduler", "StandbyPolicy", "allocate", "profit", "epoch_batches", "FaultSpec",
 ]
 
 if TYPE_CHECKING:
+    from fgnn.executors.fault_injection import FaultSpec
     from fgnn.executors.ps import ParameterServer
     from fgnn.executors.queue import GlobalQueue, QueueItem
     from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RunFinished, RuntimeFailure

@@ -27,6 +27,7 @@ from fgnn.executors._ledger import epoch_ledger
 from fgnn.executors._typed import sum_typed
 from fgnn.executors._workers import Services, WorkerGroup, _Exec
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler
+from fgnn.executors.task_record import TaskRecord
 from fgnn.monitor.stats import EpochStats, SampleTimes
 
 __all__ = ["EpochCoordinator", "EvalOutcome", "RuntimeFailure"]
@@ -43,7 +44,7 @@ class _EpochAcc:
 
     sample: SampleTimes = field(default_factory=SampleTimes)
     sampler_wait_s: float = 0.0
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[TaskRecord] = field(default_factory=list)
     depth: list[int] = field(default_factory=list)
     sampled: int = 0
     lost: int = 0
@@ -342,11 +343,12 @@ class EpochCoordinator:
             self._stalled(ep.epoch, ep.done, ep.total, depth)
         return False
 
-    def _record(self, ep: _Epoch, rec: dict[str, Any]) -> None:
+    def _record(self, ep: _Epoch, rec: TaskRecord) -> None:
         """An acknowledged task's record: keep it, report progress."""
         ep.acc.records.append(rec)
         ep.done += 1
-        ep.last_loss = rec.get("loss", ep.last_loss)
+        if rec.loss is not None:
+            ep.last_loss = rec.loss
         if ep.plan is not None:
             if self.on_eval_batch is not None:
                 self.on_eval_batch(ep.plan.splits, ep.done, ep.total)
@@ -412,10 +414,9 @@ class EpochCoordinator:
 
     def _standby_policy(self, ep: _Epoch) -> StandbyPolicy:
         """T_t from the normal Trainers' records so far (else the warm-up epoch's), N_t alive."""
-        recs = [r for r in ep.acc.records if r.get("role") == "trainer"]
+        recs = [r for r in ep.acc.records if r.role == "trainer"]
         if recs:
-            t_t = sum(r["extract_s"] + r["train_s"] + r.get("eval_s", 0.0)
-                      for r in recs) / len(recs)
+            t_t = sum(r.extract_s + r.train_s + r.eval_s for r in recs) / len(recs)
         elif self.warm_t_train is not None:
             t_t = self.warm_t_train
         else:
@@ -451,32 +452,32 @@ class EpochCoordinator:
     def _epoch_stats(self, ep: _Epoch, elapsed: float) -> EpochStats:
         acc, recs = ep.acc, ep.acc.records
         sample = SampleTimes(acc.sample.S, acc.sample.M, acc.sample.C)
-        sample.S += sum(r.get("S", 0.0) for r in recs)
-        sample.M += sum(r.get("M", 0.0) for r in recs)
-        hits = sum(r["hits"] for r in recs)
-        misses = sum(r["misses"] for r in recs)
+        sample.S += sum(r.S for r in recs)
+        sample.M += sum(r.M for r in recs)
+        hits = sum(r.hits for r in recs)
+        misses = sum(r.misses for r in recs)
         tiers = ("local", "peer", "host")
-        tier_rows = {t: int(sum(r.get(t, 0) for r in recs)) for t in tiers}
-        tier_bytes = {t: int(sum(r.get("tier_bytes", {}).get(t, 0) for r in recs)) for t in tiers}
-        sample_bytes = int(sum(r.get("nbytes", 0) for r in recs))
-        extract_s = sum(r["extract_s"] for r in recs)
-        train_s = sum(r["train_s"] for r in recs)
-        losses = [r["loss"] for r in recs if "loss" in r]
+        tier_rows = {t: int(sum(r.tier_rows.get(t, 0) for r in recs)) for t in tiers}
+        tier_bytes = {t: int(sum(r.tier_bytes.get(t, 0) for r in recs)) for t in tiers}
+        sample_bytes = int(sum(r.nbytes for r in recs))
+        extract_s = sum(r.extract_s for r in recs)
+        train_s = sum(r.train_s for r in recs)
+        losses = [r.loss for r in recs if r.loss is not None]
         ts, n = self.config.runtime.mode == "time-sharing", self.services.num_devices
         return EpochStats(
             epoch=ep.epoch, time_s=elapsed, sample=sample,
             extract_s=extract_s, train_s=train_s,
             hit_rate=hits / (hits + misses) if hits + misses else 0.0,
-            bytes_host_to_device=int(sum(r["bytes"] for r in recs)) + sample_bytes,
+            bytes_host_to_device=int(sum(r.host_bytes for r in recs)) + sample_bytes,
             sample_bytes=sample_bytes, tier_rows=tier_rows, tier_bytes=tier_bytes,
             load_ratio=extract_s / (extract_s + train_s) if extract_s + train_s > 0 else 0.0,
             switches=len(ep.switched), batches=len(recs),
             loss=float(np.mean(losses)) if losses else float("nan"),
             samplers=n if ts else sum(1 for s in ep.samplers if s.alive),
             trainers=n if ts else sum(1 for t in ep.trainers if t.alive),
-            queue_wait_s=sum(r["wait_s"] for r in recs),
+            queue_wait_s=sum(r.wait_s for r in recs),
             queue_depth=acc.depth,
-            disk=_sum_counts([r["disk"] for r in recs if "disk" in r]),
+            disk=_sum_counts([r.disk for r in recs if r.disk is not None]),
             typed_cache=sum_typed(recs),
             ledger=acc.ledger,
         )
@@ -487,27 +488,26 @@ class EpochCoordinator:
         return {
             "epoch": ep.epoch, "warmup": ep.measure,
             "standby_batches": dict(ep.switched),
-            "batches_by": _count_by(recs, "consumer"),
-            "rpc_s": sum(r["rpc_s"] for r in recs),
-            "fetch_s": sum(r.get("fetch_s", 0.0) for r in recs),
-            "stall_s": sum(r.get("stall_s", 0.0) for r in recs),
+            "batches_by": _count_by(recs),
+            "rpc_s": sum(r.rpc_s for r in recs),
+            "fetch_s": sum(r.fetch_s for r in recs),
+            "stall_s": sum(r.stall_s for r in recs),
             # queue calls and sample fetches the Trainers' prefetch did not hide
-            "exposed_queue_s": sum(min(r.get("stall_s", 0.0), r["rpc_s"] + r.get("fetch_s", 0.0))
-                                   for r in recs),
-            "sync_s": sum(r["sync_s"] for r in recs),
-            "step_wait_s": sum(r.get("step_wait_s", 0.0) for r in recs),
+            "exposed_queue_s": sum(min(r.stall_s, r.rpc_s + r.fetch_s) for r in recs),
+            "sync_s": sum(r.sync_s for r in recs),
+            "step_wait_s": sum(r.step_wait_s for r in recs),
             # sync_s by part (the Trainers' x_* fields: claim, push or delivery, the wait for
             # the step's weights and its pieces), seconds summed over the epoch's tasks
-            "exchange_parts": _sum_prefixed(recs, "x_"),
+            "exchange_parts": _sum_parts(recs),
             "steps": ledger.get("steps"),
             # the part of queue_wait_s spent before each Trainer's first mini-batch of the
             # epoch (the pipeline filling), apart from waits once samples were flowing
             "fill_wait_s": _first_wait_by(recs),
             # queue waits the Trainer actually idled on (a prefetch thread's wait overlaps the
             # training of the previous mini-batch; only what its stall exposed counts)
-            "exposed_wait_s": sum(min(r.get("stall_s", 0.0), r["wait_s"]) for r in recs),
+            "exposed_wait_s": sum(min(r.stall_s, r.wait_s) for r in recs),
             "sampler_queue_wait_s": ep.acc.sampler_wait_s,
-            "task_ids": sorted(r["task_id"] for r in recs),
+            "task_ids": sorted(r.task_id for r in recs),
             "lost_samples": ep.acc.lost, "reissued": ep.acc.reissued,
             # exactly-once ledger, task id -> count: gradients pushed / applied / turned away on
             # the server, leases handed out and acknowledgements (every call) on the queue
@@ -545,20 +545,20 @@ class EvalOutcome:
         return s.accuracy if s is not None else float("nan")
 
 
-def _eval_outcome(plan: EvalPlan, recs: list[dict[str, Any]], elapsed: float) -> EvalOutcome:
+def _eval_outcome(plan: EvalPlan, recs: list[TaskRecord], elapsed: float) -> EvalOutcome:
     """Sum the chunk records of an evaluation pass per split (each task acknowledged once)."""
     scores = {s: SplitScore() for s in plan.splits}
     for r in recs:
-        scores[r["split"]].add(SplitScore(r["correct"], r["count"], r["loss_sum"]))
+        scores[r.split].add(SplitScore(r.correct, r.count, r.loss_sum))
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    linked = sorted((r for r in recs if "pair_scores" in r), key=lambda r: r["task_id"])
+    linked = sorted((r for r in recs if r.pair_scores is not None), key=lambda r: r.task_id)
     for s in plan.splits:
-        mine = [r for r in linked if r["split"] == s]
+        mine = [r for r in linked if r.split == s]
         if mine:  # chunks cut the split's pairs in order, so task order is pair order
-            pairs[s] = (np.concatenate([r["pair_scores"] for r in mine]),
-                        np.concatenate([r["pair_labels"] for r in mine]))
-    return EvalOutcome(scores, elapsed, len(recs), sum(r["extract_s"] for r in recs),
-                       sum(r["eval_s"] for r in recs), pairs)
+            pairs[s] = (np.concatenate([r.pair_scores for r in mine]),
+                        np.concatenate([r.pair_labels for r in mine]))
+    return EvalOutcome(scores, elapsed, len(recs), sum(r.extract_s for r in recs),
+                       sum(r.eval_s for r in recs), pairs)
 
 
 def _sum_counts(dicts: list[dict[str, int]]) -> Optional[dict[str, int]]:
@@ -568,31 +568,30 @@ def _sum_counts(dicts: list[dict[str, int]]) -> Optional[dict[str, int]]:
     return {k: int(sum(d.get(k, 0) for d in dicts)) for k in dicts[0]}
 
 
-def _sum_prefixed(recs: list[dict[str, Any]], prefix: str) -> dict[str, float]:
-    """Key-wise sum over the records of their float fields whose names start with ``prefix``."""
+def _sum_parts(recs: list[TaskRecord]) -> dict[str, float]:
+    """Part-wise sum over the records of their ``exchange_parts`` (``x_*`` -> seconds)."""
     out: dict[str, float] = {}
     for r in recs:
-        for k, v in r.items():
-            if k.startswith(prefix):
-                out[k] = out.get(k, 0.0) + float(v)
+        for k, v in r.exchange_parts.items():
+            out[k] = out.get(k, 0.0) + float(v)
     return out
 
 
-def _count_by(recs: list[dict[str, Any]], key: str) -> dict[str, int]:
+def _count_by(recs: list[TaskRecord]) -> dict[str, int]:
+    """Records per consumer."""
     out: dict[str, int] = {}
     for r in recs:
-        out[r.get(key, "")] = out.get(r.get(key, ""), 0) + 1
+        out[r.consumer] = out.get(r.consumer, 0) + 1
     return out
 
 
-def _first_wait_by(recs: list[dict[str, Any]]) -> float:
+def _first_wait_by(recs: list[TaskRecord]) -> float:
     """Sum over consumers of the queue wait of each one's first record (records arrive in each
     consumer's training order)."""
     seen: set[str] = set()
     total = 0.0
     for r in recs:
-        c = r.get("consumer", "")
-        if c not in seen:
-            seen.add(c)
-            total += float(r.get("wait_s", 0.0))
+        if r.consumer not in seen:
+            seen.add(r.consumer)
+            total += float(r.wait_s)
     return total

@@ -22,6 +22,7 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -30,6 +31,7 @@ from torch import nn
 from fgnn.executors.collective import ExchangeMember, ExchangeSpec
 from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
 from fgnn.executors.ps import step_wait
+from fgnn.executors.task_record import TaskRecord
 
 __all__ = ["TrainerExchange"]
 
@@ -51,7 +53,7 @@ class TrainerExchange:
     """
 
     def __init__(self, spec: ExchangeSpec, name: str, model: nn.Module,
-                 ack: Callable[[int, dict], Any], crash_after_apply: bool = False) -> None:
+                 ack: Callable[[int, TaskRecord], Any], crash_after_apply: bool = False) -> None:
         import ray
         import torch.distributed as dist
 
@@ -148,12 +150,12 @@ class TrainerExchange:
         if any(ok for _, ok in acks) and self._crash and not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         for (task_id, rec), ok in acks:  # on the sender thread: off the next task's path
-            self._outbox.put(lambda t=task_id, r={**rec, "applied": ok, "deferred": False}:
+            self._outbox.put(lambda t=task_id, r=replace(rec, applied=ok, deferred=False):
                              self._ack(t, r))
 
-    def train(self, epoch: int, task_id: int, seeds: int, rec: dict[str, Any],
+    def train(self, epoch: int, task_id: int, seeds: int, rec: TaskRecord,
               backward: Callable[[], torch.Tensor], stop: threading.Event,
-              delay_s: float = 0.0, has_next: bool = False) -> Optional[dict[str, Any]]:
+              delay_s: float = 0.0, has_next: bool = False) -> Optional[TaskRecord]:
         """One task: claim, wait for the step's weights, ``backward()`` (returns the loss),
         deliver. Returns the task's record with ``deferred`` (acknowledged once its step is
         applied) or None when stopped before a slot.
@@ -177,7 +179,6 @@ class TrainerExchange:
         if delay_s > 0:
             time.sleep(delay_s)
         t3 = time.perf_counter()
-        rec = dict(rec)
         # sync_s: the exchange as the training thread sees it: the wait for the slot's grant
         # less its wait for other Trainers' work (ps.step_wait), the wait for the previous
         # step's sum and Adam step, handing the delivery to the sender thread; step_wait_s:
@@ -187,10 +188,12 @@ class TrainerExchange:
         self.member.pending(step)
         args = (epoch, task_id, self.name, seeds, self.incarnation, time.time(), row)
         t4 = time.perf_counter()
-        rec.update(loss=float(loss.detach()), train_s=t4 - t0 - waited,
-                   sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3) + ring_s,
-                   step_wait_s=waited, deferred=True, x_claim_s=tv - t0 - waited,
-                   x_deliver_s=t4 - t3, x_ring_s=ring_s, **parts, **self._parts(step, tv, t2))
+        rec = replace(rec, loss=float(loss.detach()), train_s=t4 - t0 - waited,
+                      sync_s=(t1 - t0 - waited) + (t2 - t1) + (t4 - t3) + ring_s,
+                      step_wait_s=waited, deferred=True,
+                      exchange_parts={"x_claim_s": tv - t0 - waited, "x_deliver_s": t4 - t3,
+                                      "x_ring_s": ring_s, **parts,
+                                      **self._parts(step, tv, t2)})
         self._outbox.put(lambda: self._deliver(step, grad, seeds, args, (task_id, rec)))
         return rec
 

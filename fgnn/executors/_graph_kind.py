@@ -71,11 +71,13 @@ class GraphKind:
         return build_store(host, placement, device_index, device, h2d)
 
     def extract(self, store: Any, sample: Sample) -> tuple[Any, dict[str, Any]]:
-        """The sample's input rows split by its marks, and the record's counters."""
+        """The sample's input rows split by its marks, and the counters of its
+        :class:`~fgnn.executors.task_record.TaskRecord` (field name -> value)."""
         x = store.gather(sample.input_nodes, sample.cached)
         st = store.reset_stats()
-        return x, {"hits": st.hits + st.peer, "misses": st.misses, "bytes": st.bytes["host"],
-                   "local": st.hits, "peer": st.peer, "host": st.misses,
+        return x, {"hits": st.hits + st.peer, "misses": st.misses,
+                   "host_bytes": st.bytes["host"],
+                   "tier_rows": {"local": st.hits, "peer": st.peer, "host": st.misses},
                    "tier_bytes": {"local": st.bytes["device"], "peer": st.bytes["peer"],
                                   "host": st.bytes["host"]}}
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from fgnn.executors._common import tensor_from
+from fgnn.executors.task_record import TaskRecord
 from fgnn.graph import CSRGraph
 from fgnn.graph.hetero import HeteroGraph
 from fgnn.sampling.base import Sample
@@ -67,17 +68,18 @@ def new_visits(graph: HeteroGraph, device: torch.device) -> dict[str, torch.Tens
 def extract_typed(store: Any, sample: Sample) -> tuple[dict[str, torch.Tensor],
                                                              dict[str, Any]]:
     """A Trainer's Extract of a typed sample: the model inputs per type through its
-    :class:`~fgnn.cache.hetero.HeteroFeatureStore`, and the task record's counters (``hits``,
-    ``misses``, host ``bytes``, the tiers, and ``typed``: node type -> ``[hits, misses]`` for
-    every type with features)."""
+    :class:`~fgnn.cache.hetero.HeteroFeatureStore`, and the counters of its
+    :class:`~fgnn.executors.task_record.TaskRecord` (``hits``, ``misses``, ``host_bytes``, the
+    tiers, and ``typed``: node type -> ``[hits, misses]`` for every type with features)."""
     x = store.extract(sample)
     stats = store.reset_stats()
     hits = sum(s.hits for s in stats.values())
     misses = sum(s.misses for s in stats.values())
     host = sum(s.bytes["host"] for s in stats.values())
     local = sum(s.bytes["device"] for s in stats.values())
-    return x, {"hits": hits, "misses": misses, "bytes": host, "local": hits, "peer": 0,
-               "host": misses, "tier_bytes": {"local": local, "peer": 0, "host": host},
+    return x, {"hits": hits, "misses": misses, "host_bytes": host,
+               "tier_rows": {"local": hits, "peer": 0, "host": misses},
+               "tier_bytes": {"local": local, "peer": 0, "host": host},
                "typed": {t: [int(s.hits), int(s.misses)] for t, s in stats.items()}}
 
 
@@ -90,12 +92,12 @@ def build_store(host: dict[str, Any], cached: Optional[dict[str, Any]], device: 
     return HeteroFeatureStore(feats, ids, device)
 
 
-def sum_typed(recs: list[dict[str, Any]]) -> Optional[dict[str, dict[str, int]]]:
+def sum_typed(recs: list[TaskRecord]) -> Optional[dict[str, dict[str, int]]]:
     """An epoch's typed counters: node type -> ``{"hits", "misses"}`` summed over its task
     records (None when no record is typed)."""
     out: dict[str, dict[str, int]] = {}
     for r in recs:
-        for t, (h, m) in r.get("typed", {}).items():
+        for t, (h, m) in (r.typed or {}).items():
             d = out.setdefault(t, {"hits": 0, "misses": 0})
             d["hits"] += int(h)
             d["misses"] += int(m)

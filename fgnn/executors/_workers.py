@@ -23,6 +23,7 @@ from fgnn.executors._actors import LocalSampling, make_actor
 from fgnn.executors._common import NonFiniteLoss
 from fgnn.executors._device import AUTO
 from fgnn.executors._faults import _RESTART_TIMEOUT_S, Watchdog, _death_errors
+from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.sampling.base import Sampler
@@ -80,8 +81,8 @@ class ExecutorSpec:
     model: nn.Module
     step_tasks: int
     disk_tier: bool
-    slow_trainers: dict[int, float]
-    crash_after_apply: set[int]
+    faults: FaultSpec
+    """The job's fault injection (an empty :class:`FaultSpec`: none)."""
     step: Any = None
     """The task's :class:`~fgnn.tasks.base.StepRule` (None: node classification)."""
 
@@ -151,8 +152,7 @@ class WorkerGroup:
                        sv.refs["features"], sv.refs["labels"],
                        copy.deepcopy(sp.model).cpu(), None, device, sv.ps,
                        sv.queue, name, sv.torch_device, role, local,
-                       sp.slow_trainers.get(index, 0.0),
-                       crash_after_apply=not standby and index in sp.crash_after_apply,
+                       faults=sp.faults.for_trainer(index, role),
                        disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
                        exchange=sv.exchange, deterministic=cfg.train.deterministic,
                        step=sp.step)

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
+
+from fgnn.executors.task_record import TaskRecord
 
 __all__ = ["QueueItem", "GlobalQueue"]
 
@@ -63,7 +65,7 @@ class GlobalQueue:
         self._leases: dict[str, dict[int, QueueItem]] = {}
         self._gen: dict[str, int] = {}
         self._done: set[int] = set()
-        self._log: list[dict[str, Any]] = []
+        self._log: list[TaskRecord] = []
         self._acks: Counter[int] = Counter()
         self._deliveries: Counter[int] = Counter()
         self._lost: list[int] = []
@@ -219,8 +221,11 @@ class GlobalQueue:
                 return "item", item, waited
             return "done", None, waited
 
-    async def ack(self, consumer: str, task_id: int, record: Optional[dict] = None) -> bool:
-        """Complete ``task_id``: drop the lease, count it once, log ``record`` (batch stats).
+    async def ack(self, consumer: str, task_id: int,
+                  record: Optional[TaskRecord] = None) -> bool:
+        """Complete ``task_id``: drop the lease, count it once, log ``record`` (the task's
+        :class:`~fgnn.executors.task_record.TaskRecord`, stamped with ``task_id`` and
+        ``consumer``; an empty one when None).
 
         Every call is counted (:meth:`ledger`), the first one only is logged.
 
@@ -232,9 +237,8 @@ class GlobalQueue:
         first = task_id not in self._done
         if first:
             self._done.add(task_id)
-            rec = dict(record or {})
-            rec.update(task_id=int(task_id), consumer=consumer)
-            self._log.append(rec)
+            self._log.append(replace(record if record is not None else TaskRecord(),
+                                     task_id=int(task_id), consumer=consumer))
         await self._notify()
         return first
 
@@ -257,7 +261,8 @@ class GlobalQueue:
         return {"deliveries": dict(self._deliveries), "acks": dict(self._acks)}
 
     def poll(self, since: int = 0) -> dict[str, Any]:
-        """State for the driver: depth, progress, new log records, lost tasks (taken).
+        """State for the driver: depth, progress, new log records (:class:`TaskRecord`), lost
+        tasks (taken).
 
         Args:
             since: number of log records the caller has already seen.

@@ -93,6 +93,7 @@ from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
 from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
 from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
 from fgnn.executors.collective import ExchangeSpec
+from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue
@@ -128,10 +129,9 @@ class Runtime:
         on_batch: ``on_batch(epoch, batches_done, batches_total, loss)`` on the driver as batches
             complete (progress bars).
         on_epoch: called with each epoch's :class:`~fgnn.monitor.stats.EpochStats`.
-        slow_trainers: fault injection for tests and benchmarks: Trainer index -> extra seconds
-            per mini-batch.
-        crash_after_apply: fault injection: indices of Trainers that die once, right after the
-            server applied a gradient of theirs and before its task is acknowledged.
+        faults: fault injection for tests and benchmarks
+            (:class:`~fgnn.executors.fault_injection.FaultSpec`: slow Trainers, Trainers that
+            die once right after a gradient of theirs was applied); None: none.
         evaluate: score validation/train/test accuracy (off in throughput benchmarks).
         on_eval_batch: ``on_eval_batch(splits, chunks_done, chunks_total)`` on the driver as
             evaluation chunks complete (progress bars).
@@ -151,14 +151,15 @@ class Runtime:
     def __init__(self, config: JobConfig, dataset: Dataset, *, sampler: Optional[Sampler] = None,
                  model: Optional[nn.Module] = None, on_batch: Optional[OnBatch] = None,
                  on_epoch: Optional[OnEpoch] = None,
-                 slow_trainers: Optional[dict[int, float]] = None,
-                 crash_after_apply: Optional[set[int]] = None,
+                 faults: Optional[FaultSpec] = None,
                  evaluate: bool = True,
                  on_eval_batch: Optional[OnEvalBatch] = None) -> None:
         if not isinstance(config, JobConfig):
             raise ValueError(f"config must be a JobConfig, got {type(config).__name__}")
         if not isinstance(dataset, Dataset):
             raise ValueError(f"dataset must be a Dataset, got {type(dataset).__name__}")
+        if faults is not None and not isinstance(faults, FaultSpec):
+            raise TypeError(f"faults must be a FaultSpec, got {faults!r}")
         if config.train.eval_batch_size is None:
             chunk = eval_chunk(config.train, dataset.feature_row_bytes)
             config = replace(config, train=replace(config.train, eval_batch_size=chunk))
@@ -191,8 +192,8 @@ class Runtime:
         self.watchdog = Watchdog(config.runtime.stall_timeout_s, self.checkpointer)
         self.services = Services()
         spec = ExecutorSpec(config, self.sampler, self.model, self.step_tasks,
-                            config.disk.feature_tier == "disk", dict(slow_trainers or {}),
-                            set(crash_after_apply or ()), self.task.step)
+                            config.disk.feature_tier == "disk", faults or FaultSpec(),
+                            self.task.step)
         self.workers = WorkerGroup(spec, self.services, self.watchdog)
         planner = planner_for(self.task, self.kind)
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,

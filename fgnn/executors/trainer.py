@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -46,9 +46,11 @@ from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
+from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
+from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample, per_type_tensors
 from fgnn.models.step import forward_backward
@@ -69,7 +71,7 @@ class _Batch:
     sample: Sample
     x: torch.Tensor
     labels: torch.Tensor
-    rec: dict[str, Any]
+    rec: TaskRecord
     ready: Any = None
     """CUDA event after the batch's copies (None off CUDA)."""
 
@@ -102,10 +104,9 @@ class TrainerExecutor:
         role: ``"trainer"`` or ``"standby"``.
         local_sampler: a :class:`~fgnn.executors.sampler.SamplerExecutor` (in-process) to sample
             raw tasks itself (time-sharing mode), else None.
-        delay_s: extra seconds per mini-batch (fault injection: a deliberately slow Trainer).
-        crash_after_apply: fault injection: the process exits right after the server applied its
-            first gradient and before the task is acknowledged; the restarted incarnation (Ray
-            ``max_restarts``) trains normally.
+        faults: this Trainer's fault injection
+            (:class:`~fgnn.executors.fault_injection.TrainerFaults`: a delay per mini-batch, an
+            exit after the first applied gradient); None: none.
         disk: a :class:`~fgnn.config.DiskConfig` with ``feature_tier="disk"``: read rows through
             the GIDS tiers of the on-disk file (device software cache of ``alpha``, CPU buffer,
             storage) instead of a static cache over the host matrix; ``features`` must then be a
@@ -125,8 +126,8 @@ class TrainerExecutor:
     def __init__(self, features: Any, labels: Any, model: nn.Module,
                  placement: Optional[Placement], device_index: int, ps: Any, queue: Any,
                  name: str = "fgnn-trainer-0", device: str = "cpu", role: str = "trainer",
-                 local_sampler: Any = None, delay_s: float = 0.0,
-                 crash_after_apply: bool = False, disk: Any = None, seed: int = 0,
+                 local_sampler: Any = None, faults: Optional[TrainerFaults] = None,
+                 disk: Any = None, seed: int = 0,
                  exchange: Any = None, deterministic: bool = False,
                  step: Optional[StepRule] = None) -> None:
         # one compute thread (executors share the host's cores); host gathers run on the
@@ -143,15 +144,16 @@ class TrainerExecutor:
         self._features, self._disk = features, disk
         self._host = None if self._disk_tier else open_features(features)
         self.store, self.tiers, self.lookahead = None, None, 0
-        self._ahead: deque[tuple[int, Sample, dict[str, Any]]] = deque()
+        self._ahead: deque[tuple[int, Sample, TaskRecord]] = deque()
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
         self.local_sampler = local_sampler
         self.load_cache(placement)
-        self.delay_s = float(delay_s)
-        self.crash_after_apply = bool(crash_after_apply)
+        if faults is not None and not isinstance(faults, TrainerFaults):
+            raise TypeError(f"faults must be a TrainerFaults, got {faults!r}")
+        self.faults = faults if faults is not None else NO_FAULTS
         self.seed = int(seed)
         self.metrics = metrics_for(role, _device_tag(name))
         self._stop = threading.Event()
@@ -163,7 +165,7 @@ class TrainerExecutor:
             from fgnn.executors._exchange import TrainerExchange
 
             self.exchange = TrainerExchange(exchange, name, self.model, self._ack,
-                                            self.crash_after_apply)
+                                            self.faults.crash_after_apply)
 
     def ready(self) -> tuple[float, str]:
         """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports
@@ -230,7 +232,7 @@ class TrainerExecutor:
 
     # ------------------------------------------------------------------ stages
     def _take(self, epoch: int, generation: int, plan: Optional[EvalPlan] = None,
-              wait: bool = True) -> Optional[tuple[int, Sample, dict[str, Any]]]:
+              wait: bool = True) -> Optional[tuple[int, Sample, TaskRecord]]:
         """Dequeue the next task and load its sample: ``(task_id, sample, record)``; None when
         the epoch is over (or, with ``wait=False``, when nothing is queued right now). With
         ``plan`` the tasks are chunks of an evaluation pass."""
@@ -248,8 +250,8 @@ class TrainerExecutor:
             if status != "item":
                 return None
             t1 = time.perf_counter()
-            rec: dict[str, Any] = {"role": self.role, "wait_s": wait_s, "rpc_s": rpc,
-                                   "producer": item.producer, "nbytes": item.nbytes}
+            rec = TaskRecord(role=self.role, wait_s=wait_s, rpc_s=rpc, producer=item.producer,
+                             nbytes=item.nbytes)
             # On the copy stream: a CUDA IPC receipt makes the current stream wait for the
             # sender's event, and the local sampler's host syncs then wait only for its own
             # kernels, not for the training queued on the training stream.
@@ -261,10 +263,10 @@ class TrainerExecutor:
                         self.queue.fail.remote(self.name, item.task_id)  # sample it again
                         continue
                     sample = unpack_sample(payload)
-                    rec["fetch_s"] = time.perf_counter() - t1
+                    rec.fetch_s = time.perf_counter() - t1
                 else:  # time-sharing: sample (S) and mark (M) on this device
                     sample, s, m = self.local_sampler.sample(epoch, item.task_id, plan)
-                    rec.update(S=s, M=m, fetch_s=0.0)
+                    rec.S, rec.M, rec.fetch_s = s, m, 0.0
             return item.task_id, sample, rec
         return None
 
@@ -291,12 +293,13 @@ class TrainerExecutor:
             self._lease_ahead(got)
         return self._extract(*self._ahead.popleft())
 
-    def _lease_ahead(self, got: tuple[int, Sample, dict[str, Any]]) -> None:
+    def _lease_ahead(self, got: tuple[int, Sample, TaskRecord]) -> None:
         self._ahead.append(got)
         self.tiers.enter_window(got[1].input_nodes)
 
-    def _extract(self, task_id: int, sample: Sample, rec: dict[str, Any]) -> _Batch:
-        """Extract the sample's features (cache hits, host or disk misses) and labels."""
+    def _extract(self, task_id: int, sample: Sample, rec: TaskRecord) -> _Batch:
+        """Extract the sample's features (cache hits, host or disk misses) and labels; the
+        batch's record is ``rec`` with the Extract's time and counters."""
         t2 = time.perf_counter()
         counts: dict[str, Any] = {}
         with self.copies.scope():
@@ -315,8 +318,8 @@ class TrainerExecutor:
             d = self.tiers.take_stats()
             host = d["cpu_rows"] + d["storage_rows"]
             counts = {"hits": d["device_rows"], "misses": host,
-                      "bytes": host * self.tiers.row_bytes, "disk": d}
-        rec.update(counts, extract_s=time.perf_counter() - t2)
+                      "host_bytes": host * self.tiers.row_bytes, "disk": d}
+        rec = replace(rec, **counts, extract_s=time.perf_counter() - t2)
         return _Batch(task_id, sample, x, labels, rec, ready)
 
     def _to_device(self, sample: Sample) -> tuple[torch.Tensor, Sample, Any]:
@@ -367,7 +370,7 @@ class TrainerExecutor:
                                 batch.labels, finite)
 
     def _train(self, epoch: int, batch: _Batch, has_next: bool = False
-               ) -> Optional[dict[str, Any]]:
+               ) -> Optional[TaskRecord]:
         """Claim a slot, forward, backward, push the gradient (None: stopped before a slot).
 
         ``has_next``: this Trainer already holds its next task, so the push may also claim a
@@ -377,7 +380,7 @@ class TrainerExecutor:
         if self.exchange is not None:
             return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
                                        batch.rec, lambda: self._backward(epoch, batch),
-                                       self._stop, self.delay_s, has_next)
+                                       self._stop, self.faults.delay_s, has_next)
         t0 = time.perf_counter()
         waited = self._claim()
         if waited is None:
@@ -388,28 +391,27 @@ class TrainerExecutor:
                         for p in self.params]).cpu()
         if not bool(torch.isfinite(grad).all()):
             raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
+        if self.faults.delay_s > 0:
+            time.sleep(self.faults.delay_s)
         t2 = time.perf_counter()
         reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
                                             int(batch.labels.numel()),
                                             self._version if has_next else None,
                                             self._incarnation, time.time()))
         applied, self._next_claim = reply.applied, reply.claim
-        if applied and self.crash_after_apply and \
+        if applied and self.faults.crash_after_apply and \
                 not ray.get_runtime_context().was_current_actor_reconstructed:
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         t3 = time.perf_counter()
-        rec = dict(batch.rec)
         # sync_s: the gradient exchange (the claim's reply less its wait for other Trainers'
         # work, ps.step_wait; the push); step_wait_s: waiting for other Trainers' work
-        rec.update(loss=float(loss.detach()), applied=bool(applied), train_s=t3 - t0 - waited,
-                   sync_s=(t1 - t0 - waited) + (t3 - t2), step_wait_s=waited,
-                   x_claim_s=t1 - t0 - waited, x_push_s=t3 - t2)
-        return rec
+        return replace(batch.rec, loss=float(loss.detach()), applied=bool(applied),
+                       train_s=t3 - t0 - waited, sync_s=(t1 - t0 - waited) + (t3 - t2),
+                       step_wait_s=waited,
+                       exchange_parts={"x_claim_s": t1 - t0 - waited, "x_push_s": t3 - t2})
 
     @torch.no_grad()
-    def _score(self, batch: _Batch, plan: EvalPlan) -> dict[str, Any]:
+    def _score(self, batch: _Batch, plan: EvalPlan) -> TaskRecord:
         """Forward one evaluation chunk in eval mode: correct, count and summed loss."""
         t0 = time.perf_counter()
         self.copies.wait(batch.ready, batch.tensors())
@@ -419,10 +421,9 @@ class TrainerExecutor:
             scored = self.step.score(self.model, out, batch.sample, batch.labels)
         finally:
             self.model.train()
-        rec = dict(batch.rec)
-        rec.update(scored, split=plan.task(batch.task_id)[0], eval_s=time.perf_counter() - t0,
-                   train_s=0.0, sync_s=0.0, step_wait_s=0.0)
-        return rec
+        return replace(batch.rec, **scored, split=plan.task(batch.task_id)[0],
+                       eval_s=time.perf_counter() - t0, train_s=0.0, sync_s=0.0,
+                       step_wait_s=0.0)
 
     def score_layerwise(self, graph: Any, idx: Any, weights: Optional[torch.Tensor] = None
                         ) -> tuple[int, int, float]:
@@ -478,7 +479,7 @@ class TrainerExecutor:
         generation, saved = self._begin_run(epoch, plan, weights)
         meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
 
-        def step(b: _Batch, has_next: bool = False) -> Optional[dict[str, Any]]:
+        def step(b: _Batch, has_next: bool = False) -> Optional[TaskRecord]:
             run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
                    else (lambda x: self._score(x, plan)))
             return run(b) if meter is None else meter.run(run, b)
@@ -511,7 +512,7 @@ class TrainerExecutor:
         saved = self._load_weights(epoch, plan, weights, generation)
         return generation, saved
 
-    def _run_pipelined(self, step: Callable[..., Optional[dict[str, Any]]], epoch: int,
+    def _run_pipelined(self, step: Callable[..., Optional[TaskRecord]], epoch: int,
                        generation: int, plan: Optional[EvalPlan]) -> tuple[int, Any]:
         """A normal Trainer's loop, pipelined: extract ``i + 1`` while training ``i``; returns
         the batches done and the last acknowledgement's ref."""
@@ -531,13 +532,13 @@ class TrainerExecutor:
                 rec = step(batch, nxt.done() and nxt.result() is not None)
                 if rec is None:
                     break
-                rec["stall_s"] = stall
+                rec.stall_s = stall
                 last_ack = self._ack(batch.task_id, rec)
                 batches += 1
             self._stop.set()
         return batches, last_ack
 
-    def _run_standby(self, step: Callable[..., Optional[dict[str, Any]]],
+    def _run_standby(self, step: Callable[..., Optional[TaskRecord]],
                      policy: StandbyPolicy, epoch: int, generation: int,
                      plan: Optional[EvalPlan]) -> tuple[int, Any]:
         """A standby's loop: decide per fetch whether it profits (FGNN §5.3); returns the
@@ -558,8 +559,8 @@ class TrainerExecutor:
             rec = step(batch)
             if rec is None:
                 break
-            rec["stall_s"] = stall
-            busy += time.perf_counter() - t0 - rec["wait_s"] - rec["step_wait_s"]
+            rec.stall_s = stall
+            busy += time.perf_counter() - t0 - rec.wait_s - rec.step_wait_s
             last_ack = self._ack(batch.task_id, rec)
             batches += 1
         return batches, last_ack
@@ -613,12 +614,12 @@ class TrainerExecutor:
             raise ValueError(f"{self.name} has no collective exchange")
         return self.exchange.state()
 
-    def _ack(self, task_id: int, rec: dict[str, Any]) -> Any:
-        if rec.get("deferred"):
+    def _ack(self, task_id: int, rec: TaskRecord) -> Any:
+        if rec.deferred:
             return None  # the collective exchange acknowledges it once its step is applied
-        self.metrics.stage_seconds("extract", rec["extract_s"])
-        self.metrics.cache(rec["hits"], rec["misses"], rec["bytes"])
-        if "eval_s" not in rec:
-            self.metrics.stage_seconds("train", rec["train_s"])
-            self.metrics.batch_done(rec["extract_s"] + rec["train_s"])
+        self.metrics.stage_seconds("extract", rec.extract_s)
+        self.metrics.cache(rec.hits, rec.misses, rec.host_bytes)
+        if not rec.evaluation:
+            self.metrics.stage_seconds("train", rec.train_s)
+            self.metrics.batch_done(rec.extract_s + rec.train_s)
         return self.queue.ack.remote(self.name, task_id, rec)
