@@ -38,8 +38,8 @@ from fgnn.sampling.task_sampling import SamplingSpec
 from fgnn.tasks.node import NodeSampling
 from fgnn.sampling.locality import LocalityAwareKHop
 
-__all__ = ["SamplerExecutor", "pack_sample", "pack_sample_tensors", "unpack_sample", "TRANSPORTS", "choose_transport",
-           "trainers_share_gpu", "transport_errors"]
+__all__ = ["SamplerExecutor", "pack_sample", "pack_sample_tensors", "unpack_sample", "TRANSPORTS",
+           "choose_transport", "trainers_share_gpu", "transport_errors"]
 
 #: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
 #: object store, numpy buffers mapped zero-copy; every device kind, across nodes; what ``auto``
