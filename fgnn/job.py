@@ -28,7 +28,7 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
-from fgnn.outputs import check_outputs, output_paths, write_outputs
+from fgnn.outputs import check_inputs, check_outputs, output_paths, write_outputs
 from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard,
                            local_system_config, token_auth_enabled)
 from fgnn.sampling import Sampler
@@ -180,7 +180,8 @@ class Job:
         Raises:
             JobConfigError: naming the field and value (dataset spec, data root, an output
                 path that is not a regular file or absent, not in a directory where a file can
-                be created, or the same file as another output (:mod:`fgnn.outputs`), a
+                be created, the same file as another output, or one that is or lies inside an
+                input of the dataset spec (:mod:`fgnn.outputs`), a
                 checkpoint directory that is a file or holds no checkpoint to resume, Ray
                 address).
         """
@@ -197,8 +198,11 @@ class Job:
                                      f"ondisk:DIR dataset, not {cfg.dataset!r}")
             _check_dir_readable("data_root", cfg.data_root)
             _check_data_spec(cfg.dataset, cfg.data_root)
-        check_outputs(output_paths(cfg.report, cfg.save_model, cfg.train.checkpoint_dir),
-                      JobConfigError)
+        outputs = output_paths(cfg.report, cfg.save_model, cfg.train.checkpoint_dir)
+        check_outputs(outputs, JobConfigError)
+        if self.dataset is None:
+            from fgnn.data.spec import input_paths
+            check_inputs(outputs, input_paths(cfg.dataset, cfg.data_root), JobConfigError)
         if cfg.train.resume:
             from fgnn.executors.runtime import CHECKPOINT_NAME
 

@@ -14,7 +14,10 @@ not the job's own:
   nothing can be created in it);
 * no two outputs may be the same directory entry (``--report same.pt --save-model same.pt``,
   or ``--report out.png`` whose plot is ``out.png`` itself);
-* the checkpoint directory must be a directory or absent.
+* the checkpoint directory must be a directory or absent;
+* no output may be, or lie inside, an input of the job (:func:`check_inputs`: the ``ondisk:DIR``
+  or ``ogb:DIR`` directory, a Planetoid spec's ``ind.<name>.*`` files), compared with symlinks
+  and ``..`` resolved.
 
 :func:`write_outputs` writes the model file, the plot and the report one by one; a failure of one
 does not stop the others, and :class:`OutputsError` names what failed and what was kept.
@@ -31,8 +34,8 @@ from typing import Callable, Optional, Union
 
 from fgnn.atomic import WriteError
 
-__all__ = ["OutputPath", "OutputsError", "output_paths", "check_outputs", "write_outputs",
-           "entry"]
+__all__ = ["OutputPath", "OutputsError", "output_paths", "check_outputs", "check_inputs",
+           "write_outputs", "entry"]
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,41 @@ def check_outputs(outputs: list[OutputPath], error: Callable[[str, object, str],
                             f"the {inner.what} {inner.path} would be inside the {outer.what} "
                             f"file {outer.path}; give each output its own path")
         seen[key] = out
+
+
+def _overwritten_input(out: OutputPath, inputs: list[Path]) -> Optional[str]:
+    """Why writing ``out`` would replace or write into one of ``inputs``, or None."""
+    where = {entry(out.path), out.path.resolve()}   # the entry replaced, and a symlink's target
+    subject = f"its {out.what} {out.path}" if out.what in ("plot", "checkpoint") else str(out.path)
+    for inp in inputs:
+        if inp in where:
+            what = "the dataset directory" if inp.is_dir() else "the dataset's input file"
+            return f"{subject} is {what} {inp}; write outputs outside the dataset"
+        if any(inp in p.parents for p in where):
+            hit = " and would overwrite a file of it" if out.path.exists() else ""
+            return (f"{subject} lies inside the dataset directory {inp}{hit}; write outputs "
+                    f"outside the dataset")
+    return None
+
+
+def check_inputs(outputs: list[OutputPath], inputs: list[Path],
+                 error: Callable[[str, object, str], Exception]) -> None:
+    """Refuse an output that is, or lies inside, an input of the job.
+
+    Args:
+        outputs: from :func:`output_paths`.
+        inputs: resolved input files and directories
+            (:func:`fgnn.data.spec.input_paths`).
+        error: builds the exception from ``(field, value, why)``.
+
+    Raises:
+        what ``error`` builds, for the first output that would overwrite an input.
+    """
+    resolved = [Path(p).resolve() for p in inputs]
+    for out in outputs:
+        why = _overwritten_input(out, resolved)
+        if why is not None:
+            raise error(out.field, out.value, why)
 
 
 class OutputsError(WriteError):

@@ -295,15 +295,26 @@ def load_report(path: Union[str, os.PathLike]) -> dict[str, Any]:
     Raises:
         ReportError: unreadable, not JSON, or not following the schema.
     """
+    report = _read_json(path)
+    validate_report(report)
+    return report
+
+
+def _read_json(path: Union[str, os.PathLike]) -> Any:
+    """The parsed JSON of ``path``; :class:`ReportError` naming the file when it cannot be read,
+    is not UTF-8 JSON, or nests too deeply for the parser."""
     try:
-        with open(path) as f:
-            report = json.load(f)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
     except OSError as e:
         raise ReportError(f"cannot read report {str(path)!r}: {e.strerror or e}.") from e
     except json.JSONDecodeError as e:
         raise ReportError(f"report {str(path)!r} is not JSON: {e}.") from e
-    validate_report(report)
-    return report
+    except UnicodeDecodeError:
+        raise ReportError(f"report {str(path)!r} is not JSON: not UTF-8 text.") from None
+    except RecursionError:
+        raise ReportError(f"report {str(path)!r} is not a report: its JSON nests too deeply "
+                          f"to parse.") from None
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
@@ -393,7 +404,10 @@ def _ledger_text(epochs: Sequence[Mapping[str, Any]]) -> Optional[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m fgnn.report REPORT.json``: validate and print a report; 1 on a bad file.
+    """``python -m fgnn.report REPORT.json``: validate and print a report.
+
+    Exits 2 with one line naming the file when it cannot be read or parsed as JSON (nesting
+    too deep included), 1 when its JSON breaks the report schema.
 
     Safe in a pipe: when the reader goes away (``| head``) it stops quietly.
     """
@@ -404,7 +418,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="only validate the schema (prints 'ok'), default: off")
     args = parser.parse_args(argv)
     try:
-        report = load_report(args.report)
+        report = _read_json(args.report)
+    except ReportError as e:
+        print(f"fgnn.report: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        validate_report(report)
     except ReportError as e:
         print(f"fgnn.report: error: {e}", file=sys.stderr)
         return 1

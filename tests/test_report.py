@@ -244,6 +244,23 @@ def test_main_prints_table_and_rejects_bad(tmp_path, capsys):
     assert len(err) == 1 and "final" in err[0]
 
 
+@pytest.mark.parametrize("content, why", [
+    (b"[" * 200_000, "nests too deeply"),
+    (b"{not json", "is not JSON"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_main_refuses_unparseable_json_in_one_line(content, why, tmp_path, capsys):
+    """Issue 29: 200,000 ``[`` raised a RecursionError traceback; a file that does not parse
+    exits 2 with one line naming it and why, and is left as it was."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("fgnn.report: error:") and str(bad) in err[0] and why in err[0]
+    assert bad.read_bytes() == content
+
+
 def test_module_entry_point(tmp_path):
     out = write_report(make_result(), tmp_path / "r.json", plot=False)
     proc = subprocess.run([sys.executable, "-m", "fgnn.report", str(out)],

@@ -43,10 +43,10 @@ from fgnn.data.dataset import Dataset
 from fgnn.data.memory import MemoryLimit, check_fits
 from fgnn.data.ogb import load_ogb
 from fgnn.data.ondisk import load_ondisk
-from fgnn.data.planetoid import PLANETOID_NAMES, load_planetoid
+from fgnn.data.planetoid import PLANETOID_FILES, PLANETOID_NAMES, load_planetoid
 from fgnn.data.synthetic import estimate_bytes, rmat_dataset, uniform_dataset
 
-__all__ = ["load_dataset", "parse_spec", "planetoid_root", "estimate_spec_bytes",
+__all__ = ["load_dataset", "parse_spec", "planetoid_root", "input_paths", "estimate_spec_bytes",
            "check_spec_memory", "SPEC_KINDS"]
 
 SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform", "hetero", "useritem")
@@ -151,6 +151,45 @@ def planetoid_root(spec: str, root: Optional[str | os.PathLike] = None) -> str |
     return base
 
 
+def _spec_dir(path: str, root: Optional[str | os.PathLike]) -> Path:
+    """The directory of an ``ogb:``/``ondisk:`` spec: ``~`` expanded, a relative one under
+    ``root`` when one is given (as :func:`load_dataset` reads it)."""
+    p = Path(path).expanduser()
+    return Path(root) / p if (not p.is_absolute() and root is not None) else p
+
+
+def input_paths(spec: str, root: Optional[str | os.PathLike] = None) -> list[Path]:
+    """The files and directories a spec reads, resolved (symlinks, ``..``), for refusing outputs
+    that would overwrite them.
+
+    Args:
+        spec: dataset spec.
+        root: as for :func:`load_dataset`.
+
+    Returns:
+        ``[DIR]`` for ``ondisk:DIR`` and ``ogb:DIR`` (every file they read lies inside it), the
+        ``root/ind.<name>.*`` files for a Planetoid spec (the standard ones and any other present),
+        ``[]`` for a synthetic spec or a Planetoid spec without a data directory.
+
+    Raises:
+        ValueError: a malformed spec (see :func:`parse_spec`).
+    """
+    kind, params = parse_spec(spec)
+    if kind in ("ogb", "ondisk"):
+        return [_spec_dir(params["path"], root).resolve()]
+    if kind not in PLANETOID_NAMES:
+        return []
+    base = root if root is not None else os.environ.get(PLANETOID_ENV)
+    if not base:
+        return []
+    files = {Path(base) / f"ind.{kind}.{s}" for s in PLANETOID_FILES}
+    try:
+        files.update(Path(base).glob(f"ind.{kind}.*"))
+    except OSError:
+        pass
+    return sorted({f.resolve() for f in files})
+
+
 def estimate_spec_bytes(spec: str) -> Optional[int]:
     """Peak host bytes that generating a synthetic spec allocates; ``None`` for the file-backed
     kinds (Planetoid, ``ogb:``, ``ondisk:``), which are not estimated.
@@ -203,9 +242,7 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
     if kind in PLANETOID_NAMES:
         return load_planetoid(kind, planetoid_root(spec, root), **params)
     if kind in ("ogb", "ondisk"):
-        path = Path(params["path"]).expanduser()
-        if not path.is_absolute() and root is not None:
-            path = Path(root) / path
+        path = _spec_dir(params["path"], root)
         return load_ogb(path) if kind == "ogb" else _load_ondisk_any(path)
     if kind == "hetero":
         from fgnn.data.synthetic_hetero import typed_synthetic

@@ -32,13 +32,13 @@ def _snapshot(root: Path) -> dict[str, tuple]:
     return snap
 
 
-def _refused(argv: list[str], capsys, tmp_path: Path) -> str:
+def _refused(argv: list[str], capsys, tmp_path: Path, dataset: str = TINY) -> str:
     """``main(argv)`` exits 2 with one stderr line, before Ray, changing nothing in tmp_path."""
     import ray
 
     before = _snapshot(tmp_path)
     with pytest.raises(SystemExit) as e:
-        main(argv + ["--dataset", TINY, "--epochs", "1", "--no-progress"])
+        main(argv + ["--dataset", dataset, "--epochs", "1", "--no-progress"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -95,6 +95,74 @@ def test_colliding_outputs_refused(case, capsys, tmp_path):
     line = _refused(argv, capsys, tmp_path)
     assert "give each output its own path" in line, line
     assert (tmp_path / "keep.pt").read_bytes() == b"precious"
+
+
+def _inputs(tmp_path: Path) -> None:
+    """An ``ondisk:`` directory ``D``, an OGB directory ``O`` and a Planetoid root ``P``, each
+    with files whose bytes the tests compare (outputs are refused before anything is loaded)."""
+    for name in ("D/manifest.json", "D/features.npy", "O/raw/edge.csv.gz", "P/ind.cora.graph",
+                 "P/ind.cora.x", "P/ind.cora.test.index"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"input " + name.encode())
+    (tmp_path / "link.png").symlink_to(tmp_path / "D" / "features.npy")
+
+
+@pytest.mark.parametrize("case", [
+    "model-is-ondisk-features", "report-is-ondisk-manifest", "dotdot-model", "relative-dataset",
+    "plot-links-into-dataset", "checkpoint-dir-inside", "checkpoint-dir-is-dataset",
+    "report-is-planetoid-file", "model-is-planetoid-file", "inside-ogb-dir"])
+def test_an_output_that_would_overwrite_an_input_is_refused(case, capsys, tmp_path, monkeypatch):
+    """Issue 29: ``--dataset ondisk:D --save-model D/features.npy`` (and the other cases) exited
+    0 and replaced the dataset's own files; now one line names the flag, the output and the
+    input, exit 2 before Ray, and every input file keeps its bytes."""
+    _inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    t = str(tmp_path)
+    dataset, argv, flag = {
+        "model-is-ondisk-features": (f"ondisk:{t}/D", ["--save-model", f"{t}/D/features.npy"],
+                                     "--save-model"),
+        "report-is-ondisk-manifest": (f"ondisk:{t}/D", ["--report", f"{t}/D/manifest.json"],
+                                      "--report"),
+        "dotdot-model": ("ondisk:D", ["--save-model", "./D/../D/features.npy"], "--save-model"),
+        "relative-dataset": ("ondisk:D", ["--data-root", t, "--report", f"{t}/D/new.json"],
+                             "--report"),
+        "plot-links-into-dataset": (f"ondisk:{t}/D", ["--report", f"{t}/link.json"], "--report"),
+        "checkpoint-dir-inside": (f"ondisk:{t}/D", ["--checkpoint-dir", f"{t}/D/ck"],
+                                  "--checkpoint-dir"),
+        "checkpoint-dir-is-dataset": (f"ondisk:{t}/D", ["--checkpoint-dir", f"{t}/D"],
+                                      "--checkpoint-dir"),
+        "report-is-planetoid-file": ("cora", ["--data-root", f"{t}/P", "--report",
+                                              f"{t}/P/ind.cora.graph"], "--report"),
+        "model-is-planetoid-file": ("cora", ["--data-root", "P", "--save-model",
+                                             "P/ind.cora.test.index"], "--save-model"),
+        "inside-ogb-dir": (f"ogb:{t}/O", ["--save-model", f"{t}/O/raw/edge.csv.gz"],
+                           "--save-model"),
+    }[case]
+    line = _refused(argv, capsys, tmp_path, dataset=dataset)
+    assert line.startswith("launch.py: error: argument " + flag), line
+    assert "write outputs outside the dataset" in line, line
+    input_named = {"report-is-planetoid-file": "ind.cora.graph",
+                   "model-is-planetoid-file": "ind.cora.test.index",
+                   "inside-ogb-dir": f"{t}/O"}.get(case, f"{t}/D")
+    assert input_named in line, line
+    assert not (tmp_path / "D" / "ck").exists()
+
+
+def test_outputs_beside_a_planetoid_root_are_not_inputs(tmp_path):
+    """Only the ``ind.<name>.*`` files of a Planetoid root are its inputs: a report beside them
+    passes, while an ``ondisk:`` directory is an input as a whole."""
+    from fgnn.data.spec import input_paths
+    from fgnn.outputs import check_inputs, output_paths
+
+    _inputs(tmp_path)
+    err = lambda field, value, why: ValueError(f"{field}: {why}")  # noqa: E731
+    outs = output_paths(str(tmp_path / "P" / "run.json"), str(tmp_path / "P" / "m.pt"),
+                        str(tmp_path / "P" / "ck"))
+    check_inputs(outs, input_paths("cora", tmp_path / "P"), err)   # no error
+    assert (tmp_path / "P" / "ind.cora.graph").resolve() in input_paths("cora", tmp_path / "P")
+    assert input_paths("rmat:scale=6", tmp_path) == []
+    with pytest.raises(ValueError, match="inside the dataset directory"):
+        check_inputs(outs, input_paths(f"ondisk:{tmp_path / 'P'}"), err)
 
 
 def test_unwritable_directory_refused_up_front(capsys, tmp_path):
