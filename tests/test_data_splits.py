@@ -107,6 +107,7 @@ def test_overlapping_splits_warn_once_naming_the_pair(splits, pair, shared):
     with pytest.warns(UserWarning, match=pair) as rec:
         _dataset(**splits)
     assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert f"share {shared} node" in str(rec[0].message)
 
 
 def test_disjoint_splits_do_not_warn():
