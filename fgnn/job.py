@@ -282,6 +282,8 @@ class Job:
         except ValueError as e:
             raise JobConfigError("dataset", cfg.dataset, str(e)) from e
         _check_typed(cfg, self.dataset)
+        if cfg.task == "node":
+            _check_node_scores(cfg, self.dataset)
         cfg = self.config = _typed_link_config(cfg, self.dataset)  # the relation it predicts
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
@@ -496,6 +498,20 @@ def _check_typed(cfg: JobConfig, dataset: Dataset) -> None:
         check_job(cfg, dataset)
     except TypedJobError as e:
         raise JobConfigError(e.field, e.value, e.why) from e
+
+
+def _check_node_scores(cfg: JobConfig, dataset: Dataset) -> None:
+    """A node job's scores: warn about those that cannot be computed (an empty validation or
+    test split, a single training class); refuse early stopping with no validation split.
+
+    Raises:
+        JobConfigError: ``train.patience`` set while ``val_idx`` is empty.
+    """
+    if cfg.train.patience is not None and dataset.val_idx.numel() == 0:
+        raise JobConfigError("train.patience", cfg.train.patience,
+                             f"early stopping watches validation accuracy, but dataset "
+                             f"{dataset.name!r} has an empty validation split (val_idx)")
+    dataset.warn_unscorable()
 
 
 def _typed_link_config(cfg: JobConfig, dataset: Dataset) -> JobConfig:

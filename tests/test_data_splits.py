@@ -71,3 +71,68 @@ def test_ondisk_split_may_be_a_mask(tmp_path):
     with pytest.raises(ValueError, match=r"train_idx is a boolean mask of length 4, but the "
                                          r"graph has 6 nodes"):
         load_ondisk(out)
+
+
+@pytest.mark.parametrize("split", ["train_idx", "val_idx", "test_idx"])
+def test_duplicate_id_in_a_split_is_refused(split):
+    with pytest.raises(ValueError, match=rf"^dataset 'path': {split} lists node 4 more than "
+                                         rf"once"):
+        _dataset(**{split: torch.tensor([5, 4, 4])})
+    with pytest.raises(ValueError, match=rf"{split} lists node 4 more than once"):
+        _dataset(**{split: [4, 5, 4]})
+
+
+def test_ondisk_duplicate_id_is_refused_at_load(tmp_path):
+    out = tmp_path / "ds"
+    save_dataset(_dataset(), out)
+    np.save(out / "test_idx.npy", np.array([3, 5, 3]))
+    with pytest.raises(ValueError, match=r"test_idx lists node 3 more than once"):
+        load_ondisk(out)
+
+
+def test_hetero_duplicate_id_is_refused():
+    from fgnn.data import load_dataset
+    d = load_dataset("hetero:papers=50,authors=10,fields=4,seed=1")
+    d.val_idx = torch.cat([d.val_idx, d.val_idx[:1]])
+    with pytest.raises(ValueError, match=rf"val_idx lists node {int(d.val_idx[0])} more than"):
+        d.validate(check_features=False)
+
+
+@pytest.mark.parametrize("splits, pair, shared", [
+    (dict(val_idx=[0, 1, 2], test_idx=[3]), "train_idx and val_idx share 2 node ids", 2),
+    (dict(test_idx=[1, 3]), "train_idx and test_idx share 1 node id,", 1),
+    (dict(val_idx=[2, 3], test_idx=[2, 3]), "val_idx and test_idx share 2 node ids", 2),
+])
+def test_overlapping_splits_warn_once_naming_the_pair(splits, pair, shared):
+    with pytest.warns(UserWarning, match=pair) as rec:
+        _dataset(**splits)
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert f"share {shared} node" in str(rec[0].message)
+
+
+def test_disjoint_splits_do_not_warn():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d = _dataset()
+        d.warn_unscorable()
+
+
+def test_single_training_class_warns_naming_it():
+    g = CSRGraph.from_edge_index(torch.tensor([[0, 1], [1, 2]]), num_nodes=N)
+    d = Dataset("one", g, torch.rand(N, 2), torch.zeros(N, dtype=torch.int64), num_classes=4,
+                train_idx=[0, 1], val_idx=[2], test_idx=[3])
+    with pytest.warns(UserWarning, match=r"every labelled training node has class 0 "
+                                         r"\(num_classes=4\)"):
+        d.warn_unscorable()
+    d.num_classes = 1
+    with pytest.raises(ValueError, match="num_classes=1"):  # still refused
+        d.check_trainable()
+
+
+@pytest.mark.parametrize("empty", ["val_idx", "test_idx"])
+def test_empty_held_out_split_warns_naming_it(empty):
+    d = _dataset(**{empty: []})
+    with pytest.warns(UserWarning, match=rf"'path': {empty} is empty, so its accuracy cannot "
+                                         rf"be computed"):
+        d.warn_unscorable()

@@ -141,3 +141,26 @@ def test_describe_devices():
         assert kind == "logical" and "8 devices: Ray logical GPUs on CPU" in line
     kind, line = describe_devices(4, cluster_gpus=6)
     assert "Ray cluster" in line and "6 GPU" in line
+
+
+def test_empty_test_split_trains_and_writes_its_report(ray_session, tmp_path):
+    data = load_dataset(TINY)
+    data.test_idx = torch.zeros(0, dtype=torch.int64)
+    cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
+                    runtime=RuntimeConfig(devices=2), train=TrainConfig(epochs=1, batch_size=32),
+                    report=str(tmp_path / "r.json"))
+    with pytest.warns(UserWarning, match="test_idx is empty"):
+        fgnn.Job(cfg, dataset=data, progress=False, out=io.StringIO()).run()
+    report = json.loads(Path(cfg.report).read_text())
+    validate_report(report)
+    assert report["final"]["test_acc"] is None and report["final"]["val_acc"] is not None
+
+
+def test_patience_with_an_empty_validation_split_is_refused_before_ray(tmp_path):
+    data = load_dataset(TINY)
+    data.val_idx = torch.zeros(0, dtype=torch.int64)
+    cfg = JobConfig(dataset=TINY, train=TrainConfig(epochs=2, patience=2),
+                    report=str(tmp_path / "r.json"))
+    with pytest.raises(JobConfigError, match=r"train.patience.*empty validation split"):
+        fgnn.Job(cfg, dataset=data, progress=False, out=io.StringIO()).run()
+    assert not (tmp_path / "r.json").exists()

@@ -282,3 +282,21 @@ def test_pipe_to_head_is_quiet(tmp_path):
     assert head.stdout.splitlines()[0].startswith("dataset")
     assert len(head.stdout.splitlines()) == 3
     assert err == "", err  # no BrokenPipeError traceback, no "Exception ignored" note
+
+
+@pytest.mark.parametrize("empty", ["val_acc", "test_acc"])
+def test_empty_split_score_is_recorded_as_null(tmp_path, empty):
+    result = make_result()
+    result.final[empty] = float("nan")  # what the node task scores on an empty split
+    path = tmp_path / "r.json"
+    write_report(result, str(path))
+    report = load_report(str(path))
+    assert report["final"][empty] is None
+    assert f"{empty.split('_')[0]} -" in format_report(report)
+
+
+def test_train_score_must_still_be_a_number():
+    report = make_result().to_dict()
+    report["final"]["train_acc"] = None
+    with pytest.raises(ReportError, match="final.train_acc: must be a number"):
+        validate_report(report)

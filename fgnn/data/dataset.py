@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from fgnn.data.split_checks import check_split_ids, warn_unscorable
 from fgnn.graph import CSRGraph
 
 __all__ = ["Dataset", "Features", "SplitLike", "split_ids", "first_non_finite",
@@ -188,6 +189,7 @@ class Dataset:
                 bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
                 raise ValueError(f"dataset {self.name!r}: {split} holds node id {bad}, outside "
                                  f"[0, {n})")
+        check_split_ids(self.name, self._splits())
         if check_features:
             check_finite_features(self.features, f"dataset {self.name!r} features")
 
@@ -202,6 +204,15 @@ class Dataset:
             raise ValueError(f"dataset {self.name!r} has an empty training split (train_idx holds "
                              f"no node); give it training nodes (e.g. train_frac > 0 or a "
                              f"train mask with a true entry)")
+
+    def warn_unscorable(self) -> None:
+        """Warn (one line each) about node-classification scores that cannot be computed: an
+        empty validation or test split, or a single class among the training labels
+        (:func:`fgnn.data.split_checks.warn_unscorable`)."""
+        warn_unscorable(self.name, self.labels, self._splits(), self.num_classes)
+
+    def _splits(self) -> dict[str, torch.Tensor]:
+        return {split: getattr(self, split) for split in _SPLITS}
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}, nodes={self.num_nodes}, edges={self.graph.num_edges}, "

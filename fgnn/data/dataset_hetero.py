@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from fgnn.data.dataset import Dataset, check_finite_features, split_ids
+from fgnn.data.split_checks import check_split_ids
 from fgnn.graph.hetero import HeteroGraph, format_edge_type, row_bytes_of
 
 __all__ = ["HeteroDataset", "random_splits"]
@@ -124,6 +125,7 @@ class HeteroDataset(Dataset):
                 bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
                 raise ValueError(f"dataset {self.name!r}: {split} holds id {bad}, outside "
                                  f"num_nodes[{self.target_type!r}]={n}")
+        check_split_ids(self.name, self._splits())
         if check_features:
             for t, x in self.graph.features.items():
                 check_finite_features(x, f"dataset {self.name!r} features of node type {t!r}")
