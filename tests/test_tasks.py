@@ -56,7 +56,7 @@ def test_node_sampling_draws_the_samplers_sample_around_the_items():
 
     ds = load_dataset(TINY)
     spec = build_task(JobConfig(dataset=TINY), ds).sampling()
-    sampling = spec.build(spec.payload, KHop([3]), torch.device("cpu"))
+    sampling = spec.build(KHop([3]), torch.device("cpu"))
     assert isinstance(sampling, TaskSampling)
     items = ds.train_idx[:5]
     a = sampling.train_sample(ds.graph, items, torch.Generator().manual_seed(1))

@@ -192,7 +192,7 @@ class SamplerExecutor:
         self.graph = self.kind.graph_from_payload(graph, self.device)
         self.sampler = sampler
         spec = task if task is not None else SamplingSpec(NodeSampling)
-        self.task = spec.build(spec.payload, sampler, self.device)
+        self.task = spec.build(sampler, self.device)
         self.train_idx = tensor_from(train_idx)
         self.split_idx = {"train": self.train_idx}
         self.split_idx.update({k: tensor_from(v) for k, v in (eval_idx or {}).items()})

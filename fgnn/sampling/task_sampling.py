@@ -34,6 +34,7 @@ class SamplingSpec:
     def __init__(self, factory: Callable[..., TaskSampling], payload: Any = None) -> None:
         self.factory, self.payload = factory, payload
 
-    def build(self, payload: Any, sampler: Any, device: torch.device) -> TaskSampling:
-        """The Sampler's :class:`TaskSampling` over ``payload`` (this spec's, fetched)."""
-        return self.factory(payload, sampler, device)
+    def build(self, sampler: Any, device: torch.device) -> TaskSampling:
+        """The Sampler's :class:`TaskSampling` over this spec's payload (fetched from the
+        object store with the spec)."""
+        return self.factory(self.payload, sampler, device)
