@@ -569,7 +569,9 @@ class JobConfig:
 
     dataset: str = flag(
         "rmat:scale=12,edge_factor=8,feat_dim=32,num_classes=4,train_frac=0.5,seed=0",
-        "dataset spec: cora|citeseer|pubmed (files under --data-root), ogb:DIR, ondisk:DIR "
+        "dataset spec: cora|citeseer|pubmed (files under --data-root), "
+        "ogbn-arxiv|ogbn-products (under --data-root, the folder OGB downloads into), "
+        "ogb:DIR, ondisk:DIR "
         "(homogeneous or typed), rmat:key=value,..., uniform:key=value,..., hetero:key=value,... "
         "(a typed synthetic graph; typed datasets train with --model sage), "
         "useritem:key=value,... (a planted user-item graph for --task recsys)",

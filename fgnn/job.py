@@ -527,14 +527,19 @@ def _typed_link_config(cfg: JobConfig, dataset: Dataset) -> JobConfig:
 
 
 def _check_data_spec(spec: str, data_root: Optional[str]) -> None:
-    """Before loading: a Planetoid spec has a data directory; a synthetic one fits in memory."""
+    """Before loading: a Planetoid or OGB-named spec has its data directory; a synthetic one
+    fits in memory."""
     from fgnn.data.planetoid import PLANETOID_NAMES
-    from fgnn.data.spec import check_spec_memory, parse_spec, planetoid_root
-    if parse_spec(spec)[0] in PLANETOID_NAMES:
-        try:
+    from fgnn.data.spec import (OGB_NAMES, check_spec_memory, ogb_named_dir, parse_spec,
+                                planetoid_root)
+    kind = parse_spec(spec)[0]
+    try:
+        if kind in PLANETOID_NAMES:
             planetoid_root(spec, data_root)
-        except ValueError as e:
-            raise JobConfigError("data_root", data_root, str(e)) from e
+        elif kind in OGB_NAMES:
+            ogb_named_dir(kind, data_root)
+    except ValueError as e:
+        raise JobConfigError("data_root", data_root, str(e)) from e
     try:
         check_spec_memory(spec)
     except ValueError as e:

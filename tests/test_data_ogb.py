@@ -138,3 +138,40 @@ def test_split_type_choice(tmp_path):
     assert load_ogb(root, split_type="time").train_idx.tolist() == [4]
     with pytest.raises(ValueError, match="split_type='nope'"):
         load_ogb(root, split_type="nope")
+
+
+def test_ogb_name_reads_the_folder_ogb_downloads_into(tmp_path):
+    """``ogbn-arxiv`` with a root reads ``root/ogbn_arxiv`` (OGB's layout), no package needed."""
+    from fgnn.data import load_dataset
+    write_ogb(tmp_path / "ogbn_arxiv")
+    ds = load_dataset("ogbn-arxiv", root=tmp_path)
+    assert ds.num_nodes == 5 and ds.num_classes == 3
+    assert load_dataset("OGBN-ARXIV", root=tmp_path).num_nodes == 5
+
+
+@pytest.mark.parametrize("root", [None, "missing"])
+def test_ogb_name_without_files_says_where_they_are_expected(tmp_path, root):
+    from fgnn.data import load_dataset
+    with pytest.raises(ValueError) as err:
+        load_dataset("ogbn-products", root=None if root is None else tmp_path / root)
+    msg = str(err.value)
+    assert "ogbn_products/raw/edge.csv.gz" in msg and "never downloads" in msg
+    if root is not None:
+        assert str(tmp_path / root / "ogbn_products") in msg
+
+
+def test_ogb_name_takes_no_parameters():
+    from fgnn.data import parse_spec
+    with pytest.raises(ValueError, match="takes no parameters"):
+        parse_spec("ogbn-arxiv:x=1")
+
+
+def test_cli_refuses_a_missing_ogb_folder_before_loading(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "launch.py", "--dataset", "ogbn-arxiv", "--data-root",
+                          str(tmp_path), "--epochs", "1"], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 2
+    assert "ogbn_arxiv" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr

@@ -4,6 +4,8 @@ Grammar::
 
     cora | citeseer | pubmed [":normalize_features=true|false"]   Planetoid, files under root
     ogb:DIR                                                       OGB raw directory
+    ogbn-arxiv | ogbn-products    an OGB node-property dataset by name, read from the folder OGB
+                                  downloads into (``root/ogbn_arxiv/``), never downloaded here
     ondisk:DIR                fgnn on-disk directory, homogeneous or typed
                               (``fgnn-ondisk-hetero``, :mod:`fgnn.data.ondisk_hetero`)
     rmat[:key=value,...]      keys: scale, edge_factor, feat_dim, feat_dtype, num_classes,
@@ -47,9 +49,13 @@ from fgnn.data.planetoid import PLANETOID_FILES, PLANETOID_NAMES, load_planetoid
 from fgnn.data.synthetic import estimate_bytes, rmat_dataset, uniform_dataset
 
 __all__ = ["load_dataset", "parse_spec", "planetoid_root", "input_paths", "estimate_spec_bytes",
-           "check_spec_memory", "SPEC_KINDS"]
+           "check_spec_memory", "ogb_named_dir", "SPEC_KINDS", "OGB_NAMES"]
 
-SPEC_KINDS = PLANETOID_NAMES + ("ogb", "ondisk", "rmat", "uniform", "hetero", "useritem")
+#: The OGB node-property datasets readable by name (their raw files are CSV): spec name -> the
+#: folder OGB's loaders unpack them into under their ``root``.
+OGB_NAMES = {"ogbn-arxiv": "ogbn_arxiv", "ogbn-products": "ogbn_products"}
+SPEC_KINDS = PLANETOID_NAMES + tuple(OGB_NAMES) + ("ogb", "ondisk", "rmat", "uniform", "hetero",
+                                                   "useritem")
 PLANETOID_ENV = "FGNN_PLANETOID_ROOT"
 
 
@@ -111,6 +117,10 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     if kind not in SPEC_KINDS:
         raise ValueError(f"dataset spec {spec!r}: unknown kind {kind!r}, expected one of "
                          f"{', '.join(SPEC_KINDS)}")
+    if kind in OGB_NAMES:
+        if rest.strip():
+            raise ValueError(f"dataset spec {spec!r}: {kind} takes no parameters")
+        return kind, {}
     if kind in ("ogb", "ondisk"):
         if not rest.strip():
             raise ValueError(f"dataset spec {spec!r}: {kind} needs a directory, as "
@@ -151,6 +161,29 @@ def planetoid_root(spec: str, root: Optional[str | os.PathLike] = None) -> str |
     return base
 
 
+def ogb_named_dir(name: str, root: Optional[str | os.PathLike]) -> Path:
+    """The directory of an OGB dataset given by name: ``root/<folder>`` as OGB's loaders
+    (``NodePropPredDataset(name, root)``, PyG's ``PygNodePropPredDataset``) unpack it.
+
+    Raises:
+        ValueError: no root given, or the directory or its edge file is missing; the message
+            says where the files are expected (datasets are never downloaded by fgnn).
+    """
+    folder = OGB_NAMES[name]
+    layout = (f"{folder}/raw/edge.csv.gz, raw/node-feat.csv.gz, raw/node-label.csv.gz and "
+              f"split/<type>/train|valid|test.csv.gz, as OGB's download unpacks them; fgnn "
+              f"never downloads a dataset")
+    if root is None:
+        raise ValueError(f"dataset spec {name!r}: no data directory given; pass --data-root DIR "
+                         f"to launch.py or data_root=DIR in JobConfig, where DIR holds {layout}")
+    path = Path(root).expanduser() / folder
+    raw = path / "raw"
+    if not ((raw / "edge.csv.gz").is_file() or (raw / "edge.csv").is_file()):
+        raise ValueError(f"dataset spec {name!r}: OGB files not found under {path}; expected "
+                         f"{Path(root).expanduser()}/{layout}")
+    return path
+
+
 def _spec_dir(path: str, root: Optional[str | os.PathLike]) -> Path:
     """The directory of an ``ogb:``/``ondisk:`` spec: ``~`` expanded, a relative one under
     ``root`` when one is given (as :func:`load_dataset` reads it)."""
@@ -177,6 +210,8 @@ def input_paths(spec: str, root: Optional[str | os.PathLike] = None) -> list[Pat
     kind, params = parse_spec(spec)
     if kind in ("ogb", "ondisk"):
         return [_spec_dir(params["path"], root).resolve()]
+    if kind in OGB_NAMES:
+        return [] if root is None else [(Path(root).expanduser() / OGB_NAMES[kind]).resolve()]
     if kind not in PLANETOID_NAMES:
         return []
     base = root if root is not None else os.environ.get(PLANETOID_ENV)
@@ -228,8 +263,8 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
     Args:
         spec: dataset spec.
         root: Planetoid data directory (holding ``ind.<name>.*``; default the environment
-            variable ``FGNN_PLANETOID_ROOT``), or the base of a relative ``ogb:``/``ondisk:``
-            directory.
+            variable ``FGNN_PLANETOID_ROOT``), the folder OGB downloads into for an
+            ``ogbn-*`` name, or the base of a relative ``ogb:``/``ondisk:`` directory.
 
     Returns:
         The loaded :class:`~fgnn.data.Dataset`.
@@ -244,6 +279,8 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
     if kind in ("ogb", "ondisk"):
         path = _spec_dir(params["path"], root)
         return load_ogb(path) if kind == "ogb" else _load_ondisk_any(path)
+    if kind in OGB_NAMES:
+        return load_ogb(ogb_named_dir(kind, root))
     if kind == "hetero":
         from fgnn.data.synthetic_hetero import typed_synthetic
 
