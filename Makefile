@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
+# A wheel index for torch, e.g. https://download.pytorch.org/whl/cu130 for a given CUDA build
+# (docs/gpu.md); empty: the default index.
+TORCH_INDEX ?=
 
 .PHONY: demo test venv install install-test clean
 
@@ -11,7 +14,8 @@ $(VENV)/bin/python:
 
 # Install torch (CPU build pinned) only when no torch is importable in the venv.
 $(VENV)/.torch: $(VENV)/bin/python
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==$(TORCH_VERSION)" \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	touch $@
 
 $(VENV)/.fgnn: $(VENV)/.torch pyproject.toml
