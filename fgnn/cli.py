@@ -22,6 +22,7 @@ import threading
 import traceback
 from typing import Any, NoReturn, Optional, Sequence
 
+from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import DEFAULT_FANOUTS, JobConfig
 from fgnn.flags import add_flags, build_config, flag_values, leaves, sections
 from fgnn.recipes import (FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, PINSAGE_REC_RECIPE, Recipe,
@@ -233,19 +234,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except (WriteError, RuntimeFailure) as e:  # a full disk; a death or hang (with checkpoint)
         return _fail_line(parser.prog, str(e), args.debug, said)
     except Exception as e:  # anything else: one line too, the traceback with --debug
-        return _fail_line(parser.prog, f"{type(e).__name__}: {_first_line(e)} (--debug prints "
-                                       f"the traceback)", args.debug, said)
+        return _fail_line(parser.prog, f"{root_cause(e)} (--debug prints the traceback)",
+                          args.debug, said)
     return 0
 
 
 def _output_name(field: str, what: str) -> str:
     """How the CLI calls an output in a message: the flag, or ``plot`` for the report's PNG."""
     return _FIELD_FLAGS[field] if what in ("model", "report") else what
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "(no message)"
 
 
 def _fail_line(prog: str, message: str, debug: bool,
@@ -260,7 +256,7 @@ def _fail_line(prog: str, message: str, debug: bool,
         return 1
     if debug:
         traceback.print_exc()
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    print(f"{prog}: error: {' '.join(strip_ansi(message).split())}", file=sys.stderr, flush=True)
     return 1
 
 

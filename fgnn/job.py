@@ -29,8 +29,8 @@ from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
 from fgnn.outputs import check_inputs, check_outputs, output_paths, write_outputs
-from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard,
-                           local_system_config, token_auth_enabled)
+from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
+                           local_system_config, token_auth_enabled, token_hint)
 from fgnn.sampling import Sampler
 
 __all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
@@ -88,6 +88,26 @@ def check_address(address: Optional[str], timeout: float = ADDRESS_TIMEOUT_S) ->
         why = e.strerror or type(e).__name__
         raise JobConfigError("runtime.address", address,
                              f"cannot reach a Ray cluster there ({why})") from e
+
+
+def _check_utf8(cfg: JobConfig) -> None:
+    """Every path of the job is UTF-8 text: Ray passes the driver's command line to its
+    processes as UTF-8, and ``ray.init`` fails deep inside on a name holding other bytes.
+
+    Raises:
+        JobConfigError: naming the field and the path.
+    """
+    for field, value in (("dataset", cfg.dataset), ("data_root", cfg.data_root),
+                         ("report", cfg.report), ("save_model", cfg.save_model),
+                         ("train.checkpoint_dir", cfg.train.checkpoint_dir)):
+        if value is None:
+            continue
+        try:
+            os.fsencode(value).decode("utf-8")
+        except UnicodeError as e:
+            raise JobConfigError(field, value, "is not UTF-8 text (the path holds bytes of "
+                                 "another encoding), which Ray cannot pass to its processes; "
+                                 "rename it, or give a UTF-8 path to it (a symlink)") from e
 
 
 def _check_dir_readable(field: str, path: Optional[str]) -> None:
@@ -186,6 +206,7 @@ class Job:
                 address).
         """
         cfg = self.config
+        _check_utf8(cfg)
         if self.dataset is None:
             from fgnn.data import parse_spec
             try:
@@ -447,17 +468,18 @@ class Job:
         kwargs = _ray_init_kwargs(rc, local, dashboard)
         try:
             if dashboard:
-                ctx, why = init_with_dashboard(**kwargs)
+                ctx, why = init_with_dashboard(say=self._say, **kwargs)
                 if why is not None:
                     self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
                               f"training without it")
             elif local:
-                ctx = init_local(include_dashboard=False, **kwargs)
+                ctx = init_local(include_dashboard=False, say=self._say, **kwargs)
             else:
                 ctx = ray.init(**kwargs)
-        except (ConnectionError, TimeoutError) as e:
+        except join_errors() as e:
             raise JobConfigError("runtime.address", rc.address,
-                                 f"cannot join the Ray cluster ({e})") from e
+                                 f"cannot join the Ray cluster ({' '.join(str(e).split())})"
+                                 f"{'' if local else token_hint()}") from e
         url = getattr(ctx, "dashboard_url", None) or None
         return url, None if local else float(ray.cluster_resources().get("GPU", 0))
 

@@ -80,6 +80,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
@@ -283,6 +284,9 @@ class Runtime:
             raise
         except _death_errors() as err:  # a service (queue, parameter server), Ray itself, or a call
             raise self._died(err) from err
+        except ray.exceptions.RayTaskError as err:  # an exception inside an actor's call
+            raise self.watchdog.failure(f"{_call_of(err)} failed: {root_cause(err)}; the job "
+                                        f"stopped") from err
         finally:
             self._teardown()
             if self._started_ray:
@@ -622,8 +626,11 @@ class Runtime:
         """The one-line failure for a death the epoch loop does not handle itself: a service
         actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
         own processes (the raylet); with the last good checkpoint."""
+        why = _why(err)
+        if getattr(err, "actor_init_failed", False):  # its constructor raised: name what
+            why = f": its constructor raised {root_cause(err)}"
         return self.watchdog.failure(f"{self._who_died(err)} died ({type(err).__name__}"
-                                     f"{_why(err)}) and the job stopped")
+                                     f"{why}) and the job stopped")
 
     def _who_died(self, err: BaseException) -> str:
         """Name the actor of a Ray death error (``the parameter server (fgnn-ps)``), or Ray."""
@@ -687,6 +694,13 @@ class Runtime:
         if on_eval_batch is not None:
             on_eval_batch(tuple(splits), done, done)
         return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
+
+
+def _call_of(err: Any) -> str:
+    """``the call SamplerExecutor.sample_task`` from a ``RayTaskError``'s process title."""
+    title = strip_ansi(str(getattr(err, "proctitle", "") or "")).strip()
+    name = title.removeprefix("ray::").split("(")[0] or str(getattr(err, "function_name", ""))
+    return f"the call {name}" if name else "an actor's call"
 
 
 def _why(err: BaseException) -> str:
