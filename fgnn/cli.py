@@ -214,6 +214,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     from fgnn.executors._resume import RunFinished
     from fgnn.job import Job, JobConfigError
     from fgnn.outputs import OutputsError
+    from fgnn.sigterm import Terminated, interrupt_on_sigterm
+    restore_sigterm = interrupt_on_sigterm()  # until Ray starts (the job installs it again)
     job = Job(config, progress=not args.no_progress)
     said = threading.Lock()  # held by whoever prints the failure line: this thread or the watcher
     job.on_node_death = lambda failure: _exit_at_once(parser.prog, str(failure), said)
@@ -228,14 +230,17 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except RunFinished as e:  # --resume of a finished run: its result, nothing to do
         print(f"fgnn: {e}", flush=True)
         return 0
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (fgnn.sigterm)
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"{parser.prog}: {what}; no report written", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except (WriteError, RuntimeFailure) as e:  # a full disk; a death or hang (with checkpoint)
         return _fail_line(parser.prog, str(e), args.debug, said)
     except Exception as e:  # anything else: one line too, the traceback with --debug
         return _fail_line(parser.prog, f"{root_cause(e)} (--debug prints the traceback)",
                           args.debug, said)
+    finally:
+        restore_sigterm()
     return 0
 
 

@@ -32,6 +32,7 @@ from fgnn.outputs import check_inputs, check_outputs, output_paths, write_output
 from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
                            local_system_config, token_auth_enabled, token_hint)
 from fgnn.sampling import Sampler
+from fgnn.sigterm import interrupt_on_sigterm
 
 __all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
 
@@ -319,6 +320,8 @@ class Job:
         import ray
 
         started = self._init_ray()
+        restore_sigterm = interrupt_on_sigterm()  # after ray.init, whose handler dumps a stack
+        reaper = _watch_driver() if started else None  # ends the node if the driver is killed
         watch = self._watch_raylet(runtime) if started else None
         try:
             result = runtime.run()
@@ -333,6 +336,9 @@ class Job:
             progress.close()
             if started:
                 ray.shutdown()
+            if reaper is not None:
+                reaper.stop()
+            restore_sigterm()
         return result
 
     def _say_result(self, result: RunResult) -> None:
@@ -604,6 +610,16 @@ def _ray_init_kwargs(rc: Any, local: bool, dashboard: bool) -> dict[str, Any]:
         kwargs["dashboard_host"] = rc.dashboard_host
     explicit_token_auth()  # Ray's default for a new cluster, without its warning
     return kwargs
+
+
+def _watch_driver() -> Any:
+    """The watcher that ends the local Ray node this job started and removes its ring files
+    should the driver be killed (:mod:`fgnn.reaper`); None where there is none."""
+    from fgnn.raystart import local_node_processes
+    from fgnn.reaper import watch_driver
+
+    node = local_node_processes()
+    return None if node is None else watch_driver(*node)
 
 
 def _current_dashboard_url() -> Optional[str]:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
            "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
            "local_system_config", "retry_startup", "startup_timed_out", "RayStartError",
-           "GCS_PORT_WAIT_S"]
+           "GCS_PORT_WAIT_S", "local_node_processes"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
@@ -109,6 +109,22 @@ def token_hint() -> str:
             f"{AUTH_MODE_ENV}=token): set {AUTH_MODE_ENV}=token and the cluster's token in "
             f"RAY_AUTH_TOKEN, or in the file ~/.ray/auth_token (ray get-auth-token on the "
             f"cluster prints it)")
+
+
+def local_node_processes() -> Optional[tuple[set[int], Optional[str]]]:
+    """``(pids, session directory)`` of the Ray node this process started (``ray.init`` of a
+    new local node): its GCS, raylet, dashboard and the like; None when it joined a cluster or
+    Ray is not started."""
+    try:
+        import ray._private.worker as ray_worker
+    except ImportError:
+        return None
+    node = getattr(ray_worker, "_global_node", None)
+    if node is None or not getattr(node, "head", False):
+        return None
+    pids = {int(info.process.pid) for infos in node.all_processes.values() for info in infos
+            if getattr(info, "process", None) is not None}
+    return pids, getattr(node, "_session_dir", None)
 
 
 def token_auth_enabled() -> bool:

@@ -73,7 +73,6 @@ import glob
 import os
 import shutil
 import time
-import uuid
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
@@ -101,6 +100,7 @@ from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
+from fgnn.reaper import ring_prefix, sweep_stale_rings
 from fgnn.sampling.base import Sampler
 from fgnn.tasks import build_task, check_job
 
@@ -394,14 +394,15 @@ class Runtime:
 
     def _ring_place(self, nodes: set[str]) -> dict[str, Any]:
         """Where the collective's CPU members keep their gradient rings: ``/dev/shm`` when
-        every executor is on the driver's node (which removes the files at the end); else
-        none (the members sum over gloo)."""
+        every executor is on the driver's node (which removes the files at the end, or its
+        watcher if it is killed: :mod:`fgnn.reaper`); else none (the members sum over gloo)."""
         import ray
 
         ring_dir = default_ring_dir()
         if ring_dir is None or nodes - {ray.get_runtime_context().get_node_id()}:
             return {"ring_dir": None}
-        self.services.ring_files = os.path.join(ring_dir, f"fgnn-ring-{uuid.uuid4().hex[:12]}")
+        sweep_stale_rings(ring_dir)  # of drivers killed before they could remove theirs
+        self.services.ring_files = os.path.join(ring_dir, ring_prefix())
         return {"ring_dir": ring_dir, "ring_prefix": os.path.basename(self.services.ring_files),
                 "ring_rows": ring_rows(self.step_tasks)}
 
