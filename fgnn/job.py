@@ -618,8 +618,8 @@ def _watch_driver() -> Any:
     from fgnn.raystart import local_node_processes
     from fgnn.reaper import watch_driver
 
-    node = local_node_processes()
-    return None if node is None else watch_driver(*node)
+    pids = local_node_processes()
+    return None if pids is None else watch_driver(pids)
 
 
 def _current_dashboard_url() -> Optional[str]:

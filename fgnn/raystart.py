@@ -111,10 +111,10 @@ def token_hint() -> str:
             f"cluster prints it)")
 
 
-def local_node_processes() -> Optional[tuple[set[int], Optional[str]]]:
-    """``(pids, session directory)`` of the Ray node this process started (``ray.init`` of a
-    new local node): its GCS, raylet, dashboard and the like; None when it joined a cluster or
-    Ray is not started."""
+def local_node_processes() -> Optional[set[int]]:
+    """The processes of the Ray node this process started (``ray.init`` of a new local node):
+    its GCS, raylet, dashboard and the like; None when it joined a cluster or Ray is not
+    started."""
     try:
         import ray._private.worker as ray_worker
     except ImportError:
@@ -124,7 +124,7 @@ def local_node_processes() -> Optional[tuple[set[int], Optional[str]]]:
         return None
     pids = {int(info.process.pid) for infos in node.all_processes.values() for info in infos
             if getattr(info, "process", None) is not None}
-    return pids, getattr(node, "_session_dir", None)
+    return pids
 
 
 def token_auth_enabled() -> bool:
@@ -252,25 +252,33 @@ def retry_startup(start: Callable[[], T], say: Optional[Callable[[str], None]] =
         RayStartError: the retry timed out too, in one line with the machine's load.
         Exception: whatever else ``start`` raises.
     """
+    try:
+        return start()
+    except Exception as err:
+        if not startup_timed_out(err):
+            raise
+        _stop_timed_out(err)
+    load = _load_text()
+    (say or _say_stdout)(f"fgnn: warning: Ray's node did not start in time"
+                         f"{f' ({load})' if load else ''}; starting it once more")
+    try:
+        return start()
+    except Exception as err:
+        if not startup_timed_out(err):
+            raise
+        _stop_timed_out(err)
+        why = _load_text() or "Ray waits a fixed 30 s for its raylet"
+        raise RayStartError(f"Ray's local node did not start in time, twice ({why}); the "
+                            f"machine is too busy for Ray to start: try again when it is less "
+                            f"loaded") from err
+
+
+def _stop_timed_out(err: BaseException) -> None:
+    """Stop what a ``ray.init`` that timed out had started, and Ray's state in this process."""
     import ray
 
-    for attempt in (1, 2):
-        try:
-            return start()
-        except Exception as err:
-            if not startup_timed_out(err):
-                raise
-            _stop_half_started(err)
-            ray.shutdown()
-            load = _load_text()
-            if attempt == 2:
-                why = load or "Ray waits a fixed 30 s for its raylet"
-                raise RayStartError(
-                    f"Ray's local node did not start in time, twice ({why}); the machine is "
-                    f"too busy for Ray to start: try again when it is less loaded") from err
-            (say or _say_stdout)(f"fgnn: warning: Ray's node did not start in time"
-                                 f"{f' ({load})' if load else ''}; starting it once more")
-    raise AssertionError("unreachable")
+    _stop_half_started(err)
+    ray.shutdown()
 
 
 def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> Any:

@@ -8,15 +8,15 @@ exchange's gradient rings stayed in ``/dev/shm`` (:mod:`fgnn.executors._gradring
 
 :func:`watch_driver`, called once a job has started a local Ray node, starts one watcher
 (``subprocess.Popen`` of this module, in a session of its own so a Ctrl-C of the terminal does
-not reach it). It is told the driver's processes of the node (pid and start time, so a reused
-pid is never hit), the node's session directory and the pattern of the job's ring files, then
-blocks reading a pipe whose only writer is the driver. :meth:`Reaper.stop` (after
-``ray.shutdown``) writes ``stop`` and the watcher exits doing nothing; if the pipe closes without
-it, the driver died: the watcher kills (``SIGKILL``) what is left of those processes, their
-descendants and any process whose command line names the session directory, removes the ring
-files, and exits. Ring files carry the driver's pid in their name (:func:`ring_prefix`), and a
-job's start removes those of drivers that are gone (:func:`sweep_stale_rings`) in case a watcher
-was killed too. Linux only (``/proc``); elsewhere :func:`watch_driver` returns None.
+not reach it). It is told the node's processes (the GCS, the raylet, the dashboard and their
+descendants then, the agents among them; pid and start time, so a reused pid is never hit) and
+the pattern of the job's ring files, then blocks reading a pipe whose only writer is the
+driver. :meth:`Reaper.stop` (after ``ray.shutdown``) writes ``stop`` and the watcher exits doing
+nothing; if the pipe closes without it, the driver died: the watcher kills (``SIGKILL``) what is
+left of those processes and their descendants, removes the ring files, and exits. Ring files
+carry the driver's pid in their name (:func:`ring_prefix`), and a job's start removes those of
+drivers that are gone (:func:`sweep_stale_rings`) in case a watcher was killed too. Linux only
+(``/proc``); elsewhere :func:`watch_driver` returns None.
 """
 
 from __future__ import annotations
@@ -113,14 +113,12 @@ class Reaper:
             self.process.kill()
 
 
-def watch_driver(roots: set[int], session_dir: Optional[str],
-                 ring_dir: str = "/dev/shm") -> Optional[Reaper]:
+def watch_driver(roots: set[int], ring_dir: str = "/dev/shm") -> Optional[Reaper]:
     """Start the watcher of this driver (see the module docstring).
 
     Args:
         roots: the local Ray node's processes (GCS, raylet, dashboard...); their descendants
-            now are watched too.
-        session_dir: the node's session directory (its processes name it).
+            now (the raylet's agents) are watched too.
         ring_dir: where the job's ring files are (named by :func:`ring_prefix`).
 
     Returns:
@@ -130,37 +128,25 @@ def watch_driver(roots: set[int], session_dir: Optional[str],
         return None
     pids = {pid: t for pid in roots | _descendants(roots) if (t := _start_time(pid))}
     rings = os.path.join(ring_dir, f"{RING_STEM}-{os.getpid()}-*")
-    spec = {"pids": pids, "session_dir": session_dir, "rings": rings}
+    spec = {"pids": pids, "rings": rings}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = f"import sys; sys.path.insert(0, {root!r}); from fgnn.reaper import main; main()"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, close_fds=True)
-    proc.stdin.write(json.dumps(spec).encode() + b"\n")
-    proc.stdin.flush()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+        proc.stdin.write(json.dumps(spec).encode() + b"\n")
+        proc.stdin.flush()
+    except OSError:  # no process to spare: the job runs unwatched, as before
+        return None
     return Reaper(proc)
-
-
-def _session_processes(session_dir: Optional[str]) -> set[int]:
-    """Processes whose command line names ``session_dir`` (Ray's agents, log monitor)."""
-    if not session_dir:
-        return set()
-    needle, out = session_dir.encode(), set()
-    for path in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            with open(path, "rb") as f:
-                if needle in f.read():
-                    out.add(int(path.split("/")[2]))
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 def reap(spec: dict) -> None:
     """The driver died: kill what is left of its node's processes, remove its ring files."""
     known = {int(pid): start for pid, start in spec.get("pids", {}).items()}
     alive = {pid for pid, start in known.items() if _start_time(pid) == start}
-    targets = alive | _descendants(alive) | _session_processes(spec.get("session_dir"))
+    targets = alive | _descendants(alive)
     targets.discard(os.getpid())
     for pid in targets:
         try:

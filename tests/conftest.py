@@ -60,8 +60,10 @@ def ray_session():
     cluster is down by then (see :func:`pytest_runtest_setup`)."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    retry_startup(lambda: ray.init(num_cpus=4, num_gpus=2, include_dashboard=False,
-                                   log_to_driver=False, _system_config=local_system_config()))
+    # "local": a new node even when a `ray start` cluster runs on this machine
+    retry_startup(lambda: ray.init(address="local", num_cpus=4, num_gpus=2,
+                                   include_dashboard=False, log_to_driver=False,
+                                   _system_config=local_system_config()))
     yield ray
     ray.shutdown()
 

@@ -94,7 +94,7 @@ _DRIVER = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     from fgnn.reaper import ring_prefix, watch_driver
     child = subprocess.Popen(["sleep", "300"])
-    reaper = watch_driver({{child.pid}}, None, ring_dir={ring_dir!r})
+    reaper = watch_driver({{child.pid}}, ring_dir={ring_dir!r})
     open(os.path.join({ring_dir!r}, ring_prefix() + "-fgnn-trainer-1-0"), "w").close()
     print(child.pid, flush=True)
     if sys.argv[1] == "stop":

@@ -17,7 +17,8 @@ ray = pytest.importorskip("ray")
 
 from fgnn.causes import root_cause, strip_ansi  # noqa: E402
 from fgnn.cli import main  # noqa: E402
-from fgnn.config import JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig  # noqa: E402
+from fgnn.config import (JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,  # noqa: E402
+                         TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
 from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
 from fgnn.job import Job, JobConfigError  # noqa: E402
