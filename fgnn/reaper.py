@@ -13,7 +13,9 @@ descendants then, the agents among them; pid and start time, so a reused pid is 
 the pattern of the job's ring files, then blocks reading a pipe whose only writer is the
 driver. :meth:`Reaper.stop` (after ``ray.shutdown``) writes ``stop`` and the watcher exits doing
 nothing; if the pipe closes without it, the driver died: the watcher kills (``SIGKILL``) what is
-left of those processes and their descendants, removes the ring files, and exits. Ring files
+left of those processes, their descendants and the processes whose ``RAY_RAYLET_PID`` names one
+of them (the raylet's workers, re-parented once it is gone), removes the ring files, and
+exits. Ring files
 carry the driver's pid in their name (:func:`ring_prefix`), and a job's start removes those of
 drivers that are gone (:func:`sweep_stale_rings`) in case a watcher was killed too. Linux only
 (``/proc``); elsewhere :func:`watch_driver` returns None.
@@ -142,11 +144,29 @@ def watch_driver(roots: set[int], ring_dir: str = "/dev/shm") -> Optional[Reaper
     return Reaper(proc)
 
 
+def _started_by(raylets: set[int]) -> set[int]:
+    """Processes a raylet of ``raylets`` started, found by the ``RAY_RAYLET_PID`` Ray puts in
+    their environment: its workers and agents, even once the raylet is gone and they are
+    re-parented."""
+    marks = {f"RAY_RAYLET_PID={pid}".encode() for pid in raylets}
+    out = set()
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(path, "rb") as f:
+                env = set(f.read().split(b"\0"))
+        except OSError:
+            continue
+        if env & marks:
+            out.add(int(path.split("/")[2]))
+    return out
+
+
 def reap(spec: dict) -> None:
-    """The driver died: kill what is left of its node's processes, remove its ring files."""
+    """The driver died: kill what is left of its node's processes (those it was told of,
+    their descendants, what its raylet started), remove its ring files."""
     known = {int(pid): start for pid, start in spec.get("pids", {}).items()}
     alive = {pid for pid, start in known.items() if _start_time(pid) == start}
-    targets = alive | _descendants(alive)
+    targets = alive | _descendants(alive) | _started_by(set(known))
     targets.discard(os.getpid())
     for pid in targets:
         try:
