@@ -22,6 +22,7 @@ import threading
 import traceback
 from typing import Any, NoReturn, Optional, Sequence
 
+from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import DEFAULT_FANOUTS, JobConfig
 from fgnn.flags import add_flags, build_config, flag_values, leaves, sections
 from fgnn.recipes import (FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, PINSAGE_REC_RECIPE, Recipe,
@@ -213,6 +214,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     from fgnn.executors._resume import RunFinished
     from fgnn.job import Job, JobConfigError
     from fgnn.outputs import OutputsError
+    from fgnn.sigterm import Terminated, interrupt_on_sigterm
+    restore_sigterm = interrupt_on_sigterm()  # until Ray starts (the job installs it again)
     job = Job(config, progress=not args.no_progress)
     said = threading.Lock()  # held by whoever prints the failure line: this thread or the watcher
     job.on_node_death = lambda failure: _exit_at_once(parser.prog, str(failure), said)
@@ -227,25 +230,23 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except RunFinished as e:  # --resume of a finished run: its result, nothing to do
         print(f"fgnn: {e}", flush=True)
         return 0
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; no report written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (fgnn.sigterm)
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"{parser.prog}: {what}; no report written", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except (WriteError, RuntimeFailure) as e:  # a full disk; a death or hang (with checkpoint)
         return _fail_line(parser.prog, str(e), args.debug, said)
     except Exception as e:  # anything else: one line too, the traceback with --debug
-        return _fail_line(parser.prog, f"{type(e).__name__}: {_first_line(e)} (--debug prints "
-                                       f"the traceback)", args.debug, said)
+        return _fail_line(parser.prog, f"{root_cause(e)} (--debug prints the traceback)",
+                          args.debug, said)
+    finally:
+        restore_sigterm()
     return 0
 
 
 def _output_name(field: str, what: str) -> str:
     """How the CLI calls an output in a message: the flag, or ``plot`` for the report's PNG."""
     return _FIELD_FLAGS[field] if what in ("model", "report") else what
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "(no message)"
 
 
 def _fail_line(prog: str, message: str, debug: bool,
@@ -260,7 +261,7 @@ def _fail_line(prog: str, message: str, debug: bool,
         return 1
     if debug:
         traceback.print_exc()
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    print(f"{prog}: error: {' '.join(strip_ansi(message).split())}", file=sys.stderr, flush=True)
     return 1
 
 

@@ -29,9 +29,10 @@ from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
 from fgnn.outputs import check_inputs, check_outputs, output_paths, write_outputs
-from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard,
-                           local_system_config, token_auth_enabled)
+from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
+                           local_system_config, token_auth_enabled, token_hint)
 from fgnn.sampling import Sampler
+from fgnn.sigterm import interrupt_on_sigterm
 
 __all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
 
@@ -88,6 +89,26 @@ def check_address(address: Optional[str], timeout: float = ADDRESS_TIMEOUT_S) ->
         why = e.strerror or type(e).__name__
         raise JobConfigError("runtime.address", address,
                              f"cannot reach a Ray cluster there ({why})") from e
+
+
+def _check_utf8(cfg: JobConfig) -> None:
+    """Every path of the job is UTF-8 text: Ray passes the driver's command line to its
+    processes as UTF-8, and ``ray.init`` fails deep inside on a name holding other bytes.
+
+    Raises:
+        JobConfigError: naming the field and the path.
+    """
+    for field, value in (("dataset", cfg.dataset), ("data_root", cfg.data_root),
+                         ("report", cfg.report), ("save_model", cfg.save_model),
+                         ("train.checkpoint_dir", cfg.train.checkpoint_dir)):
+        if value is None:
+            continue
+        try:
+            os.fsencode(value).decode("utf-8")
+        except UnicodeError as e:
+            raise JobConfigError(field, value, "is not UTF-8 text (the path holds bytes of "
+                                 "another encoding), which Ray cannot pass to its processes; "
+                                 "rename it, or give a UTF-8 path to it (a symlink)") from e
 
 
 def _check_dir_readable(field: str, path: Optional[str]) -> None:
@@ -186,6 +207,7 @@ class Job:
                 address).
         """
         cfg = self.config
+        _check_utf8(cfg)
         if self.dataset is None:
             from fgnn.data import parse_spec
             try:
@@ -298,6 +320,8 @@ class Job:
         import ray
 
         started = self._init_ray()
+        restore_sigterm = interrupt_on_sigterm()  # after ray.init, whose handler dumps a stack
+        reaper = _watch_driver() if started else None  # ends the node if the driver is killed
         watch = self._watch_raylet(runtime) if started else None
         try:
             result = runtime.run()
@@ -312,6 +336,9 @@ class Job:
             progress.close()
             if started:
                 ray.shutdown()
+            if reaper is not None:
+                reaper.stop()
+            restore_sigterm()
         return result
 
     def _say_result(self, result: RunResult) -> None:
@@ -447,17 +474,18 @@ class Job:
         kwargs = _ray_init_kwargs(rc, local, dashboard)
         try:
             if dashboard:
-                ctx, why = init_with_dashboard(**kwargs)
+                ctx, why = init_with_dashboard(say=self._say, **kwargs)
                 if why is not None:
                     self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
                               f"training without it")
             elif local:
-                ctx = init_local(include_dashboard=False, **kwargs)
+                ctx = init_local(include_dashboard=False, say=self._say, **kwargs)
             else:
                 ctx = ray.init(**kwargs)
-        except (ConnectionError, TimeoutError) as e:
+        except join_errors() as e:
             raise JobConfigError("runtime.address", rc.address,
-                                 f"cannot join the Ray cluster ({e})") from e
+                                 f"cannot join the Ray cluster ({' '.join(str(e).split())})"
+                                 f"{'' if local else token_hint()}") from e
         url = getattr(ctx, "dashboard_url", None) or None
         return url, None if local else float(ray.cluster_resources().get("GPU", 0))
 
@@ -587,6 +615,16 @@ def _ray_init_kwargs(rc: Any, local: bool, dashboard: bool) -> dict[str, Any]:
         kwargs["dashboard_host"] = rc.dashboard_host
     explicit_token_auth()  # Ray's default for a new cluster, without its warning
     return kwargs
+
+
+def _watch_driver() -> Any:
+    """The watcher that ends the local Ray node this job started and removes its ring files
+    should the driver be killed (:mod:`fgnn.reaper`); None where there is none."""
+    from fgnn.raystart import local_node_processes
+    from fgnn.reaper import watch_driver
+
+    pids = local_node_processes()
+    return None if pids is None else watch_driver(pids)
 
 
 def _current_dashboard_url() -> Optional[str]:

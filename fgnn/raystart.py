@@ -32,10 +32,12 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
-           "token_auth_enabled", "init_local", "init_with_dashboard", "local_system_config"]
+           "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
+           "local_system_config", "retry_startup", "startup_timed_out", "RayStartError",
+           "GCS_PORT_WAIT_S", "local_node_processes"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
@@ -46,6 +48,15 @@ LOOPBACK = "127.0.0.1"
 
 #: Environment variable that selects Ray's authentication mode (``token`` or ``disabled``).
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+#: Seconds a local start waits for the GCS to come up (Ray's default is 30).
+GCS_PORT_WAIT_S = 120
+#: Ray's variable for that wait (a value the user set is left as it is).
+GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
+# Ray's messages for a node start that ran out of its wait.
+_STARTUP_TIMEOUTS = ("timed out during startup", "while waiting for node to startup")
+
+T = TypeVar("T")
 
 # Ray's loggers whose records about a failed dashboard start are replaced by one fgnn line.
 _DASHBOARD_LOGGER = "ray._private.services"
@@ -75,6 +86,45 @@ def explicit_token_auth() -> str:
         return "disabled"
     _enable_token_auth()
     return "token"
+
+
+def join_errors() -> tuple[type, ...]:
+    """The errors of a ``ray.init(address=...)`` that could not join the cluster: no answer,
+    or (a Ray with token authentication) a token that is missing or wrong."""
+    try:
+        from ray.exceptions import AuthenticationError
+    except ImportError:
+        return (ConnectionError, TimeoutError)
+    return (ConnectionError, TimeoutError, AuthenticationError)
+
+
+def token_hint() -> str:
+    """``; the cluster may require token authentication: ...`` for a failed join while this
+    process does not use Ray's token authentication (``RAY_AUTH_MODE`` is not ``token``); empty
+    when it does (the token, not the mode, is then what to check)."""
+    if os.environ.get(AUTH_MODE_ENV, "").lower() == "token":
+        return ("; check that the token in RAY_AUTH_TOKEN, or in the file RAY_AUTH_TOKEN_PATH "
+                "names (default ~/.ray/auth_token), is the cluster's (ray get-auth-token)")
+    return (f"; the cluster may require token authentication (a cluster started with "
+            f"{AUTH_MODE_ENV}=token): set {AUTH_MODE_ENV}=token and the cluster's token in "
+            f"RAY_AUTH_TOKEN, or in the file ~/.ray/auth_token (ray get-auth-token on the "
+            f"cluster prints it)")
+
+
+def local_node_processes() -> Optional[set[int]]:
+    """The processes of the Ray node this process started (``ray.init`` of a new local node):
+    its GCS, raylet, dashboard and the like; None when it joined a cluster or Ray is not
+    started."""
+    try:
+        import ray._private.worker as ray_worker
+    except ImportError:
+        return None
+    node = getattr(ray_worker, "_global_node", None)
+    if node is None or not getattr(node, "head", False):
+        return None
+    pids = {int(info.process.pid) for infos in node.all_processes.values() for info in infos
+            if getattr(info, "process", None) is not None}
+    return pids
 
 
 def token_auth_enabled() -> bool:
@@ -166,28 +216,117 @@ def _loopback_node() -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = old
 
 
-def init_local(**kwargs: Any) -> Any:
+class RayStartError(RuntimeError):
+    """Ray's local node did not start in time, on the retry either (a machine too loaded)."""
+
+
+def startup_timed_out(err: BaseException) -> bool:
+    """Whether ``err`` is Ray's node start running out of its fixed wait (30 s for the raylet
+    to register, ``The current node timed out during startup``)."""
+    text = str(err)
+    return any(mark in text for mark in _STARTUP_TIMEOUTS)
+
+
+def _load_text() -> str:
+    """``load average 17.2 on 2 cores`` (empty where the system does not say)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    return f"load average {load:.1f} on {os.cpu_count() or 1} cores"
+
+
+def _say_stdout(line: str) -> None:
+    print(line, flush=True)
+
+
+def retry_startup(start: Callable[[], T], say: Optional[Callable[[str], None]] = None) -> T:
+    """``start()`` (a ``ray.init`` of a new local node), once more when Ray's node start timed
+    out (:func:`startup_timed_out`), after stopping what the first try had started.
+
+    Ray waits a fixed 30 s for a new node's raylet to register (no setting changes it); on a
+    loaded machine that wait runs out although the node would have come up. The retry is said
+    on the console through ``say`` (default: standard output).
+
+    Raises:
+        RayStartError: the retry timed out too, in one line with the machine's load.
+        Exception: whatever else ``start`` raises.
+    """
+    try:
+        return start()
+    except Exception as err:
+        if not startup_timed_out(err):
+            raise
+        _stop_timed_out(err)
+    load = _load_text()
+    (say or _say_stdout)(f"fgnn: warning: Ray's node did not start in time"
+                         f"{f' ({load})' if load else ''}; starting it once more")
+    try:
+        return start()
+    except Exception as err:
+        if not startup_timed_out(err):
+            raise
+        _stop_timed_out(err)
+        why = _load_text() or "Ray waits a fixed 30 s for its raylet"
+        raise RayStartError(f"Ray's local node did not start in time, twice ({why}); the "
+                            f"machine is too busy for Ray to start: try again when it is less "
+                            f"loaded") from err
+
+
+def _stop_timed_out(err: BaseException) -> None:
+    """Stop what a ``ray.init`` that timed out had started, and Ray's state in this process."""
+    import ray
+
+    _stop_half_started(err)
+    ray.shutdown()
+
+
+def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> Any:
     """``ray.init(**kwargs)`` of a new local node on :data:`LOOPBACK`: Ray's processes listen
-    on loopback only (the dashboard on its ``dashboard_host``).
+    on loopback only (the dashboard on its ``dashboard_host``). A start that times out on a
+    loaded machine is tried once more (:func:`retry_startup`), and the GCS gets
+    :data:`GCS_PORT_WAIT_S` to come up unless ``RAY_gcs_server_port_wait_time_s`` says.
 
     Args:
+        say: prints the retry's line (default: standard output).
         **kwargs: the ``ray.init`` arguments of a new local cluster (no ``address`` other than
             ``local``).
 
     Returns:
         Ray's context.
+
+    Raises:
+        RayStartError: the node did not start in time, twice.
     """
     import ray
 
-    with _loopback_node():
-        return ray.init(_node_ip_address=LOOPBACK, **kwargs)
+    def start() -> Any:
+        with _loopback_node(), _patient_gcs():
+            return ray.init(_node_ip_address=LOOPBACK, **kwargs)
+
+    return retry_startup(start, say)
+
+
+@contextmanager
+def _patient_gcs() -> Iterator[None]:
+    """While a node starts: wait :data:`GCS_PORT_WAIT_S` for the GCS (Ray's default, 30 s,
+    runs out on a loaded machine), unless the user set Ray's own variable."""
+    if GCS_WAIT_ENV in os.environ:
+        yield
+        return
+    os.environ[GCS_WAIT_ENV] = str(GCS_PORT_WAIT_S)
+    try:
+        yield
+    finally:
+        os.environ.pop(GCS_WAIT_ENV, None)
 
 
 def init_with_dashboard(**kwargs: Any) -> tuple[Any, Optional[str]]:
     """``ray.init(include_dashboard=True, **kwargs)``, or Ray without a dashboard if it fails.
 
     Args:
-        **kwargs: the other ``ray.init`` arguments of a new local cluster.
+        **kwargs: the other ``ray.init`` arguments of a new local cluster, and ``say`` of
+            :func:`init_local`.
 
     Returns:
         ``(context, why)``: Ray's context, and ``None`` when the dashboard started, else one line

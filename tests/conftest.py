@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.raystart import local_system_config
+from fgnn.raystart import local_system_config, retry_startup
 
 REPO = Path(__file__).resolve().parents[1]
 PLANETOID_ROOT = Path(os.environ.get("FGNN_PLANETOID_ROOT",
@@ -47,8 +47,9 @@ def ray_cluster():
     if ray.is_initialized() and not _shared_ray["up"]:
         ray.shutdown()  # a Ray some test started with other resources
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=4, num_gpus=RAY_GPUS, include_dashboard=False,
-                 log_to_driver=False, _system_config=local_system_config())
+        retry_startup(lambda: ray.init(  # a loaded machine: once more, not a failed test
+            address="local", num_cpus=4, num_gpus=RAY_GPUS, include_dashboard=False,
+            log_to_driver=False, _system_config=local_system_config()))
         _shared_ray["up"] = True
     yield
 
@@ -59,8 +60,10 @@ def ray_session():
     cluster is down by then (see :func:`pytest_runtest_setup`)."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
-             _system_config=local_system_config())
+    # "local": a new node even when a `ray start` cluster runs on this machine
+    retry_startup(lambda: ray.init(address="local", num_cpus=4, num_gpus=2,
+                                   include_dashboard=False, log_to_driver=False,
+                                   _system_config=local_system_config()))
     yield ray
     ray.shutdown()
 

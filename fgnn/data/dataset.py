@@ -12,7 +12,7 @@ from fgnn.data.split_checks import check_split_ids, warn_unscorable
 from fgnn.graph import CSRGraph
 
 __all__ = ["Dataset", "Features", "SplitLike", "split_ids", "first_non_finite",
-           "check_finite_features"]
+           "check_finite_features", "check_num_classes", "MAX_CLASSES"]
 
 #: Node features: an in-memory tensor, or a (memory-mapped) numpy array that is never fully loaded.
 Features = Union[torch.Tensor, np.ndarray]
@@ -23,6 +23,22 @@ _SPLITS = ("train_idx", "val_idx", "test_idx")
 #: Bytes of feature rows scanned at a time for non-finite values (a memory-mapped file larger
 #: than memory is read chunk by chunk, never whole).
 FINITE_CHUNK_BYTES = 64 << 20
+#: Most label classes a dataset may declare (2^24): a classifier's output layer holds one row of
+#: weights per class, so a count far beyond any real task only exhausts memory.
+MAX_CLASSES = 1 << 24
+
+
+def check_num_classes(name: str, num_classes: int) -> None:
+    """Refuse a class count above :data:`MAX_CLASSES` (``num_classes=2^40`` would otherwise
+    fail deep in torch's allocator, with no word of which field was wrong).
+
+    Raises:
+        ValueError: naming the dataset, the field and the value.
+    """
+    if int(num_classes) > MAX_CLASSES:
+        raise ValueError(f"dataset {name!r}: num_classes={int(num_classes)} is more than "
+                         f"{MAX_CLASSES} (2^24) classes; a classifier of that many classes "
+                         f"does not fit in memory; give the number of distinct labels")
 
 
 def first_non_finite(features: Features, chunk_bytes: int = FINITE_CHUNK_BYTES) \
@@ -175,6 +191,7 @@ class Dataset:
         if self.num_classes < 1:
             raise ValueError(f"dataset {self.name!r}: num_classes must be >= 1, got "
                              f"{self.num_classes}")
+        check_num_classes(self.name, self.num_classes)
         if self.labels.numel() > 0:
             lo, hi = int(self.labels.min()), int(self.labels.max())
             if lo < 0 or hi >= self.num_classes:

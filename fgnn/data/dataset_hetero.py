@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from fgnn.data.dataset import Dataset, check_finite_features, split_ids
+from fgnn.data.dataset import Dataset, check_finite_features, check_num_classes, split_ids
 from fgnn.data.split_checks import check_split_ids
 from fgnn.graph.hetero import HeteroGraph, format_edge_type, row_bytes_of
 
@@ -116,6 +116,7 @@ class HeteroDataset(Dataset):
         if self.num_classes < 1:
             raise ValueError(f"dataset {self.name!r}: num_classes must be >= 1, got "
                              f"{self.num_classes}")
+        check_num_classes(self.name, self.num_classes)
         if self.labels.numel() and int(self.labels.max()) >= self.num_classes:
             raise ValueError(f"dataset {self.name!r}: labels hold class "
                              f"{int(self.labels.max())}, outside [0, {self.num_classes})")

@@ -37,6 +37,7 @@ checks it first.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -76,23 +77,31 @@ def _str(text: str) -> str:
     return text
 
 
+def _float(text: str) -> float:
+    """A finite float: ``nan`` and ``inf`` are no setting of any spec key."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
 _SYNTH_KEYS: dict[str, Callable[[str], Any]] = {
     "scale": _int, "edge_factor": _int, "feat_dim": _int, "feat_dtype": _str,
-    "num_classes": _int, "train_frac": float, "val_frac": float, "test_frac": float,
+    "num_classes": _int, "train_frac": _float, "val_frac": _float, "test_frac": _float,
     "seed": _int, "dedup": _bool, "self_loops": _bool, "weighted": _bool,
 }
 _KEYS: dict[str, dict[str, Callable[[str], Any]]] = {
-    "rmat": {**_SYNTH_KEYS, "a": float, "b": float, "c": float},
+    "rmat": {**_SYNTH_KEYS, "a": _float, "b": _float, "c": _float},
     "uniform": dict(_SYNTH_KEYS),
     "hetero": {**{k: _int for k in ("papers", "authors", "fields", "classes", "feat_dim",
                                     "field_dim", "authors_per_paper", "cites_per_paper",
                                     "seed")},
-               **{k: float for k in ("homophily", "signal", "train_frac", "val_frac",
-                                     "test_frac")}},
+               **{k: _float for k in ("homophily", "signal", "train_frac", "val_frac",
+                                      "test_frac")}},
     **{name: {"normalize_features": _bool} for name in PLANETOID_NAMES},
     "useritem": {**{k: _int for k in ("users_log2", "items_log2", "interactions_log2", "dim",
                                       "seed")},
-                 **{k: float for k in ("affinity", "popularity_exponent", "feat_noise")}},
+                 **{k: _float for k in ("affinity", "popularity_exponent", "feat_noise")}},
 }
 
 

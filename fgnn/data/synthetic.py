@@ -38,7 +38,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fgnn.data.dataset import Dataset
+from fgnn.data.dataset import MAX_CLASSES, Dataset
 from fgnn.graph import CSRGraph
 
 __all__ = ["rmat_dataset", "uniform_dataset", "rmat_edges", "uniform_edges", "estimate_bytes",
@@ -72,6 +72,8 @@ def _check_common(scale: int, edge_factor: int, feat_dim: int, num_classes: int,
         raise ValueError(f"feat_dim must be a positive integer, got {feat_dim!r}")
     if not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    if num_classes > MAX_CLASSES:
+        raise ValueError(f"num_classes must be at most {MAX_CLASSES} (2^24), got {num_classes!r}")
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, frac in (("train_frac", train_frac), ("val_frac", val_frac),

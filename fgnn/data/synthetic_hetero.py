@@ -22,8 +22,11 @@ arguments (``seed`` included) give the same graph, features, labels and split.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from fgnn.data.dataset import MAX_CLASSES
 from fgnn.data.dataset_hetero import HeteroDataset, random_splits
 from fgnn.graph.hetero import HeteroGraph
 
@@ -57,9 +60,14 @@ def _check(params: dict) -> None:
               "authors_per_paper", "cites_per_paper"):
         if int(params[k]) < 1:
             raise ValueError(f"{k} must be >= 1, got {params[k]!r}")
+    if int(params["classes"]) > MAX_CLASSES:
+        raise ValueError(f"classes must be at most {MAX_CLASSES} (2^24), got {params['classes']!r}")
     for k in ("homophily", "train_frac", "val_frac", "test_frac"):
         if not 0.0 <= float(params[k]) <= 1.0:
             raise ValueError(f"{k} must lie in [0, 1], got {params[k]!r}")
+    if not math.isfinite(float(params["signal"])) or float(params["signal"]) < 0:
+        raise ValueError(f"signal must be a finite number >= 0 (the class centroid's weight "
+                         f"in the paper features), got {params['signal']!r}")
     if params["train_frac"] + params["val_frac"] + params["test_frac"] > 1.0 + 1e-9:
         raise ValueError("train_frac + val_frac + test_frac must be <= 1")
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from torch import nn
 
+from fgnn.causes import root_cause
 from fgnn.config import JobConfig
 from fgnn.executors._actors import LocalSampling, make_actor
 from fgnn.executors._common import NonFiniteLoss
@@ -218,8 +219,9 @@ class WorkerGroup:
         resubmitted (calls queue until the restart completes; a call that still fails in the
         window is retried for up to ``_RESTART_TIMEOUT_S``), after its cache is sent again
         (:attr:`reinstall`). ``ActorDiedError``: the actor is gone for good and the job continues
-        without it. Any other error is an exception inside the executor, a bug rather than a
-        fault, and is re-raised with the cause chained.
+        without it. Any other error is an exception inside the executor (a bug or bad data
+        rather than a fault): the job stops with the failure checkpoint, in one line naming the
+        executor and the root cause (:func:`fgnn.causes.root_cause`), the error chained.
         """
         import ray
 
@@ -230,7 +232,8 @@ class WorkerGroup:
                 isinstance(err.cause, _death_errors()):
             raise err.cause from err  # a service the executor called died: the runtime names it
         if not isinstance(err, ray.exceptions.RayActorError):
-            raise RuntimeError(f"executor {e.name} failed: {err}") from err
+            raise self.watchdog.failure(f"executor {e.name} failed: {root_cause(err)}; the job "
+                                        f"stopped") from err
         now = time.perf_counter()
         if isinstance(err, ray.exceptions.ActorDiedError):
             e.alive = False

@@ -73,13 +73,13 @@ import glob
 import os
 import shutil
 import time
-import uuid
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
+from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
@@ -100,6 +100,7 @@ from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
+from fgnn.reaper import ring_prefix, sweep_stale_rings
 from fgnn.sampling.base import Sampler
 from fgnn.tasks import build_task, check_job
 
@@ -283,6 +284,9 @@ class Runtime:
             raise
         except _death_errors() as err:  # a service (queue, parameter server), Ray itself, or a call
             raise self._died(err) from err
+        except ray.exceptions.RayTaskError as err:  # an exception inside an actor's call
+            raise self.watchdog.failure(f"{_call_of(err)} failed: {root_cause(err)}; the job "
+                                        f"stopped") from err
         finally:
             self._teardown()
             if self._started_ray:
@@ -390,14 +394,15 @@ class Runtime:
 
     def _ring_place(self, nodes: set[str]) -> dict[str, Any]:
         """Where the collective's CPU members keep their gradient rings: ``/dev/shm`` when
-        every executor is on the driver's node (which removes the files at the end); else
-        none (the members sum over gloo)."""
+        every executor is on the driver's node (which removes the files at the end, or its
+        watcher if it is killed: :mod:`fgnn.reaper`); else none (the members sum over gloo)."""
         import ray
 
         ring_dir = default_ring_dir()
         if ring_dir is None or nodes - {ray.get_runtime_context().get_node_id()}:
             return {"ring_dir": None}
-        self.services.ring_files = os.path.join(ring_dir, f"fgnn-ring-{uuid.uuid4().hex[:12]}")
+        sweep_stale_rings(ring_dir)  # of drivers killed before they could remove theirs
+        self.services.ring_files = os.path.join(ring_dir, ring_prefix())
         return {"ring_dir": ring_dir, "ring_prefix": os.path.basename(self.services.ring_files),
                 "ring_rows": ring_rows(self.step_tasks)}
 
@@ -622,8 +627,11 @@ class Runtime:
         """The one-line failure for a death the epoch loop does not handle itself: a service
         actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
         own processes (the raylet); with the last good checkpoint."""
+        why = _why(err)
+        if getattr(err, "actor_init_failed", False):  # its constructor raised: name what
+            why = f": its constructor raised {root_cause(err)}"
         return self.watchdog.failure(f"{self._who_died(err)} died ({type(err).__name__}"
-                                     f"{_why(err)}) and the job stopped")
+                                     f"{why}) and the job stopped")
 
     def _who_died(self, err: BaseException) -> str:
         """Name the actor of a Ray death error (``the parameter server (fgnn-ps)``), or Ray."""
@@ -687,6 +695,13 @@ class Runtime:
         if on_eval_batch is not None:
             on_eval_batch(tuple(splits), done, done)
         return EvalOutcome(scores, time.perf_counter() - t0, len(splits), 0.0, 0.0)
+
+
+def _call_of(err: Any) -> str:
+    """``the call SamplerExecutor.sample_task`` from a ``RayTaskError``'s process title."""
+    title = strip_ansi(str(getattr(err, "proctitle", "") or "")).strip()
+    name = title.removeprefix("ray::").split("(")[0] or str(getattr(err, "function_name", ""))
+    return f"the call {name}" if name else "an actor's call"
 
 
 def _why(err: BaseException) -> str:
