@@ -63,6 +63,12 @@ __all__ = ["TrainerExecutor"]
 _GET_TIMEOUT_S = 1.0
 
 
+def _first_line(err: BaseException) -> str:
+    """The first non-empty line of an error's text, at most 300 characters."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return (lines[0] if lines else "")[:300]
+
+
 @dataclass
 class _Batch:
     """A fetched and extracted mini-batch."""
@@ -259,8 +265,9 @@ class TrainerExecutor:
                 if item.ref is not None:
                     try:
                         payload = ray.get(item.ref)
-                    except transport_errors():  # sender died, or its GPU is unreachable
-                        self.queue.fail.remote(self.name, item.task_id)  # sample it again
+                    except transport_errors() as err:  # sender died, GPU unreachable
+                        self.queue.fail.remote(self.name, item.task_id,  # sample it again
+                                               f"{type(err).__name__}: {_first_line(err)}")
                         continue
                     sample = unpack_sample(payload)
                     rec.fetch_s = time.perf_counter() - t1
