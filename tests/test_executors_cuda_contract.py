@@ -294,3 +294,59 @@ def test_the_assigned_gpu_becomes_the_current_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: f"stream of {d}")
     StageClock("cuda:1").start()
     assert calls[-1] == ("record", "stream of cuda:1")
+
+
+# ---------------------------------------------------------------- host syncs of a training step
+def _trainer_batch():
+    """A Trainer executor in this process and one extracted batch (gpucheck's pair)."""
+    from fgnn import gpucheck
+    from fgnn.data import load_dataset
+
+    ds = load_dataset("rmat:scale=9,edge_factor=8,feat_dim=8,seed=0")
+    _, trn, fetch, _ = gpucheck._executor_pair(ds, torch.device("cpu"), 32)
+    return trn, fetch(0)
+
+
+@pytest.mark.parametrize("to_host", [False, True], ids=["collective", "server"])
+def test_a_training_step_reads_the_device_once_after_the_backward_pass(monkeypatch, to_host):
+    """Host syncs of one training step (forward, backward, finiteness check, the gradient's
+    host copy for the parameter server), counted as the sampler's budget is
+    (:mod:`fgnn.monitor.dispatch_count`): the step's own forward and backward, plus one read.
+    Before, ``bool(torch.isfinite(loss))`` synced between forward and backward (the backward
+    kernels waited for it), and ``float(loss)`` and the gradient's check read the device
+    again."""
+    from fgnn.executors import trainer as trainer_mod
+    from fgnn.models.step import forward_backward
+    from fgnn.monitor.dispatch_count import DispatchCounter
+
+    trn, batch = _trainer_batch()
+    with DispatchCounter() as plain:  # forward and backward alone
+        forward_backward(trn.model, trn.step.loss, batch.sample, batch.x, batch.labels)
+    calls = []
+    real = forward_backward
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("check", args[5] if len(args) > 5 else None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "forward_backward", spy)
+    with DispatchCounter() as step:
+        loss, grad = trn._backward(0, batch, to_host=to_host)
+    assert calls == [None]  # nothing runs between the loss and the backward pass
+    assert step.syncs == plain.syncs + 1, (step.sync_ops, plain.sync_ops)
+    assert loss.device.type == "cpu" and torch.isfinite(loss)
+    assert (grad is not None) == to_host
+    if to_host:
+        assert grad.numel() == sum(p.numel() for p in trn.params)
+
+
+@pytest.mark.parametrize("to_host", [False, True], ids=["collective", "server"])
+def test_a_non_finite_step_is_refused_before_its_gradient_leaves(to_host):
+    from fgnn.executors._common import NonFiniteLoss
+
+    trn, batch = _trainer_batch()
+    with torch.no_grad():
+        trn.params[0].fill_(float("nan"))
+    with pytest.raises(NonFiniteLoss) as err:
+        trn._backward(0, batch, to_host=to_host)
+    assert err.value.task_id == batch.task_id

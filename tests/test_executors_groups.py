@@ -197,3 +197,26 @@ def test_a_member_whose_peer_never_answers_reports_to_the_ledger_and_does_not_ha
     assert ("failed", "a", 1) in calls, calls
     assert time.perf_counter() - t < 5
     assert aborted == [True] and m.version == 0
+
+
+def test_the_step_count_comes_with_the_sum_on_either_backend():
+    """The reducer's seed count: read from the host sum over gloo, and over NCCL after the
+    host waited for the all-reduce (no ``.item()`` queued behind the training kernels)."""
+    from fgnn.executors._groups import group_sum_count
+
+    pg = FakeNccl(0, 2)
+    buf = torch.tensor([1.0, 2.0, 5.0])
+    out, count = group_sum_count(pg, buf, 1.0)
+    assert count == 5.0 and out is buf and pg.waits == [datetime.timedelta(seconds=1)]
+    store, got = dist.HashStore(), [None, None]
+
+    def member(rank: int) -> None:
+        g = new_group(store, 2, rank, 2, torch.device("cpu"), 10.0)
+        got[rank] = group_sum_count(g, torch.tensor([1.0, float(rank + 3)]), 10.0)
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert [c for _, c in got] == [7.0, 7.0] and torch.equal(got[0][0], torch.tensor([2., 7.]))

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 __all__ = ["abort_group", "gpu_identity", "group_backend", "group_broadcast", "group_sum",
-           "is_nccl", "new_group", "wait_work"]
+           "group_sum_count", "is_nccl", "new_group", "wait_work"]
 
 #: NCCL's async error handling in an exchange member: 2 aborts the communicator on a timeout or
 #: error and leaves the process alive (torch's default, 3, kills it).
@@ -140,6 +140,41 @@ def group_sum(pg: Any, buf: torch.Tensor, timeout_s: float = 60.0) -> torch.Tens
     if is_nccl(pg):
         wait_work(pg.allreduce([buf]), timeout_s, "NCCL all-reduce")
         return buf
+    return _host_sum(pg, buf).to(buf.device)
+
+
+_SIDE_STREAMS: dict[Any, Any] = {}
+
+
+def _read_done(t: torch.Tensor) -> float:
+    """``float(t)`` of a CUDA tensor whose producer the host has already seen complete, copied
+    on a side stream: it does not wait behind the training kernels queued on the device's
+    default stream (the reducer thread shares the device with the training thread)."""
+    if t.device.type != "cuda":
+        return float(t)
+    stream = _SIDE_STREAMS.setdefault(t.device, torch.cuda.Stream(t.device))
+    with torch.cuda.stream(stream):
+        return float(t)
+
+
+def group_sum_count(pg: Any, buf: torch.Tensor, timeout_s: float = 60.0
+                    ) -> tuple[torch.Tensor, float]:
+    """:func:`group_sum` of ``[gradient sum, seed count]`` and its seed count on the host,
+    read without waiting for the device's other work: from the host sum over gloo; over NCCL,
+    whose completion the host waited for, by a copy on a side stream.
+
+    Raises:
+        RuntimeError: a peer died or did not answer in time.
+    """
+    if is_nccl(pg):
+        out = group_sum(pg, buf, timeout_s)
+        return out, _read_done(out[-1])
+    host = _host_sum(pg, buf)
+    return host.to(buf.device), float(host[-1])
+
+
+def _host_sum(pg: Any, buf: torch.Tensor) -> torch.Tensor:
+    """The gloo sum of ``buf`` (see :func:`group_sum`) on the host."""
     host = buf.cpu()
     rank, size = pg.rank(), pg.size()
     rows, works = [host] * size, []
@@ -150,7 +185,7 @@ def group_sum(pg: Any, buf: torch.Tensor, timeout_s: float = 60.0) -> torch.Tens
             works.append(pg.recv([rows[peer]], peer, 0))
     for w in works:
         w.wait()
-    return torch.stack(rows).sum(0).to(buf.device)
+    return torch.stack(rows).sum(0)
 
 
 def group_broadcast(pg: Any, buf: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:

@@ -69,7 +69,8 @@ import torch
 from torch import nn
 
 from fgnn.executors._gradring import DEFAULT_ROWS, GradientRing, host_key, ring_bytes
-from fgnn.executors._groups import abort_group, group_broadcast, group_sum, new_group
+from fgnn.executors._groups import (abort_group, group_broadcast, group_sum, group_sum_count,
+                                    new_group)
 from fgnn.executors.ps import flatten
 from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
 
@@ -572,14 +573,16 @@ class ExchangeMember:
         if listed is not None and peers and all(r is not None and m in peers
                                                 for m, _, r in listed):
             buf = _rows_sum([peers[m].rows[r] for m, _, r in listed], self._width)
+            count = float(buf[-1])  # host memory
         else:
             buf = torch.zeros(self._width, device=self.device)
             for e, (_, ok) in zip(entries, verdicts):
                 if ok:
                     _add_gradient(buf, e, self._ring)
-            buf = group_sum(self._pg, buf, self.timeout_s)
+            # the count is read without waiting behind this device's training kernels
+            buf, count = group_sum_count(self._pg, buf, self.timeout_s)
         t_sum = time.perf_counter()
-        if buf[-1].item() > 0:
+        if count > 0:
             mean = buf[:-1] / buf[-1]
             offset = 0
             for p in self.params:
