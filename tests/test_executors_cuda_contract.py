@@ -350,3 +350,44 @@ def test_a_non_finite_step_is_refused_before_its_gradient_leaves(to_host):
     with pytest.raises(NonFiniteLoss) as err:
         trn._backward(0, batch, to_host=to_host)
     assert err.value.task_id == batch.task_id
+
+
+# ---------------------------------------------------------------- gather keeps a device sample there
+@pytest.mark.parametrize("with_marks", [False, True])
+def test_a_sample_already_on_the_device_is_split_there(monkeypatch, with_marks):
+    """A sample that arrived on the Trainer's device (CUDA IPC, time-sharing) is split on the
+    device: only the misses' ids go to the host (for the host read); the batch's ids and marks
+    no longer make a round trip through host memory. On the CPU the device split is forced
+    (``split_on_device``) and ``Tensor.cpu`` counted: the rows and counters equal the host
+    split's."""
+    from fgnn.cache.feature_store import FeatureStore
+    from fgnn.cache.placement import clique_placement
+
+    feat = 4
+    x = torch.arange(6 * feat, dtype=torch.float32).reshape(6, feat)
+    pl = clique_placement(torch.tensor([4, 6, 6, 6, 5, 5], dtype=torch.float64) / 6, 2, 2,
+                          alpha=0.3)
+    buffers = [x[b] for b in pl.buffers]
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 2])
+    marks = pl.holder_bits()[ids] if with_marks else None
+    host = FeatureStore.from_placement(x, pl, 0, buffers)
+    device = FeatureStore.from_placement(x, pl, 0, buffers)
+    device.split_on_device = True
+    assert not host.split_on_device  # a CPU store splits on the host (where its ids are)
+    copies = []
+    real_cpu = torch.Tensor.cpu
+
+    def counted_cpu(self, *a, **k):
+        copies.append(self.numel())
+        return real_cpu(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", counted_cpu)
+    want = host.gather(ids, marks)
+    host_copies, copies[:] = list(copies), []
+    got = device.gather(ids, marks)
+    assert torch.equal(got, want) and torch.equal(got, x[ids])
+    assert (device.stats.hits, device.stats.peer, device.stats.misses) == \
+        (host.stats.hits, host.stats.peer, host.stats.misses) == (2, 3, 2)
+    # the host split copies the batch's ids (and marks) to the host
+    assert host_copies == [len(ids)] * (2 if with_marks else 1) + [2]
+    assert copies == [2]  # the device split: the two misses' ids only
