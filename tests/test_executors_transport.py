@@ -224,3 +224,29 @@ def test_an_actor_whose_constructor_raised_is_reported_with_its_error():
     assert "not on CUDA" in why
     assert _why(RuntimeError("The actor is dead because its node has died. More.")) == \
         ": the actor is dead because its node has died"
+
+
+def test_the_c_step_narrows_ids_to_int32_and_the_trainer_restores_them():
+    """A CUDA Sampler's host copy (the C step) narrows int64 ids to int32 where they fit:
+    half the bytes of every edge list through the object store; the Trainer widens them on
+    its device after the upload, so it trains on the same sample."""
+    from fgnn.executors.sampler import _narrowable, host_copy, widen
+
+    g = random_graph(300, 3000, seed=2)
+    s = KHop([4, 3]).sample(g, torch.arange(20), torch.Generator().manual_seed(1))
+    s.mark(torch.zeros(300, dtype=torch.uint8))
+    s.task_id = 7
+    narrow = host_copy(s, narrow=True)
+    assert narrow.task_id == 7 and narrow.input_nodes.dtype == torch.int32
+    assert all(b.src.dtype == torch.int32 for b in narrow.blocks)
+    assert narrow.nbytes() < s.nbytes()
+    back = unpack_sample(pack_sample(narrow)).map(widen)
+    assert back.input_nodes.dtype == torch.int64
+    assert torch.equal(back.input_nodes, s.input_nodes) and torch.equal(back.seeds, s.seeds)
+    assert torch.equal(back.cached, s.cached)
+    for a, b in zip(back.blocks, s.blocks):
+        assert torch.equal(a.src, b.src) and torch.equal(a.dst, b.dst)
+    assert host_copy(s).input_nodes.dtype == torch.int64  # not narrowed unless asked
+    assert _narrowable(g, None) and _narrowable(g, torch.zeros(300, dtype=torch.int32))
+    assert not _narrowable(g, torch.zeros(300, dtype=torch.int64))  # > 31 devices' marks
+    assert not _narrowable(object(), None)  # a typed graph: no single vertex count

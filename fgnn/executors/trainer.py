@@ -48,7 +48,7 @@ from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
 from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
-from fgnn.executors.sampler import transport_errors, unpack_sample
+from fgnn.executors.sampler import transport_errors, unpack_sample, widen
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.placement import Placement
@@ -361,7 +361,9 @@ class TrainerExecutor:
         """Labels (the task's: the seeds' classes, a pair sample's pair labels) and sample
         on the device through the copy stream, and its event."""
         labels = self.copies.h2d(self.step.labels(sample, self.labels))
-        return labels, sample.map(self.copies.h2d), self.copies.record()
+        # ids a CUDA Sampler narrowed to int32 for the host copy are widened on the device
+        sample = sample.map(lambda t: widen(self.copies.h2d(t)))
+        return labels, sample, self.copies.record()
 
     def _adopt(self, claim: Any) -> None:
         """Take a claim's weights (when they changed) and version."""
