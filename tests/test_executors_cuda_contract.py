@@ -119,9 +119,13 @@ class _Queue:
     """Stands in for the queue actor: hands out ``items``, then ``done``; records ``fail``."""
 
     def __init__(self, items) -> None:
-        self.items, self.failed = list(items), []
+        self.items, self.failed, self.reasons = list(items), [], []
         self.get = types.SimpleNamespace(remote=self._get)
-        self.fail = types.SimpleNamespace(remote=lambda name, task: self.failed.append(task))
+        self.fail = types.SimpleNamespace(remote=self._fail)
+
+    def _fail(self, name, task, reason=""):
+        self.failed.append(task)
+        self.reasons.append(reason)
 
     def _get(self, name, generation, timeout):
         return ("item", self.items.pop(0), 0.0) if self.items else ("done", None, 0.0)
@@ -169,6 +173,10 @@ def test_a_failed_receipt_hands_the_task_back_to_be_sampled_again(monkeypatch, f
     _fake_ray_get(monkeypatch)
     got = _trainer(queue)._take(0, 0)
     assert got is not None and got[0] == 6 and queue.failed == [5]
+    # the reason travels with the retry (the queue logs it; its cap's line names it)
+    want = {"other GPU": "ValueError: CUDA IPC transport only supports tensors on the same GPU",
+            "producer died": "RuntimeError:", "owner died": "OwnerDiedError"}[failure]
+    assert queue.reasons[0].startswith(want) and "\n" not in queue.reasons[0]
 
 
 def test_the_ipc_event_is_waited_on_the_copy_stream(monkeypatch):
