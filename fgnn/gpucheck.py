@@ -6,11 +6,13 @@ Runs, in at most 8 minutes on one H100, every check the CUDA path has and writes
 
 1. ``gpu_tests``: the ``gpu``-marked tests (``pytest -m gpu``), when the repository's tests are
    next to the package and pytest is installed;
-2. ``sampler``: k-hop sampling (fanouts 15,10,5) on R-MAT scale 20 on the device: edges/s beside
-   the device's own random-gather rate of ``indices`` (the limit), and the aten ops / host syncs
-   of one sample (:mod:`fgnn.monitor.dispatch_count`);
+2. ``sampler``: k-hop sampling (fanouts 15,10,5) on R-MAT scale 20 on the device over batches
+   that are never empty (:func:`batch_seeds`): edges/s beside the device's own random-gather
+   rate of ``indices`` (the limit), and the aten ops / host syncs of one sample
+   (:mod:`fgnn.monitor.dispatch_count`);
 3. ``extract``: feature-store gathers from the device cache (hits) and from host memory
-   (misses), GB/s each, and a 30% cache's hit rate on the sampled batches;
+   (misses), GB/s each, timed apart from the host-side split, and a 30% cache's hit rate on the
+   sampled batches;
 4. ``executors``: a :class:`~fgnn.executors.sampler.SamplerExecutor` and a
    :class:`~fgnn.executors.trainer.TrainerExecutor` built in this process on the device (plain
    classes: no Ray), sampling, extracting and training a few tasks, with the extraction of the
