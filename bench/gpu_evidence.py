@@ -13,8 +13,9 @@ On a GPU host (one H100 or H200, Python 3.12, torch with CUDA, no Ray needed), i
 4. ``nccl``: a probe with 1 and 2 ranks, each rank its own process: a raw NCCL all-reduce (2 ranks
    on one GPU is what NCCL refuses: the refusal is the expected result there), and fgnn's own
    group (:func:`fgnn.executors._groups.new_group`: NCCL on distinct GPUs, gloo on a shared one);
-5. ``epochs``: where Ray is importable, or a slim Ray is found in ``--wheels`` (installed into
-   ``DIR/site`` with ``pip --no-index --no-deps``; ``ray-slim.tar.xz`` extracted there),
+5. ``epochs``: where Ray is importable, or a slim Ray is found in ``--wheels`` (with any other
+   wheel there, e.g. pytest's, installed into ``DIR/site`` with ``pip --no-index --no-deps``
+   when Ray or pytest is missing; ``ray-slim.tar.xz`` extracted there, :func:`prepare_site`),
    ``launch.py`` on ``rmat:scale=20,edge_factor=16,feat_dim=128`` in the single, time-sharing
    and factored modes with ``--gpus-per-device 0.5``, for both sample transports, keeping each
    report JSON (``epochs-<mode>-<transport>.json``).
@@ -60,16 +61,18 @@ SIZES = {"cuda": {"scale": 20, "feat_dim": 128, "batches_of": (1000, 8000, 32000
 
 
 # ------------------------------------------------------------------ parts
-def part_tests(device: torch.device, out: Path, timeout_s: float) -> dict[str, Any]:
-    """``pytest -m gpu`` and the tests parametrised on ``cuda:0``, one pytest run each."""
+def part_tests(device: torch.device, out: Path, timeout_s: float,
+               env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """``pytest -m gpu`` and the tests parametrised on ``cuda:0``, one pytest run each
+    (``env``: with the wheels' folder on ``PYTHONPATH``, :func:`prepare_site`)."""
     if device.type != "cuda":
         return {"skipped": "--device cpu: these tests need CUDA"}
-    if importlib.util.find_spec("pytest") is None:
-        return {"skipped": "pytest is not installed"}
+    if _importable("pytest", env) is None:
+        return {"skipped": "pytest is not importable (bring its wheels in --wheels)"}
     py = [sys.executable, "-m", "pytest"]
     t0 = time.perf_counter()
     collect = subprocess.run(py + ["--collect-only", "-q", "tests"], cwd=REPO, text=True,
-                             capture_output=True, timeout=timeout_s / 3)
+                             env=env, capture_output=True, timeout=timeout_s / 3)
     cuda_ids = [ln.strip() for ln in collect.stdout.splitlines() if "cuda:0" in ln]
     res: dict[str, Any] = {"cuda_param_tests": len(cuda_ids)}
     for name, args in (("gpu_marker", ["-m", "gpu", "tests"]), ("cuda_params", cuda_ids)):
@@ -79,7 +82,8 @@ def part_tests(device: torch.device, out: Path, timeout_s: float) -> dict[str, A
         left = timeout_s - (time.perf_counter() - t0)
         try:
             proc = subprocess.run(py + ["-q", "-p", "no:cacheprovider"] + args, cwd=REPO,
-                                  text=True, capture_output=True, timeout=max(left, 10))
+                                  env=env, text=True, capture_output=True,
+                                  timeout=max(left, 10))
         except subprocess.TimeoutExpired:
             res[name] = {"error": f"timed out after {left:.0f} s"}
             continue
@@ -199,35 +203,45 @@ def part_nccl(device: torch.device, timeout_s: float = 60.0) -> dict[str, Any]:
     return res
 
 
-def ensure_ray(wheels: Path, site: Path) -> dict[str, Any]:
-    """Ray for the launch.py runs: the installed one, else the wheels (``*.whl``, installed
-    into ``site`` with ``pip --no-index --no-deps``) and ``ray*.tar.xz`` (a slim Ray, extracted
-    there) found in ``wheels``. ``{"pythonpath": dir or None, ...}`` or ``{"skipped": why}``."""
-    if importlib.util.find_spec("ray") is not None:
-        import ray
+def _importable(module: str, env: Optional[dict[str, str]] = None) -> Optional[str]:
+    """The version of ``module`` as a subprocess with ``env`` imports it, or None."""
+    proc = subprocess.run([sys.executable, "-c", f"import {module}; "
+                           f"print(getattr({module}, '__version__', '?'))"],
+                          env=env, text=True, capture_output=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
-        return {"pythonpath": None, "ray": ray.__version__, "source": "installed"}
+
+def prepare_site(wheels: Path, site: Path, modules: tuple[str, ...] = ("ray", "pytest")
+                 ) -> dict[str, Any]:
+    """What a GPU host lacks of ``modules`` (Ray for the launch.py runs, pytest for the
+    tests), from the files brought in ``wheels``: every ``*.whl`` installed into ``site`` with
+    ``pip install --no-index --no-deps``, every ``ray*.tar.xz`` (a slim Ray) extracted there.
+    ``{"missing", "pythonpath" (site, or None: nothing installed), "env"}``, and ``error`` or
+    ``note`` when the install failed or found nothing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    info: dict[str, Any] = {"missing": missing, "pythonpath": None, "env": None}
     whls, tars = sorted(wheels.glob("*.whl")), sorted(wheels.glob("ray*.tar.xz"))
+    if not missing:
+        return info
     if not whls and not tars:
-        return {"skipped": f"Ray is not importable and {wheels} holds no *.whl or "
-                           f"ray*.tar.xz (build them with slim-ray.sh)"}
+        info["note"] = (f"{', '.join(missing)} not importable and {wheels} holds no *.whl or "
+                        f"ray*.tar.xz (build a slim Ray with slim-ray.sh: docs/gpu.md)")
+        return info
     site.mkdir(parents=True, exist_ok=True)
     if whls:
         pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
                               "--no-deps", "-t", str(site)] + [str(w) for w in whls],
                              text=True, capture_output=True)
         if pip.returncode:
-            return {"error": f"pip install of {len(whls)} wheels failed: {pip.stderr[-600:]}"}
+            info["error"] = f"pip install of {len(whls)} wheels failed: {pip.stderr[-600:]}"
+            return info
     for tar in tars:
         with tarfile.open(tar) as tf:
             tf.extractall(site, filter="data")
-    check = subprocess.run([sys.executable, "-c", "import ray; print(ray.__version__)"],
-                           env={**os.environ, "PYTHONPATH": str(site)}, text=True,
-                           capture_output=True)
-    if check.returncode:
-        return {"error": f"Ray from {wheels} does not import: {check.stderr.strip()[-600:]}"}
-    return {"pythonpath": str(site), "ray": check.stdout.strip(),
-            "source": ", ".join(p.name for p in whls + tars)}
+    info["pythonpath"] = str(site)
+    info["env"] = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    info["installed"] = [p.name for p in whls + tars]
+    return info
 
 
 def _launch(mode: str, transport: str, spec: str, out: Path, env: dict[str, str],
@@ -255,25 +269,23 @@ def _launch(mode: str, transport: str, spec: str, out: Path, env: dict[str, str]
     return entry
 
 
-def part_epochs(device: torch.device, spec: str, out: Path, wheels: Path,
+def part_epochs(device: torch.device, spec: str, out: Path, env: Optional[dict[str, str]],
                 deadline: float) -> dict[str, Any]:
-    """launch.py in every mode for both transports, each given an equal share of the time
-    left before ``deadline``."""
+    """launch.py in every mode for both transports (``env``: :func:`prepare_site`'s), each
+    given an equal share of the time left before ``deadline``."""
     if device.type != "cuda":
         return {"skipped": "--device cpu: the launch.py runs need a GPU"}
-    ray = ensure_ray(wheels, out / "site")
-    if "pythonpath" not in ray:
-        return ray
-    env = dict(os.environ)
-    if ray["pythonpath"]:
-        env["PYTHONPATH"] = os.pathsep.join([ray["pythonpath"], str(REPO)])
+    version = _importable("ray", env)
+    if version is None:
+        return {"skipped": "Ray is not importable (bring a slim Ray in --wheels: docs/gpu.md)"}
     runs = [(m, t) for m in MODES for t in TRANSPORTS]
-    res: dict[str, Any] = {"ray": ray}
+    res: dict[str, Any] = {"ray": version}
     for left, (mode, transport) in zip(range(len(runs), 0, -1), runs):
         share = (deadline - time.perf_counter()) / left
         key = f"{mode} {transport}"
         res[key] = ({"skipped": f"out of the time budget ({share:.0f} s left for it)"}
-                    if share < 25 else _launch(mode, transport, spec, out, env, share))
+                    if share < 25 else
+                    _launch(mode, transport, spec, out, env or dict(os.environ), share))
     return res
 
 
@@ -296,6 +308,10 @@ def _rank_text(rank: int, r: dict[str, Any]) -> str:
 def _summary_rows(res: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     parts = res["parts"]
+    site = res.get("site", {})
+    rows.append(("modules from --wheels", _state(site) or site.get("note") or
+                 (f"installed {', '.join(site['installed'])} for {', '.join(site['missing'])}"
+                  if site.get("installed") else "none needed")))
     tests = parts.get("tests", {})
     for key in ("gpu_marker", "cuda_params"):
         r = tests.get(key, tests)
@@ -395,7 +411,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         "dataset": spec, "parts": {}}
     if device.type == "cpu":
         torch.set_num_threads(1)
-    _run(res, "tests", lambda: part_tests(device, out, min(120.0, args.budget_s / 3)))
+    site: dict[str, Any] = {"skipped": "--device cpu: nothing is installed in a dry run"}
+    if device.type == "cuda":
+        site = prepare_site(Path(args.wheels), out / "site")
+    res["site"] = {k: v for k, v in site.items() if k != "env"}
+    env = site.get("env")
+    _run(res, "tests", lambda: part_tests(device, out, min(120.0, args.budget_s / 3), env))
     from fgnn.data import load_dataset
 
     ds = load_dataset(spec)
@@ -405,7 +426,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               for i in range(3)]
     _run(res, "extract", lambda: gpucheck.check_extract(ds.features, inputs, device))
     _run(res, "nccl", lambda: part_nccl(device))
-    _run(res, "epochs", lambda: part_epochs(device, spec, out, Path(args.wheels), deadline))
+    _run(res, "epochs", lambda: part_epochs(device, spec, out, env, deadline))
     res["seconds"] = time.perf_counter() - t0
     failed = [k for k, v in res["parts"].items() if "error" in v]
     res["failed"] = failed

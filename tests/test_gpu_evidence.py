@@ -63,10 +63,12 @@ def test_ray_comes_from_a_wheel_in_the_given_folder_when_it_is_not_importable(tm
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "ray" else real(name, *a))
-    got = ev.ensure_ray(wheels, tmp_path / "site")
-    assert got["ray"] == "0.0.1-test" and got["pythonpath"] == str(tmp_path / "site")
+    got = ev.prepare_site(wheels, tmp_path / "site")
+    assert got["missing"] == ["ray"] and got["pythonpath"] == str(tmp_path / "site")
     assert (tmp_path / "site" / "ray" / "__init__.py").is_file()
+    assert ev._importable("ray", got["env"]) == "0.0.1-test"  # what launch.py runs import
     empty = tmp_path / "none"
     empty.mkdir()
-    assert "no *.whl" in ev.ensure_ray(empty, tmp_path / "site2")["skipped"]
-    assert sys.modules.get("ray") is None or "0.0.1" not in str(sys.modules["ray"])
+    assert "no *.whl" in ev.prepare_site(empty, tmp_path / "site2")["note"]
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert ev.prepare_site(wheels, tmp_path / "site3")["pythonpath"] is None  # nothing missing
