@@ -70,7 +70,7 @@ from torch import nn
 
 from fgnn.executors._gradring import DEFAULT_ROWS, GradientRing, host_key, ring_bytes
 from fgnn.executors._groups import (abort_group, group_broadcast, group_sum, group_sum_count,
-                                    new_group)
+                                    is_nccl, new_group)
 from fgnn.executors.ps import flatten
 from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
 
@@ -402,9 +402,11 @@ class ExchangeMember:
 
     @property
     def transport(self) -> str:
-        """How the current group sums: ``"shm"`` (the members' gradient rings) or ``"gloo"``
-        (NCCL on CUDA)."""
-        return "shm" if self._peers else "gloo"
+        """How the current group sums: ``"shm"`` (the members' gradient rings), ``"nccl"``
+        (CUDA members on distinct GPUs) or ``"gloo"``."""
+        if self._peers:
+            return "shm"
+        return "nccl" if is_nccl(self._pg) else "gloo"
 
     def _readers(self) -> list[GradientRing]:
         """The rings whose owners read this member's rows: the group's, this member's own
