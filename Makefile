@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 # (docs/gpu.md); empty: the default index.
 TORCH_INDEX ?=
 
-.PHONY: demo test venv install install-test clean
+.PHONY: demo test venv install install-test clean gpu-evidence
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest -q
+
+# On a GPU host (no venv, no Ray needed): every GPU check in one run, under runs/gpu-evidence
+# (docs/gpu.md). A slim Ray brought in .whl/ is installed into that folder for the launch.py runs.
+GPU_PY ?= python3
+gpu-evidence:
+	$(GPU_PY) bench/gpu_evidence.py --out runs/gpu-evidence --wheels .whl
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -6,11 +6,13 @@ Runs, in at most 8 minutes on one H100, every check the CUDA path has and writes
 
 1. ``gpu_tests``: the ``gpu``-marked tests (``pytest -m gpu``), when the repository's tests are
    next to the package and pytest is installed;
-2. ``sampler``: k-hop sampling (fanouts 15,10,5) on R-MAT scale 20 on the device: edges/s beside
-   the device's own random-gather rate of ``indices`` (the limit), and the aten ops / host syncs
-   of one sample (:mod:`fgnn.monitor.dispatch_count`);
+2. ``sampler``: k-hop sampling (fanouts 15,10,5) on R-MAT scale 20 on the device over batches
+   that are never empty (:func:`batch_seeds`): edges/s beside the device's own random-gather
+   rate of ``indices`` (the limit), and the aten ops / host syncs of one sample
+   (:mod:`fgnn.monitor.dispatch_count`);
 3. ``extract``: feature-store gathers from the device cache (hits) and from host memory
-   (misses), GB/s each, and a 30% cache's hit rate on the sampled batches;
+   (misses), GB/s each, timed apart from the host-side split, and a 30% cache's hit rate on the
+   sampled batches;
 4. ``executors``: a :class:`~fgnn.executors.sampler.SamplerExecutor` and a
    :class:`~fgnn.executors.trainer.TrainerExecutor` built in this process on the device (plain
    classes: no Ray), sampling, extracting and training a few tasks, with the extraction of the
@@ -45,7 +47,7 @@ import torch
 if TYPE_CHECKING:
     from fgnn.executors.task_record import TaskRecord
 
-__all__ = ["main"]
+__all__ = ["batch_seeds", "check_extract", "check_sampler", "main", "seed_pool"]
 
 REPO = Path(__file__).resolve().parents[1]
 FANOUTS = (15, 10, 5)
@@ -100,33 +102,63 @@ def check_gpu_tests(device: torch.device, timeout_s: float) -> dict[str, Any]:
             "seconds": time.perf_counter() - t, "ok": proc.returncode == 0}
 
 
+def batch_seeds(order: torch.Tensor, batch: int, i: int) -> torch.Tensor:
+    """The ``i``-th batch of ``batch`` distinct seeds of ``order``: each pass over ``order``
+    (pass 0 in its order, later ones reshuffled) is cut into ``len(order) // batch`` full
+    batches, its remainder dropped, so no batch is empty or short whatever the split's size
+    (10 batches of 8000 from a 10,486-id split were 1 full batch, 1 partial and 8 empty ones).
+
+    Raises:
+        ValueError: ``batch`` is not in ``[1, len(order)]``.
+    """
+    n = int(order.numel())
+    if not 1 <= batch <= n:
+        raise ValueError(f"batch must be in [1, {n}] (the seeds available), got {batch!r}")
+    per_pass = n // batch
+    r, j = divmod(int(i), per_pass)
+    if r == 0:
+        return order[j * batch:(j + 1) * batch]
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(r))
+    return order[perm[j * batch:(j + 1) * batch].to(order.device)]
+
+
+def seed_pool(train_idx: torch.Tensor, num_nodes: int, batch: int) -> tuple[torch.Tensor, str]:
+    """Where a sampler benchmark of ``batch`` seeds draws them: the training split when it
+    holds ``batch`` ids, else every vertex (32000 seeds exceed R-MAT scale 20's 10,486 training
+    ids); ``(ids shuffled, "train" or "all vertices")``."""
+    gen = torch.Generator().manual_seed(0)
+    if train_idx.numel() >= batch:
+        return train_idx[torch.randperm(train_idx.numel(), generator=gen)], "train"
+    return torch.randperm(num_nodes, generator=gen), "all vertices"
+
+
 def check_sampler(graph: Any, train_idx: torch.Tensor, device: torch.device,
-                  sizes: dict[str, int]) -> dict[str, Any]:
-    """Sampled edges/s, the device's random-gather rate of ``indices``, ops and syncs."""
+                  sizes: dict[str, int], batch: Optional[int] = None) -> dict[str, Any]:
+    """Sampled edges/s over ``sizes["batches"]`` never-empty batches of ``batch`` seeds
+    (default ``sizes["batch"]``), the device's random-gather rate of ``indices``, ops and
+    syncs of one sample."""
     from fgnn.monitor.dispatch_count import count_dispatch
     from fgnn.sampling import KHop
 
     sampler = KHop(list(FANOUTS))
     gen = torch.Generator(device).manual_seed(0)
-    order = train_idx[torch.randperm(train_idx.numel(), generator=torch.Generator()
-                                     .manual_seed(0))].to(device)
-    b = sizes["batch"]
-    sampler.sample(graph, order[:b], gen)  # warm-up: scratch array, allocator, kernels
-
-    def epoch() -> int:
-        return sum(sampler.sample(graph, order[i * b:(i + 1) * b], gen).num_edges
-                   for i in range(sizes["batches"]))
-
+    b = int(sizes["batch"] if batch is None else batch)
+    order, pool = seed_pool(train_idx, graph.num_nodes, b)
+    order = order.to(device)
+    seeds = [batch_seeds(order, b, i) for i in range(sizes["batches"])]
+    sampler.sample(graph, seeds[0], gen)  # warm-up: scratch array, allocator, kernels
     _sync(device)
     t = time.perf_counter()
-    edges = epoch()
+    per_batch = [sampler.sample(graph, s, gen).num_edges for s in seeds]
     _sync(device)
     seconds = time.perf_counter() - t
+    edges = sum(int(e) for e in per_batch)
     pos = torch.randint(0, max(graph.num_edges, 1), (sizes["reads"],), device=device,
                         generator=torch.Generator(device).manual_seed(1))
     reads = sizes["reads"] / _best_seconds(lambda: graph.indices.index_select(0, pos), device)
-    sample, counter = count_dispatch(sampler.sample, graph, order[:b], gen)
-    return {"fanouts": list(FANOUTS), "batch_size": b, "batches": sizes["batches"],
+    sample, counter = count_dispatch(sampler.sample, graph, seeds[0], gen)
+    return {"fanouts": list(FANOUTS), "batch_size": b, "batches": len(seeds),
+            "train_ids": int(train_idx.numel()), "seed_pool": pool, "edges_per_batch": [int(e) for e in per_batch],
             "edges": edges, "seconds": seconds, "edges_per_s": edges / seconds,
             "random_reads_per_s": reads, "fraction_of_random_reads": edges / seconds / reads,
             "ops_per_sample": counter.ops, "syncs_per_sample": counter.syncs,
@@ -135,13 +167,17 @@ def check_sampler(graph: Any, train_idx: torch.Tensor, device: torch.device,
 
 def check_extract(features: torch.Tensor, inputs: list[torch.Tensor],
                   device: torch.device) -> dict[str, Any]:
-    """Gather GB/s from the device cache (hits) and from host memory (misses); hit rate of a
-    30% degree-free (first rows) cache over the sampled batches' input vertices."""
-    from fgnn.cache.feature_store import FeatureStore, load_cache
+    """Feature extraction of a 30% cache (rows 0 .. 0.3 N cached), timed apart from the
+    host-side split of a batch into tiers: hits (rows gathered from the device cache, positions
+    already on the device), misses (host rows gathered and copied to the device) and the split
+    (ids checked and looked up on the host, :meth:`FeatureStore.count`), each alone, beside a
+    whole :meth:`FeatureStore.gather` of each kind; and the cache's hit rate over the sampled
+    batches' input vertices."""
+    from fgnn.cache.feature_store import FeatureStore, load_cache, upload
 
     n = features.shape[0]
     hot = torch.zeros(n)
-    hot[: int(0.3 * n)] = 1.0  # rows 0 .. 0.3 N cached
+    hot[: int(0.3 * n)] = 1.0
     store = FeatureStore.single(features, load_cache(hot, 0.3, features, device), device)
     cached = int(0.3 * n)
     rows = min(cached, n - cached, 200_000)
@@ -149,17 +185,26 @@ def check_extract(features: torch.Tensor, inputs: list[torch.Tensor],
     hit_ids = torch.randint(0, cached, (rows,), generator=gen)
     miss_ids = cached + torch.randint(0, n - cached, (rows,), generator=gen)
     row_bytes = features.shape[1] * features.element_size()
-    hit_s = _best_seconds(lambda: store.gather(hit_ids), device)
-    miss_s = _best_seconds(lambda: store.gather(miss_ids), device)
+    gb = rows * row_bytes / 1e9
+    buf = store.buffers[store.local]
+    hit_pos = upload(store.buf_pos.index_select(0, hit_ids), device)
+    times = {"hit": _best_seconds(lambda: buf.index_select(0, hit_pos), device),
+             "miss": _best_seconds(lambda: store._read_host(miss_ids), device),
+             "split": _best_seconds(lambda: store.count(hit_ids), device),
+             "gather_hit": _best_seconds(lambda: store.gather(hit_ids), device),
+             "gather_miss": _best_seconds(lambda: store.gather(miss_ids), device)}
     store.reset_stats()
     for ids in inputs:
-        store.gather(ids.cpu())
+        store.count(ids.cpu())
     st = store.reset_stats()
     total = st.hits + st.peer + st.misses
     return {"rows": rows, "row_bytes": row_bytes, "cache_ratio": 0.3,
-            "hit_gb_per_s": rows * row_bytes / hit_s / 1e9,
-            "miss_gb_per_s": rows * row_bytes / miss_s / 1e9,
-            "batches": len(inputs), "hit_rate": (st.hits + st.peer) / total if total else None}
+            "hit_gb_per_s": gb / times["hit"], "miss_gb_per_s": gb / times["miss"],
+            "split_rows_per_s": rows / times["split"],
+            "gather_hit_gb_per_s": gb / times["gather_hit"],
+            "gather_miss_gb_per_s": gb / times["gather_miss"],
+            "seconds": times, "batches": len(inputs),
+            "hit_rate": (st.hits + st.peer) / total if total else None}
 
 
 def _overlap_seconds(events: list[Any]) -> Optional[float]:
@@ -324,10 +369,12 @@ def check_epochs(device: torch.device, spec: str, out: Path, deadline: float
 
 
 def _batch_inputs(graph: Any, train_idx: torch.Tensor, batch: int, i: int) -> torch.Tensor:
-    """Input vertices of the ``i``-th k-hop sample of ``batch`` training seeds."""
+    """Input vertices of the ``i``-th k-hop sample of ``batch`` training seeds (never empty:
+    :func:`batch_seeds`)."""
     from fgnn.sampling import KHop
 
-    seeds = train_idx[i * batch:(i + 1) * batch].to(graph.device)
+    order, _ = seed_pool(train_idx, graph.num_nodes, batch)
+    seeds = batch_seeds(order.to(graph.device), batch, i)
     return KHop(list(FANOUTS)).sample(graph, seeds,
                                       torch.Generator(graph.device).manual_seed(i)).input_nodes
 
@@ -371,7 +418,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"random reads/s of indices); {r['ops_per_sample']} ops, "
                 f"{r['syncs_per_sample']} syncs per sample of {r['batch_size']} seeds")
         elif part == "extract":
-            row("extract GB/s", f"hit {r['hit_gb_per_s']:.3g}, miss {r['miss_gb_per_s']:.3g}; "
+            row("extract GB/s", f"hit {r['hit_gb_per_s']:.3g}, miss {r['miss_gb_per_s']:.3g} "
+                f"(split apart: {r['split_rows_per_s'] / 1e6:.3g} M rows/s; whole gather: hit "
+                f"{r['gather_hit_gb_per_s']:.3g}, miss {r['gather_miss_gb_per_s']:.3g}); "
                 f"hit rate {_fmt(r['hit_rate'], '.1%')} at cache ratio {r['cache_ratio']}")
         elif part == "executors":
             row("executors in process", f"{r['tasks']} tasks on {r['device']} in "

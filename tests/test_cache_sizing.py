@@ -153,3 +153,82 @@ def test_an_evaluation_chunk_fits_in_what_the_plan_leaves():
     assert batch_bytes(cur) > batch_bytes(train)  # the chunk is larger than the task...
     assert measured > report["step_peak_bytes"]  # ...so the training step alone is too little
     assert measured <= planned, (measured, planned, terms)
+
+
+# ---------------------------------------------------------------------------- GPU budget inputs
+GIB = 1 << 30
+
+
+def test_a_gpu_budget_is_the_share_of_the_gpu_at_most_what_was_free():
+    from fgnn.cache.sizing import gpu_budget
+
+    # an 80 GiB GPU, half of it per device: 40 GiB when the GPU is empty enough
+    assert gpu_budget(80 * GIB, 0.5, free_bytes=70 * GIB, process_bytes=2 * GIB) == 40 * GIB
+    # another tenant holds 50 GiB: what was free (20) plus what this process held (2)
+    assert gpu_budget(80 * GIB, 0.5, free_bytes=20 * GIB, process_bytes=2 * GIB) == 22 * GIB
+    assert gpu_budget(80 * GIB, 1.0) == 80 * GIB  # nothing measured: the share of the total
+    for bad in ((0, 0.5), (80 * GIB, 0.0), (80 * GIB, 1.5)):
+        with pytest.raises(ValueError, match="share"):
+            gpu_budget(*bad)
+    with pytest.raises(ValueError, match="free_bytes"):
+        gpu_budget(80 * GIB, 0.5, free_bytes=-1)
+
+
+def test_nccl_buffers_and_queued_ipc_samples_are_counted():
+    from fgnn.cache.sizing import NCCL_CHANNELS, ipc_queue_bytes, nccl_buffer_bytes
+
+    assert nccl_buffer_bytes(1) == 0  # no peer: no buffers
+    assert nccl_buffer_bytes(4) == 2 * NCCL_CHANNELS * (4 * MIB) == 256 * MIB
+    assert nccl_buffer_bytes(2, channels=2, buffsize=MIB) == 4 * MIB
+    assert ipc_queue_bytes(64, 3 * MIB) == 192 * MIB
+    with pytest.raises(ValueError, match="members"):
+        nccl_buffer_bytes(0)
+    with pytest.raises(ValueError, match="queued"):
+        ipc_queue_bytes(-1, 10)
+    report = {"model_bytes": 1000, "step_peak_bytes": 10_000, "gather_bytes": 0}
+    t = device_terms(report, cuda=True, processes=2, context_bytes=300 * MIB, nccl=256 * MIB,
+                     ipc_queue=192 * MIB, graph_bytes=5, sampler=7)
+    assert t["context"] == 600 * MIB  # measured, not the assumed 512 MiB each
+    assert (t["nccl"], t["ipc_queue"]) == (256 * MIB, 192 * MIB)
+    assert "nccl" not in device_terms(report, cuda=True)  # only when there are some
+
+
+def _sizer(mode="factored", exchange="server", transport="object_store", gpd=0.5,
+           devices=2, queue_size=64, train=10_000, batch=1000, step_tasks=1):
+    from fgnn.executors._caches import CachePlanner
+
+    cfg = SimpleNamespace(runtime=SimpleNamespace(mode=mode, exchange=exchange, devices=devices,
+                                                  sample_transport=transport,
+                                                  queue_size=queue_size),
+                          cache=SimpleNamespace(device_memory_gib=None),
+                          train=SimpleNamespace(batch_size=batch))
+    sizer = CachePlanner.__new__(CachePlanner)
+    sizer.config, sizer.step_tasks = cfg, step_tasks
+    sizer.services = SimpleNamespace(gpus_per_device=gpd)
+    sizer.dataset = SimpleNamespace(train_idx=torch.arange(train))
+    sizer.workers = SimpleNamespace(alive=lambda role: [])
+    return sizer
+
+
+def test_the_runtime_budget_uses_free_memory_and_the_measured_context():
+    reports = [{"device_total_bytes": 80 * GIB, "device_free_bytes": 30 * GIB,
+                "process_bytes": 3 * GIB, "context_bytes": 400 * MIB},
+               {"device_total_bytes": 80 * GIB, "device_free_bytes": 60 * GIB,
+                "process_bytes": 3 * GIB, "context_bytes": None}]
+    sizer = _sizer()
+    assert sizer._device_budget(reports) == 33 * GIB  # not 0.5 x 80 GiB of total memory
+    assert sizer._gpu_terms(reports, cuda=True) == {"context_bytes": 400 * MIB, "nccl": 0}
+    assert sizer._device_budget([{"device_total_bytes": None}]) == GIB  # a logical device
+    # the collective on distinct GPUs holds NCCL buffers; members sharing a GPU use gloo
+    assert _sizer(exchange="collective", gpd=1.0)._gpu_terms(reports, True)["nccl"] == 256 * MIB
+    assert _sizer(exchange="collective", gpd=0.5)._gpu_terms(reports, True)["nccl"] == 0
+    assert _sizer()._gpu_terms(reports, cuda=False) == {}
+
+
+def test_queued_cuda_ipc_samples_count_on_the_sampler_device():
+    reports = [{"sampler": {"max_sample_bytes": 2 * MIB}}]
+    assert _sizer()._ipc_queue(reports) == 0  # the object store holds them in host memory
+    assert _sizer(transport="cuda_ipc")._ipc_queue(reports) == 64 * 2 * MIB
+    # single mode: the queue holds the whole epoch (100 tasks here)
+    single = _sizer(mode="single", transport="cuda_ipc", train=100_000)
+    assert single._ipc_queue(reports) == 100 * 2 * MIB

@@ -119,9 +119,13 @@ class _Queue:
     """Stands in for the queue actor: hands out ``items``, then ``done``; records ``fail``."""
 
     def __init__(self, items) -> None:
-        self.items, self.failed = list(items), []
+        self.items, self.failed, self.reasons = list(items), [], []
         self.get = types.SimpleNamespace(remote=self._get)
-        self.fail = types.SimpleNamespace(remote=lambda name, task: self.failed.append(task))
+        self.fail = types.SimpleNamespace(remote=self._fail)
+
+    def _fail(self, name, task, reason=""):
+        self.failed.append(task)
+        self.reasons.append(reason)
 
     def _get(self, name, generation, timeout):
         return ("item", self.items.pop(0), 0.0) if self.items else ("done", None, 0.0)
@@ -169,6 +173,10 @@ def test_a_failed_receipt_hands_the_task_back_to_be_sampled_again(monkeypatch, f
     _fake_ray_get(monkeypatch)
     got = _trainer(queue)._take(0, 0)
     assert got is not None and got[0] == 6 and queue.failed == [5]
+    # the reason travels with the retry (the queue logs it; its cap's line names it)
+    want = {"other GPU": "ValueError: CUDA IPC transport only supports tensors on the same GPU",
+            "producer died": "RuntimeError:", "owner died": "OwnerDiedError"}[failure]
+    assert queue.reasons[0].startswith(want) and "\n" not in queue.reasons[0]
 
 
 def test_the_ipc_event_is_waited_on_the_copy_stream(monkeypatch):
@@ -294,3 +302,100 @@ def test_the_assigned_gpu_becomes_the_current_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: f"stream of {d}")
     StageClock("cuda:1").start()
     assert calls[-1] == ("record", "stream of cuda:1")
+
+
+# ---------------------------------------------------------------- host syncs of a training step
+def _trainer_batch():
+    """A Trainer executor in this process and one extracted batch (gpucheck's pair)."""
+    from fgnn import gpucheck
+    from fgnn.data import load_dataset
+
+    ds = load_dataset("rmat:scale=9,edge_factor=8,feat_dim=8,seed=0")
+    _, trn, fetch, _ = gpucheck._executor_pair(ds, torch.device("cpu"), 32)
+    return trn, fetch(0)
+
+
+@pytest.mark.parametrize("to_host", [False, True], ids=["collective", "server"])
+def test_a_training_step_reads_the_device_once_after_the_backward_pass(monkeypatch, to_host):
+    """Host syncs of one training step (forward, backward, finiteness check, the gradient's
+    host copy for the parameter server), counted as the sampler's budget is
+    (:mod:`fgnn.monitor.dispatch_count`): the step's own forward and backward, plus one read.
+    Before, ``bool(torch.isfinite(loss))`` synced between forward and backward (the backward
+    kernels waited for it), and ``float(loss)`` and the gradient's check read the device
+    again."""
+    from fgnn.executors import trainer as trainer_mod
+    from fgnn.models.step import forward_backward
+    from fgnn.monitor.dispatch_count import DispatchCounter
+
+    trn, batch = _trainer_batch()
+    with DispatchCounter() as plain:  # forward and backward alone
+        forward_backward(trn.model, trn.step.loss, batch.sample, batch.x, batch.labels)
+    calls = []
+    real = forward_backward
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("check", args[5] if len(args) > 5 else None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "forward_backward", spy)
+    with DispatchCounter() as step:
+        loss, grad = trn._backward(0, batch, to_host=to_host)
+    assert calls == [None]  # nothing runs between the loss and the backward pass
+    assert step.syncs == plain.syncs + 1, (step.sync_ops, plain.sync_ops)
+    assert loss.device.type == "cpu" and torch.isfinite(loss)
+    assert (grad is not None) == to_host
+    if to_host:
+        assert grad.numel() == sum(p.numel() for p in trn.params)
+
+
+@pytest.mark.parametrize("to_host", [False, True], ids=["collective", "server"])
+def test_a_non_finite_step_is_refused_before_its_gradient_leaves(to_host):
+    from fgnn.executors._common import NonFiniteLoss
+
+    trn, batch = _trainer_batch()
+    with torch.no_grad():
+        trn.params[0].fill_(float("nan"))
+    with pytest.raises(NonFiniteLoss) as err:
+        trn._backward(0, batch, to_host=to_host)
+    assert err.value.task_id == batch.task_id
+
+
+# ---------------------------------------------------------------- gather keeps a device sample there
+@pytest.mark.parametrize("with_marks", [False, True])
+def test_a_sample_already_on_the_device_is_split_there(monkeypatch, with_marks):
+    """A sample that arrived on the Trainer's device (CUDA IPC, time-sharing) is split on the
+    device: only the misses' ids go to the host (for the host read); the batch's ids and marks
+    no longer make a round trip through host memory. On the CPU the device split is forced
+    (``split_on_device``) and ``Tensor.cpu`` counted: the rows and counters equal the host
+    split's."""
+    from fgnn.cache.feature_store import FeatureStore
+    from fgnn.cache.placement import clique_placement
+
+    feat = 4
+    x = torch.arange(6 * feat, dtype=torch.float32).reshape(6, feat)
+    pl = clique_placement(torch.tensor([4, 6, 6, 6, 5, 5], dtype=torch.float64) / 6, 2, 2,
+                          alpha=0.3)
+    buffers = [x[b] for b in pl.buffers]
+    ids = torch.tensor([0, 1, 2, 3, 4, 5, 2])
+    marks = pl.holder_bits()[ids] if with_marks else None
+    host = FeatureStore.from_placement(x, pl, 0, buffers)
+    device = FeatureStore.from_placement(x, pl, 0, buffers)
+    device.split_on_device = True
+    assert not host.split_on_device  # a CPU store splits on the host (where its ids are)
+    copies = []
+    real_cpu = torch.Tensor.cpu
+
+    def counted_cpu(self, *a, **k):
+        copies.append(self.numel())
+        return real_cpu(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", counted_cpu)
+    want = host.gather(ids, marks)
+    host_copies, copies[:] = list(copies), []
+    got = device.gather(ids, marks)
+    assert torch.equal(got, want) and torch.equal(got, x[ids])
+    assert (device.stats.hits, device.stats.peer, device.stats.misses) == \
+        (host.stats.hits, host.stats.peer, host.stats.misses) == (2, 3, 2)
+    # the host split copies the batch's ids (and marks) to the host
+    assert host_copies == [len(ids)] * (2 if with_marks else 1) + [2]
+    assert copies == [2]  # the device split: the two misses' ids only

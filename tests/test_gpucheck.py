@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from fgnn import gpucheck
@@ -31,9 +32,11 @@ def test_cpu_dry_run_writes_json_and_markdown_with_torch_and_numpy_only(tmp_path
     assert "skipped" in res["gpu_tests"] and "skipped" in res["epochs"]
     s = res["sampler"]
     assert s["edges"] > 0 and s["random_reads_per_s"] > 0 and s["hops"] == 3
+    assert len(s["edges_per_batch"]) == s["batches"] and min(s["edges_per_batch"]) > 0
     assert s["syncs_per_sample"] <= 2 * 3 + 1 and s["ops_per_sample"] <= 300
     e = res["extract"]
     assert e["hit_gb_per_s"] > 0 and e["miss_gb_per_s"] > 0 and 0 < e["hit_rate"] < 1
+    assert e["split_rows_per_s"] > 0 and e["gather_hit_gb_per_s"] > 0  # the split apart
     ex = res["executors"]
     assert ex["device"] == "cpu" and len(ex["losses"]) == ex["tasks"] > 0
     assert isinstance(ex["batch_size"], int) and ex["batch_size"] > 0  # seeds, not a batch
@@ -57,3 +60,25 @@ def test_overlap_is_the_intersection_of_copy_and_kernel_time():
     spans = gpucheck._union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)])
     assert spans == [(0.0, 3.0), (5.0, 6.0)]
     assert gpucheck._intersection(spans, [(2.0, 5.5)]) == 1.5
+
+
+def test_batches_cycle_the_seeds_and_are_never_empty():
+    """The issue's case: 10 batches of 8000 from a 10,486-id split (batches 2-9 were empty)."""
+    order = torch.randperm(10_486, generator=torch.Generator().manual_seed(0))
+    batches = [gpucheck.batch_seeds(order, 8000, i) for i in range(10)]
+    assert [b.numel() for b in batches] == [8000] * 10
+    assert all(b.unique().numel() == 8000 for b in batches)  # distinct seeds in a batch
+    assert torch.equal(batches[0], order[:8000])
+    assert not torch.equal(batches[1], batches[0])  # the next pass is reshuffled
+    assert all(set(b.tolist()) <= set(order.tolist()) for b in batches)
+    for bad in (0, 10_487):
+        with pytest.raises(ValueError, match="batch must be in"):
+            gpucheck.batch_seeds(order, bad, 0)
+
+
+def test_a_batch_larger_than_the_split_draws_from_every_vertex():
+    train = torch.arange(100)
+    ids, pool = gpucheck.seed_pool(train, 5000, 320)
+    assert pool == "all vertices" and sorted(ids.tolist()) == list(range(5000))
+    ids, pool = gpucheck.seed_pool(train, 5000, 64)
+    assert pool == "train" and sorted(ids.tolist()) == list(range(100))

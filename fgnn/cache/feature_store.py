@@ -408,6 +408,10 @@ class FeatureStore:
         self.stats = TierStats()
         self.threads = extract_threads() if threads is None else int(threads)
         self._h2d = h2d if h2d is not None else (lambda t: upload(t, self.device))
+        #: split a batch whose ids are already on this store's device there (CUDA: samples
+        #: that came over CUDA IPC or were sampled on the device); else on the host
+        self.split_on_device = self.device.type == "cuda"
+        self._device_lookup: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._pin = self.device.type == "cuda" and torch.cuda.is_available()
         # CUDA only: one pinned staging buffer for host rows, grown as needed, reused per batch
         # once the previous batch's asynchronous copy out of it has finished.
@@ -531,13 +535,19 @@ class FeatureStore:
             ValueError: on ids outside ``[0, N)``, or marks that disagree with this store's
                 placement for a row marked cached (a sample marked against another cache map).
         """
-        # Validated once here; the host split is computed on the host lookup (ids on a device
-        # are copied to the host once, a no-op for the usual CPU sample).
-        idx = self._check_ids(torch.as_tensor(input_nodes).cpu())
+        # Validated once here. The split runs where the ids are: on the host for a sample that
+        # came through host memory (ids on a device are copied once), on this store's device
+        # for one that is already there (CUDA IPC, time-sharing: only the misses' ids cross).
+        on_device = (self.split_on_device and torch.is_tensor(input_nodes)
+                     and input_nodes.device == self.device)
+        where = self.device if on_device else torch.device("cpu")
+        ids = torch.as_tensor(input_nodes)
+        idx = self._check_ids(ids if on_device else ids.cpu())
         m = idx.numel()
         if not m:
             return torch.empty(0, self.dim, dtype=self.host.dtype, device=self.device)
-        dev = self._tiers(idx, marks)
+        dev_num, buf_pos = self._lookup(where)
+        dev = self._tiers(idx, marks, dev_num, on_device)
         # rows read from the host copy: the misses and the peers served from it, in one read
         from_host = dev < 0
         n_miss = int(from_host.sum())
@@ -546,14 +556,25 @@ class FeatureStore:
                 from_host |= dev == d
         host_sel = torch.nonzero(from_host).flatten()
         n_host = int(host_sel.numel())
-        n_local, n_peer = 0, n_host - n_miss
+        n_peer = n_host - n_miss
         if n_host == m:  # every row comes from the host: the gathered rows are the result
             self._count(0, n_peer, n_miss)
-            return self._read_host(idx)
+            return self._read_host(idx.cpu())
+        to_out = self._h2d if where.type == "cpu" else (lambda t: t)
         out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
         if n_host:
-            rows = self._read_host(idx.index_select(0, host_sel))
-            out.index_copy_(0, self._h2d(host_sel), rows)
+            rows = self._read_host(idx.index_select(0, host_sel).cpu())
+            out.index_copy_(0, to_out(host_sel), rows)
+        n_local, from_peers = self._gather_buffers(out, idx, dev, buf_pos, to_out)
+        self._count(n_local, n_peer + from_peers, n_miss)
+        return out
+
+    def _gather_buffers(self, out: torch.Tensor, idx: torch.Tensor, dev: torch.Tensor,
+                        buf_pos: torch.Tensor, to_out: Callable[[torch.Tensor], torch.Tensor]
+                        ) -> tuple[int, int]:
+        """Copy the rows cached on devices (this one's and the peers' buffers) into ``out``;
+        ``(local rows, peer rows)``."""
+        n_local = n_peer = 0
         for d, buf in enumerate(self.buffers):  # a handful of devices, not nodes
             if buf is None:
                 continue
@@ -561,26 +582,40 @@ class FeatureStore:
             k = int(sel.numel())
             if not k:
                 continue
-            p = self.buf_pos.index_select(0, idx.index_select(0, sel))
+            p = buf_pos.index_select(0, idx.index_select(0, sel))
             if d == self.local:
-                rows = buf.index_select(0, self._h2d(p))
+                rows = buf.index_select(0, to_out(p))
                 n_local += k
             else:  # a peer device: its copy is queued, not waited for (non-blocking)
                 rows = buf.index_select(0, upload(p, buf.device)).to(self.device,
                                                                       non_blocking=True)
                 n_peer += k
-            out.index_copy_(0, self._h2d(sel), rows.to(out.dtype))
-        self._count(n_local, n_peer, n_miss)
-        return out
+            out.index_copy_(0, to_out(sel), rows.to(out.dtype))
+        return n_local, n_peer
 
-    def _tiers(self, idx: torch.Tensor, marks: Optional[torch.Tensor]) -> torch.Tensor:
-        """``(M,)`` int64 device each row is read from (``-1`` = host), from the M-step marks
-        when given, else from ``dev_num``. Marked-cached rows are checked against ``dev_num``."""
+    def _lookup(self, where: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dev_num, buf_pos)`` on ``where``: the host arrays, or their copy on this store's
+        device (made at the first batch split there: 9 bytes a vertex)."""
+        if where.type == "cpu":
+            return self.dev_num, self.buf_pos
+        if self._device_lookup is None:
+            self._device_lookup = (self.dev_num.to(where), self.buf_pos.to(where))
+        return self._device_lookup
+
+    def _tiers(self, idx: torch.Tensor, marks: Optional[torch.Tensor],
+               dev_num: Optional[torch.Tensor] = None, on_device: bool = False
+               ) -> torch.Tensor:
+        """``(M,)`` int64 device each row is read from (``-1`` = host), on ``idx``'s device,
+        from the M-step marks when given (``on_device``: left on this store's device, else
+        copied to the host), else from ``dev_num`` (:attr:`dev_num` on the host by default).
+        Marked-cached rows are checked against ``dev_num``."""
+        dev_num = self.dev_num if dev_num is None else dev_num
         if marks is None or not self.buffers:
             if not self.buffers:
-                return torch.full((idx.numel(),), -1, dtype=torch.int64)
-            return self.dev_num.index_select(0, idx).long()
-        bits = torch.as_tensor(marks).cpu()
+                return torch.full((idx.numel(),), -1, dtype=torch.int64, device=idx.device)
+            return dev_num.index_select(0, idx).long()
+        bits = torch.as_tensor(marks)
+        bits = bits.to(idx.device) if on_device else bits.cpu()
         if bits.shape != idx.shape or bits.is_floating_point() or bits.dtype == torch.bool:
             raise ValueError(f"marks must be the (M,) integer holder bits of the M step "
                              f"(Placement.holder_bits), got dtype {bits.dtype} and shape "
@@ -589,11 +624,11 @@ class FeatureStore:
         dev = torch.full_like(bits, -1)
         others = bits & ~(1 << self.local)
         for d in range(len(self.buffers) - 1, -1, -1):  # the lowest-numbered peer wins
-            dev[((others >> d) & 1).bool()] = d
-        dev[((bits >> self.local) & 1).bool()] = self.local
+            dev.masked_fill_(((others >> d) & 1).bool(), d)  # no host sync, unlike dev[mask]
+        dev.masked_fill_(((bits >> self.local) & 1).bool(), self.local)
         cached = torch.nonzero(dev >= 0).flatten()
         if cached.numel():
-            want = self.dev_num.index_select(0, idx.index_select(0, cached)).long()
+            want = dev_num.index_select(0, idx.index_select(0, cached)).long()
             got = dev.index_select(0, cached)
             bad = torch.nonzero(want != got).flatten()
             if bad.numel():

@@ -17,7 +17,8 @@ from fgnn.executors._faults import _MAX_RESTARTS
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 
-__all__ = ["ARGS_ACTOR", "ArgStore", "make_actor", "LocalSampling"]
+__all__ = ["ARGS_ACTOR", "ArgStore", "make_actor", "LocalSampling", "remote_options",
+           "tensor_transport_supported"]
 
 def _fetched(cls: type) -> type:
     """``cls`` with a constructor that takes only the actor name and fetches the arguments of
@@ -52,8 +53,31 @@ def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: An
     store = ray.get_actor(ARGS_ACTOR)
     ray.get(store.put.remote(name, [ray.put((args, kwargs))]))
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
-    actor_cls = ray.remote(num_gpus=gpu, num_cpus=0, max_restarts=_MAX_RESTARTS)(_fetched(cls))
+    actor_cls = ray.remote(**remote_options(gpu, kwargs))(_fetched(cls))
     return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
+
+
+def tensor_transport_supported() -> bool:
+    """Whether the installed Ray takes ``enable_tensor_transport`` in ``ray.remote``."""
+    try:
+        from ray._common.ray_option_utils import actor_options
+    except ImportError:
+        return False
+    return "enable_tensor_transport" in actor_options
+
+
+def remote_options(gpu: float, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``ray.remote`` options of an executor whose constructor takes ``kwargs``.
+
+    A Sampler that sends its samples over CUDA IPC (``transport="cuda_ipc"``) is created with
+    ``enable_tensor_transport=True`` where Ray supports it: Ray then gives it the ``_ray_system``
+    concurrency group, in which it frees the GPU objects the Trainers are done with (without
+    it the frees wait behind the Sampler's own calls, and its GPU memory is released late).
+    """
+    opts: dict[str, Any] = {"num_gpus": gpu, "num_cpus": 0, "max_restarts": _MAX_RESTARTS}
+    if kwargs.get("transport") == "cuda_ipc" and tensor_transport_supported():
+        opts["enable_tensor_transport"] = True
+    return opts
 
 
 

@@ -14,6 +14,7 @@ Jiang Algorithm 2).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from typing import Any, Optional
@@ -122,8 +123,9 @@ class CachePlanner:
     def _size_caches(self, memory_reports: dict[str, Any]) -> None:
         """Each executor's cache plan from the warm-up measurements (FGNN §6.1): the device
         budget less the terms of :func:`fgnn.cache.sizing.device_terms` (model, measured step
-        peak, an evaluation chunk's excess, gather, fragmentation, CUDA contexts; the topology
-        and sampling working set where the device samples too) and a margin."""
+        peak, an evaluation chunk's excess, gather, fragmentation, CUDA contexts, NCCL
+        buffers; the topology, sampling working set and queued CUDA IPC samples where the
+        device samples too) and a margin."""
         from fgnn.cache.budget import plan_device_cache
         from fgnn.cache.sizing import device_terms, eval_ratio
         from fgnn.evaluation import eval_chunk
@@ -133,16 +135,18 @@ class CachePlanner:
         reports = list(memory_reports.values())
         worst = {k: max((r.get(k) or 0 for r in reports), default=0)
                  for k in ("model_bytes", "step_peak_bytes", "gather_bytes")}
-        totals = [r["device_total_bytes"] for r in reports if r.get("device_total_bytes")]
+        cuda = any(r.get("device_total_bytes") for r in reports)
         cap = cfg.cache.cache_ratio
         ratio = eval_ratio(eval_chunk(cfg.train, row), cfg.train.batch_size, self.step_tasks,
                            self.do_evaluate and cfg.train.eval_mode != "layerwise")
         shares = 1 if cfg.runtime.mode == "time-sharing" else 2  # Sampler + standby
-        full = device_terms(worst, ratio=ratio, cuda=bool(totals))
-        resident = device_terms(worst, ratio=ratio, cuda=bool(totals), processes=shares,
-                                graph_bytes=ds.graph.nbytes(),
-                                sampler=self._sampler_working_set(reports, ratio))
-        if cfg.cache.device_memory_gib is None and not totals and cap is not None:
+        common = self._gpu_terms(reports, cuda)
+        full = device_terms(worst, ratio=ratio, cuda=cuda, **common)
+        sampler = self._sampler_working_set(reports, ratio)
+        resident = device_terms(worst, ratio=ratio, cuda=cuda, processes=shares,
+                                graph_bytes=ds.graph.nbytes(), sampler=sampler,
+                                ipc_queue=self._ipc_queue(reports), **common)
+        if cfg.cache.device_memory_gib is None and not cuda and cap is not None:
             # a ratio and no budget on a logical device: the ratio is the cache, and a device
             # that also holds the topology gives up the topology's bytes
             budget = int(cap * n * row)
@@ -151,12 +155,7 @@ class CachePlanner:
                      "resident": plan_device_cache(budget, {"graph": resident["graph"]},
                                                    num_nodes=n, row_bytes=row, margin_bytes=0)}
         else:
-            if cfg.cache.device_memory_gib is not None:
-                budget = int(cfg.cache.device_memory_gib * 2 ** 30)
-            elif totals:  # the device's share of its GPU
-                budget = int(min(totals) * self.services.gpus_per_device)
-            else:
-                budget = 2 ** 30  # the simulated device of a logical GPU
+            budget = self._device_budget(reports)
             plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
                                                max_alpha=cap),
                      "resident": plan_device_cache(budget, resident, num_nodes=n,
@@ -166,6 +165,60 @@ class CachePlanner:
         self.alpha_resident = self.cache_plans["resident"].alpha
         self.budget_bytes = self.cache_plans["full"].budget_bytes
         self.step_peak_bytes = worst["step_peak_bytes"]
+
+    def _device_budget(self, reports: list[dict[str, Any]]) -> int:
+        """``--device-memory``, else on a GPU each Trainer's :func:`~fgnn.cache.sizing.
+        gpu_budget` (its share of the GPU, at most what was free plus what it held; the
+        smallest), else the 1 GiB simulated device of a logical GPU."""
+        from fgnn.cache.sizing import gpu_budget
+
+        cfg = self.config
+        if cfg.cache.device_memory_gib is not None:
+            return int(cfg.cache.device_memory_gib * 2 ** 30)
+        gpus = [gpu_budget(r["device_total_bytes"], self.services.gpus_per_device,
+                           r.get("device_free_bytes"), r.get("process_bytes") or 0)
+                for r in reports if r.get("device_total_bytes")]
+        return min(gpus) if gpus else 2 ** 30
+
+    def _gpu_terms(self, reports: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
+        """Terms every GPU device has: the measured context (the largest, None when no
+        process could measure it) and, with ``--exchange collective``, one NCCL communicator
+        (:func:`~fgnn.cache.sizing.nccl_buffer_bytes`; members sharing a GPU sum over gloo
+        and have none, :mod:`fgnn.executors._groups`)."""
+        from fgnn.cache.sizing import NCCL_BUFFSIZE, nccl_buffer_bytes
+
+        if not cuda:
+            return {}
+        ctx = [int(r["context_bytes"]) for r in reports if r.get("context_bytes") is not None]
+        rt = self.config.runtime
+        members = 1 if rt.mode == "single" else rt.devices
+        nccl = 0
+        if rt.exchange == "collective" and self.services.gpus_per_device >= 1:
+            buffsize = int(os.environ.get("NCCL_BUFFSIZE", NCCL_BUFFSIZE))
+            nccl = nccl_buffer_bytes(members, buffsize=buffsize)
+        return {"context_bytes": max(ctx) if ctx else None, "nccl": nccl}
+
+    def _ipc_queue(self, reports: list[dict[str, Any]]) -> int:
+        """Queued CUDA IPC samples on a Sampler's device (:func:`~fgnn.cache.sizing.
+        ipc_queue_bytes`): the queue's bound (a whole epoch in ``single`` mode), each the
+        largest sample a Sampler made in the warm-up; 0 with the object store."""
+        from fgnn.cache.sizing import ipc_queue_bytes
+
+        rt = self.config.runtime
+        if rt.sample_transport != "cuda_ipc":
+            return 0
+        largest = max((int(r["sampler"].get("max_sample_bytes") or 0) for r in reports
+                       if r.get("sampler")), default=0)
+        samplers = self.workers.alive("sampler")
+        if samplers:
+            largest = max([largest] + [int(w.get("max_sample_bytes") or 0) for w in
+                                       self.watchdog.get([e.handle.working_set.remote()
+                                                          for e in samplers], "a Sampler")])
+        queued = rt.queue_size
+        if rt.mode == "single":  # the queue holds the whole epoch (its training tasks)
+            batches = -(-int(self.dataset.train_idx.numel()) // self.config.train.batch_size)
+            queued = max(queued, batches * self.step_tasks)
+        return ipc_queue_bytes(queued, largest)
 
     def _sampler_working_set(self, reports: list[dict[str, Any]], ratio: float) -> int:
         """Device bytes sampling needs beside the topology, for samples up to ``ratio`` times a

@@ -13,6 +13,7 @@ coordinator is passed the executors, the services and the watchdog it acts throu
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -31,6 +32,8 @@ from fgnn.executors.task_record import TaskRecord
 from fgnn.monitor.stats import EpochStats, SampleTimes
 
 __all__ = ["EpochCoordinator", "EvalOutcome", "RuntimeFailure"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds between the driver's polls of the queue (progress, depth samples).
 _POLL_S = 0.05
@@ -329,6 +332,12 @@ class EpochCoordinator:
         depth = int(st["depth"])
         ep.acc.depth.append(depth)
         ep.metrics.queue_depth(depth)
+        for task, who, why in st.get("retries", ()):
+            log.warning("%s: task %d sampled again: %s could not fetch its sample: %s",
+                        pass_name(ep.epoch), task, who, why)
+        if st.get("failure"):
+            raise self.watchdog.failure(f"{pass_name(ep.epoch)}: {st['failure']}; the job "
+                                        f"stopped")
         if st["lost"]:
             ep.acc.lost += len(st["lost"])
             ep.sched.extend(st["lost"])

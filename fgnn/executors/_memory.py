@@ -19,6 +19,7 @@ evaluation chunk, the gather, fragmentation and CUDA contexts are added there) a
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Optional
 
 import torch
@@ -27,7 +28,26 @@ from torch import nn
 from fgnn.cache.budget import TensorAllocationMeter, resident_bytes
 from fgnn.sampling.base import per_type_tensors
 
-__all__ = ["StepMemoryMeter", "batch_bytes"]
+__all__ = ["StepMemoryMeter", "batch_bytes", "context_bytes"]
+
+
+def context_bytes(device: torch.device) -> Optional[int]:
+    """This process's CUDA context on ``device``, measured: the device memory the driver
+    counts for this process (NVML) less what torch's allocator reserved. None where NVML is
+    not installed or does not list this process (e.g. another PID namespace): the sizing then
+    assumes :data:`~fgnn.cache.sizing.CUDA_CONTEXT_BYTES`."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda._get_nvml_device_index(device))
+        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                if p.pid == os.getpid()]
+    except Exception:  # noqa: BLE001 - no NVML, no permission, no such process: not measured
+        return None
+    if not used or used[0] is None:
+        return None
+    return max(0, int(used[0]) - int(torch.cuda.memory_reserved(device)))
 
 
 def batch_bytes(batch: Any) -> int:
@@ -75,16 +95,26 @@ class StepMemoryMeter:
         return out[0]
 
     def report(self) -> dict[str, Any]:
-        """``{"model_bytes", "step_peak_bytes", "gather_bytes", "device_total_bytes"}``:
-        ``gather_bytes`` is what ``gather`` holds beside its output outside the measured peak
-        (0 on CUDA, whose peak covers the prefetch thread's gathers); ``device_total_bytes`` is
-        None on CPU, where the budget is simulated."""
-        total = None
+        """``{"model_bytes", "step_peak_bytes", "gather_bytes", "device_total_bytes",
+        "device_free_bytes", "process_bytes", "context_bytes"}``: ``gather_bytes`` is what
+        ``gather`` holds beside its output outside the measured peak (0 on CUDA, whose peak
+        covers the prefetch thread's gathers); on CUDA the GPU's total and free memory now,
+        what this process holds of it (reserved bytes and context) and its context as measured
+        (:func:`context_bytes`, None when not measurable); the four are None on CPU, where the
+        budget is simulated."""
+        out: dict[str, Any] = {"device_total_bytes": None, "device_free_bytes": None,
+                               "process_bytes": None, "context_bytes": None}
         peak = self.step_peak
         if self.device.type == "cuda":
+            from fgnn.cache.sizing import CUDA_CONTEXT_BYTES
+
             torch.cuda.synchronize(self.device)
             peak = int(torch.cuda.max_memory_allocated(self.device)) - self._base
-            total = int(torch.cuda.mem_get_info(self.device)[1])
+            free, total = (int(x) for x in torch.cuda.mem_get_info(self.device))
+            ctx = context_bytes(self.device)
+            reserved = int(torch.cuda.memory_reserved(self.device))
+            out = {"device_total_bytes": total, "device_free_bytes": free,
+                   "process_bytes": reserved + (CUDA_CONTEXT_BYTES if ctx is None else ctx),
+                   "context_bytes": ctx}
         return {"model_bytes": int(resident_bytes(self.model)), "step_peak_bytes": peak,
-                "gather_bytes": 0 if self.device.type == "cuda" else self.gather_bytes,
-                "device_total_bytes": total}
+                "gather_bytes": 0 if self.device.type == "cuda" else self.gather_bytes, **out}

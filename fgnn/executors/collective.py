@@ -4,7 +4,8 @@ The step rule is the parameter server's (:mod:`fgnn.executors.ps`): a step avera
 of R tasks (one mini-batch), weighted by their seed counts, and every gradient of a step is
 computed from the previous step's weights. What moves differs: only gradients, once per step, in
 one sum of ``[sum of seed-weighted gradients, seed count]`` over the Trainers of the current
-group. On CUDA: an NCCL all-reduce. CPU members on one host sum from shared memory: a Trainer
+group. On CUDA: an NCCL all-reduce when every member has a GPU of its own, else gloo through host
+memory (NCCL refuses two ranks on one GPU: :mod:`fgnn.executors._groups`). CPU members on one host sum from shared memory: a Trainer
 writes each task's gradient into its :class:`~fgnn.executors._gradring.GradientRing` before it
 delivers the task, the step's ``reduce`` event lists the accepted deliveries with their rows,
 and every member adds those rows in the listed order (the same bits everywhere, and no member
@@ -55,7 +56,6 @@ groups as threads of one process.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import shutil
@@ -69,6 +69,8 @@ import torch
 from torch import nn
 
 from fgnn.executors._gradring import DEFAULT_ROWS, GradientRing, host_key, ring_bytes
+from fgnn.executors._groups import (abort_group, group_broadcast, group_sum, group_sum_count,
+                                    is_nccl, new_group)
 from fgnn.executors.ps import flatten
 from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
 
@@ -114,51 +116,6 @@ class _Gradient:
     row: Optional[int]
 
 
-def new_group(store: Any, generation: int, rank: int, size: int, device: torch.device,
-              timeout_s: float = GROUP_TIMEOUT_S) -> Any:
-    """A process group of ``size`` members for one generation: NCCL on CUDA, gloo otherwise,
-    under the store prefix ``fgnn-g<generation>`` (no global ``init_process_group`` state)."""
-    import torch.distributed as dist
-
-    prefixed = dist.PrefixStore(f"fgnn-g{generation}", store)
-    timeout = datetime.timedelta(seconds=timeout_s)
-    if device.type == "cuda":
-        opts = dist.ProcessGroupNCCL.Options()
-        opts._timeout = timeout
-        return dist.ProcessGroupNCCL(prefixed, rank, size, opts)
-    return dist.ProcessGroupGloo(prefixed, rank, size, timeout)
-
-
-def group_sum(pg: Any, buf: torch.Tensor) -> torch.Tensor:
-    """The sum of ``buf`` over the members of ``pg`` (the same tensor, bit for bit, on every
-    member).
-
-    NCCL (CUDA): one all-reduce. Gloo (CPU): every member sends its buffer to every other one
-    and receives theirs, all sends and receives posted at once, then adds the rows in rank
-    order. A ring all-reduce takes 2(N-1) dependent steps, an all-gather (gloo's is a ring)
-    N-1; on an oversubscribed CPU each step waits for a process to be scheduled, and a ring
-    whose member died leaves the members downstream of the gap waiting until the group's
-    timeout. Here every member waits on each peer directly, so a dead peer fails every
-    survivor's call at once. Measured among 4 processes on this 2-core machine, a 73k-float
-    buffer, a barrier before each call (median / mean): at load 25, ring all-reduce 8-15 /
-    60-76 ms, all-gather 4.6-4.8 / 5.5-6.2 ms; at load 48 (2026-11-25), all-gather 5.0-5.5 /
-    7.8-9.2 ms, direct exchange 2.7-3.0 / 3.1-3.3 ms. On GPUs the all-reduce is the
-    bandwidth-optimal one (the exchange moves N times the bytes)."""
-    if buf.device.type == "cuda":
-        pg.allreduce([buf]).wait()
-        return buf
-    rank, size = pg.rank(), pg.size()
-    rows, works = [buf] * size, []
-    for peer in range(size):
-        if peer != rank:
-            works.append(pg.send([buf], peer, 0))
-            rows[peer] = torch.empty_like(buf)
-            works.append(pg.recv([rows[peer]], peer, 0))
-    for w in works:
-        w.wait()
-    return torch.stack(rows).sum(0)
-
-
 def _rows_sum(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     """The sum of ring rows, added in the given order (the same bits on every member)."""
     buf = torch.zeros(width)
@@ -174,25 +131,6 @@ def _add_gradient(buf: torch.Tensor, entry: _Gradient, ring: Optional[GradientRi
     else:
         buf[:-1].add_(entry.flat, alpha=entry.seeds)
         buf[-1] += entry.seeds
-
-
-def group_broadcast(pg: Any, buf: torch.Tensor) -> torch.Tensor:
-    """Rank 0's ``buf`` on every member of ``pg`` (in place on the others).
-
-    NCCL (CUDA): its broadcast. Gloo (CPU): rank 0 sends to every member directly. Gloo's own
-    broadcast is a binomial tree: a dead inner member leaves its subtree waiting until the
-    group's timeout while the rest go on; directly, a dead member fails rank 0's call at
-    once, and a dead rank 0 fails every member's."""
-    if buf.device.type == "cuda":
-        pg.broadcast(buf, 0).wait()
-        return buf
-    if pg.rank() != 0:
-        pg.recv([buf], 0, 0).wait()
-        return buf
-    works = [pg.send([buf], peer, 0) for peer in range(1, pg.size())]
-    for w in works:
-        w.wait()
-    return buf
 
 
 def _fused_ok(params: list[nn.Parameter]) -> Optional[bool]:
@@ -298,6 +236,8 @@ class ExchangeMember:
         self._events = events or (lambda i, v: call("next_event", name, i, v, 1.0))
         self._inflight: Counter[int] = Counter()
         self._pg: Any = None
+        #: builds each generation's group (:func:`~fgnn.executors._groups.new_group`)
+        self.new_group: Callable[..., Any] = new_group
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self.ready = threading.Event()
@@ -462,9 +402,11 @@ class ExchangeMember:
 
     @property
     def transport(self) -> str:
-        """How the current group sums: ``"shm"`` (the members' gradient rings) or ``"gloo"``
-        (NCCL on CUDA)."""
-        return "shm" if self._peers else "gloo"
+        """How the current group sums: ``"shm"`` (the members' gradient rings), ``"nccl"``
+        (CUDA members on distinct GPUs) or ``"gloo"``."""
+        if self._peers:
+            return "shm"
+        return "nccl" if is_nccl(self._pg) else "gloo"
 
     def _readers(self) -> list[GradientRing]:
         """The rings whose owners read this member's rows: the group's, this member's own
@@ -518,8 +460,9 @@ class ExchangeMember:
                     elif self._pg is not None:
                         self._reduce_step(ev.step)
                     continue
-                except RuntimeError:  # a peer died: the ledger probes the members, and
-                    self._pg = None     # this member reports (next_event) and waits for a form
+                except RuntimeError:  # a peer died or timed out: the ledger probes the
+                    abort_group(self._pg)  # members; this member reports and waits for a form
+                    self._pg = None
                 # the group is dropped here (the traceback held it): its connections close,
                 # so peers still waiting on this member fail too, then the ledger is told
                 self._call("failed", self.name, ev.generation)
@@ -552,12 +495,12 @@ class ExchangeMember:
         """Join generation ``ev.generation``: build its group, take rank 0's state when this
         member lags, then reduce again the steps up to ``ev.step`` it has not applied."""
         rank = ev.members.index(self.name)
-        self._pg = new_group(self._store, ev.generation, rank, len(ev.members), self.device,
-                             self.timeout_s)
+        self._pg = self.new_group(self._store, ev.generation, rank, len(ev.members),
+                                  self.device, self.timeout_s)
         peers = self._open_rings(ev)
         with self._cv:
             self._peers, self._generation = peers, ev.generation
-        state = group_broadcast(self._pg, self._flat_state())
+        state = group_broadcast(self._pg, self._flat_state(), self.timeout_s)
         theirs = int(state[0].item())
         if theirs > self.version:
             self._adopt(state)
@@ -632,14 +575,16 @@ class ExchangeMember:
         if listed is not None and peers and all(r is not None and m in peers
                                                 for m, _, r in listed):
             buf = _rows_sum([peers[m].rows[r] for m, _, r in listed], self._width)
+            count = float(buf[-1])  # host memory
         else:
             buf = torch.zeros(self._width, device=self.device)
             for e, (_, ok) in zip(entries, verdicts):
                 if ok:
                     _add_gradient(buf, e, self._ring)
-            buf = group_sum(self._pg, buf)
+            # the count is read without waiting behind this device's training kernels
+            buf, count = group_sum_count(self._pg, buf, self.timeout_s)
         t_sum = time.perf_counter()
-        if buf[-1].item() > 0:
+        if count > 0:
             mean = buf[:-1] / buf[-1]
             offset = 0
             for p in self.params:

@@ -16,6 +16,7 @@ in-process with ``asyncio.run``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,14 @@ from typing import Any, Optional
 
 from fgnn.executors.task_record import TaskRecord
 
-__all__ = ["QueueItem", "GlobalQueue"]
+__all__ = ["QueueItem", "GlobalQueue", "MAX_FETCH_RETRIES"]
+
+log = logging.getLogger(__name__)
+
+#: Times one task's sample may fail to reach a Trainer in an epoch (:meth:`GlobalQueue.fail`)
+#: before the epoch is aborted with the reason: a failure that repeats (a CUDA IPC receipt
+#: refused on every try) must end the job with its cause, not loop until the stall guard.
+MAX_FETCH_RETRIES = 3
 
 
 @dataclass
@@ -69,6 +77,9 @@ class GlobalQueue:
         self._acks: Counter[int] = Counter()
         self._deliveries: Counter[int] = Counter()
         self._lost: list[int] = []
+        self._fails: Counter[int] = Counter()
+        self._retries: list[tuple[int, str, str]] = []
+        self._failure: Optional[str] = None
         self._epoch = -1
         self._total = 0
         self._aborted: Optional[str] = None
@@ -113,7 +124,8 @@ class GlobalQueue:
         self._items.clear()
         self._leases = {c: {} for c in self._leases}
         self._done, self._log, self._lost = set(), [], []
-        self._acks, self._deliveries = Counter(), Counter()
+        self._acks, self._deliveries, self._fails = Counter(), Counter(), Counter()
+        self._retries, self._failure = [], None
         self._aborted, self._delivered = None, 0
         await self._notify()
 
@@ -242,13 +254,34 @@ class GlobalQueue:
         await self._notify()
         return first
 
-    async def fail(self, consumer: str, task_id: int) -> None:
-        """The consumer could not fetch the sample of ``task_id`` (its owner died): the task must
-        be sampled again; the runtime collects it from :meth:`poll`."""
+    async def fail(self, consumer: str, task_id: int, reason: str = "",
+                   max_retries: int = MAX_FETCH_RETRIES) -> bool:
+        """The consumer could not fetch the sample of ``task_id`` (its owner died, or a tensor
+        transport refused it; ``reason`` says which): the task must be sampled again; the
+        runtime collects it from :meth:`poll`, with the retry and its reason. The
+        ``max_retries``-th failure of one task in an epoch aborts the epoch instead, and
+        :meth:`poll` reports one line naming the cause (``failure``).
+
+        Returns:
+            True when the task is sampled again, False when this failure aborted the epoch.
+        """
         self._leases.get(consumer, {}).pop(task_id, None)
+        task_id = int(task_id)
+        self._fails[task_id] += 1
+        n = self._fails[task_id]
+        why = reason or "no reason given"
+        log.warning("task %d: %s could not fetch its sample (try %d of %d): %s", task_id,
+                    consumer, n, max_retries, why)
+        self._retries.append((task_id, consumer, why))
+        if n >= max_retries:
+            self._failure = (f"task {task_id}'s sample could not be received {n} times "
+                             f"(last by {consumer}): {why}")
+            await self.abort(self._failure)
+            return False
         if task_id not in self._done and task_id not in self._lost:
-            self._lost.append(int(task_id))
+            self._lost.append(task_id)
         await self._notify()
+        return True
 
     # ------------------------------------------------------------------ observation
     def qsize(self) -> int:
@@ -262,12 +295,14 @@ class GlobalQueue:
 
     def poll(self, since: int = 0) -> dict[str, Any]:
         """State for the driver: depth, progress, new log records (:class:`TaskRecord`), lost
-        tasks (taken).
+        tasks (taken), failed fetches since the last poll (``retries``: ``(task, consumer,
+        reason)`` each, taken) and the epoch's ``failure`` (a task out of retries, else None).
 
         Args:
             since: number of log records the caller has already seen.
         """
         lost, self._lost = self._lost, []
+        retries, self._retries = self._retries, []
         return {
             "depth": len(self._items),
             "done": len(self._done),
@@ -277,4 +312,6 @@ class GlobalQueue:
             "leased": {c: sorted(v) for c, v in self._leases.items() if v},
             "delivered": self._delivered,
             "aborted": self._aborted,
+            "retries": retries,
+            "failure": self._failure,
         }

@@ -71,6 +71,7 @@ import contextlib
 import copy
 import glob
 import os
+import re
 import shutil
 import time
 from dataclasses import replace
@@ -706,9 +707,15 @@ def _call_of(err: Any) -> str:
 
 def _why(err: BaseException) -> str:
     """``: <Ray's reason>`` from a death error's text (``the actor is dead because its node has
-    died``), shortened to its first sentence; empty when Ray gives none."""
-    for line in str(err).splitlines():
-        line = line.strip()
+    died``), shortened to its first sentence; for an actor whose constructor raised, the
+    exception's own line (``ValueError: sample transport cuda_ipc needs ...``); empty when Ray
+    gives none."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    if any("error raised in its creation task" in line for line in lines):
+        raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
+        if raised:
+            return ": its constructor raised " + raised[-1][:300]
+    for line in lines:
         if line.startswith("The actor is dead because"):
             first = line.split(". ")[0].rstrip(".")
             return ": " + (first[:1].lower() + first[1:])[:120]

@@ -39,7 +39,7 @@ from fgnn.tasks.node import NodeSampling
 from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["SamplerExecutor", "pack_sample", "pack_sample_tensors", "unpack_sample", "TRANSPORTS",
-           "choose_transport", "trainers_share_gpu", "transport_errors"]
+           "choose_transport", "host_copy", "trainers_share_gpu", "transport_errors", "widen"]
 
 #: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
 #: object store, numpy buffers mapped zero-copy; every device kind, across nodes; what ``auto``
@@ -134,6 +134,39 @@ def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
         raise ValueError(f"a sample sent by a tensor transport must have every tensor on one "
                          f"device, got {', '.join(sorted(devices))}")
     return sample.pack(lambda t: t)
+
+
+def host_copy(sample: Sample, narrow: bool = False) -> Sample:
+    """The C step's copy of a device sample into host memory: every tensor (int64 ids
+    narrowed to int32 first, with ``narrow``: half the bytes of every edge list and id array)
+    copied into pinned memory without blocking, then one wait for them all, where each
+    tensor was one synchronous copy into pageable memory. A receiver restores the ids'
+    width with :func:`widen` (on its device, after the upload)."""
+    def stage(t: torch.Tensor) -> torch.Tensor:
+        if narrow and t.dtype == torch.int64:
+            t = t.to(torch.int32)
+        if t.device.type == "cpu":
+            return t
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return out.copy_(t, non_blocking=True)
+
+    moved = sample.map(stage)
+    for dev in {t.device for t in sample.tensors() if t.device.type == "cuda"}:
+        torch.cuda.current_stream(dev).synchronize()  # one wait for every copy
+    return moved
+
+
+def _narrowable(graph: Any, cache_map: Optional[torch.Tensor]) -> bool:
+    """Whether a sample's int64 tensors fit int32: vertex ids below 2^31 on a homogeneous
+    graph, and marks of at most 31 devices (an int64 cache map holds more)."""
+    n = getattr(graph, "num_nodes", None)
+    return (isinstance(n, int) and n < 2 ** 31
+            and (cache_map is None or cache_map.dtype != torch.int64))
+
+
+def widen(t: torch.Tensor) -> torch.Tensor:
+    """An int32 id array of a narrowed sample (:func:`host_copy`) back to int64."""
+    return t.long() if t.dtype == torch.int32 else t
 
 
 def unpack_sample(packed: Any) -> Sample:
@@ -243,6 +276,8 @@ class SamplerExecutor:
         locality-aware sampler takes its cached vertices as the local set ``B`` (Song & Jiang
         §4: the vertices stored on the group's devices)."""
         self.cache_map = _check_cache_map(cache_map, self.device)
+        # the C step narrows ids to int32 where they fit (a CUDA Sampler's host copy only)
+        self._narrow = self.device.type == "cuda" and _narrowable(self.graph, self.cache_map)
         if isinstance(self.sampler, LocalityAwareKHop):
             self.sampler.set_local(None if self.cache_map is None else self.cache_map != 0)
         if self.device.type == "cuda":  # once per cache choice: a time-sharing Trainer samples
@@ -321,8 +356,8 @@ class SamplerExecutor:
         if self.transport == "cuda_ipc":  # the sample stays on this GPU; Trainers read it
             ref = ray.put(pack_sample_tensors(sample), _tensor_transport="cuda_ipc")
         else:
-            if self.device.type != "cpu":
-                sample = sample.to("cpu")  # host memory side of the queue
+            if self.device.type != "cpu":  # host memory side of the queue
+                sample = host_copy(sample, narrow=self._narrow)
             ref = ray.put(pack_sample(sample))
         nbytes = sample.nbytes()
         self._max_sample_bytes = max(self._max_sample_bytes, nbytes)

@@ -48,7 +48,7 @@ from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._streams import CopyStream
 from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
-from fgnn.executors.sampler import transport_errors, unpack_sample
+from fgnn.executors.sampler import transport_errors, unpack_sample, widen
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.placement import Placement
@@ -61,6 +61,40 @@ __all__ = ["TrainerExecutor"]
 
 #: Seconds a ``get`` waits inside the queue before the Trainer re-checks its stop flag.
 _GET_TIMEOUT_S = 1.0
+
+
+def checked_step(loss: torch.Tensor, grads: list[torch.Tensor], epoch: int, task_id: int,
+                 to_host: bool) -> tuple[Optional[torch.Tensor], float]:
+    """The loss of a task's step as a float and, with ``to_host``, its flat gradient on the
+    host, read from the device in one copy after the backward pass: no host sync between
+    forward and backward (the backward kernels are queued at once), and one per step in all
+    (the parameter server's gradient must reach the host anyway; the collective reads two
+    numbers, the loss and whether every gradient is finite).
+
+    Raises:
+        NonFiniteLoss: the loss or a gradient is NaN or infinite (the gradient is never
+            delivered).
+    """
+    flat = flatten(grads)
+    if to_host:
+        vals = torch.cat([flat, loss.detach().reshape(1).float()]).cpu()
+        arr = vals.numpy()
+        value, ok = float(arr[-1]), bool(np.isfinite(arr).all())
+        grad: Optional[torch.Tensor] = vals[:-1]
+    else:
+        finite = torch.isfinite(flat).all() & torch.isfinite(loss.detach())
+        arr = torch.stack([loss.detach().float().reshape(()), finite.float()]).cpu().numpy()
+        value, ok = float(arr[0]), bool(arr[1] > 0)
+        grad = None
+    if not ok:
+        raise NonFiniteLoss(epoch, task_id, value)
+    return grad, value
+
+
+def _first_line(err: BaseException) -> str:
+    """The first non-empty line of an error's text, at most 300 characters."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return (lines[0] if lines else "")[:300]
 
 
 @dataclass
@@ -259,8 +293,9 @@ class TrainerExecutor:
                 if item.ref is not None:
                     try:
                         payload = ray.get(item.ref)
-                    except transport_errors():  # sender died, or its GPU is unreachable
-                        self.queue.fail.remote(self.name, item.task_id)  # sample it again
+                    except transport_errors() as err:  # sender died, GPU unreachable
+                        self.queue.fail.remote(self.name, item.task_id,  # sample it again
+                                               f"{type(err).__name__}: {_first_line(err)}")
                         continue
                     sample = unpack_sample(payload)
                     rec.fetch_s = time.perf_counter() - t1
@@ -326,7 +361,9 @@ class TrainerExecutor:
         """Labels (the task's: the seeds' classes, a pair sample's pair labels) and sample
         on the device through the copy stream, and its event."""
         labels = self.copies.h2d(self.step.labels(sample, self.labels))
-        return labels, sample.map(self.copies.h2d), self.copies.record()
+        # ids a CUDA Sampler narrowed to int32 for the host copy are widened on the device
+        sample = sample.map(lambda t: widen(self.copies.h2d(t)))
+        return labels, sample, self.copies.record()
 
     def _adopt(self, claim: Any) -> None:
         """Take a claim's weights (when they changed) and version."""
@@ -356,18 +393,22 @@ class TrainerExecutor:
             lost += time.perf_counter() - t0
         return None
 
-    def _backward(self, epoch: int, batch: _Batch) -> torch.Tensor:
-        """Forward and backward of one task on the current weights; returns the loss."""
+    def _backward(self, epoch: int, batch: _Batch, to_host: bool = False
+                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Forward and backward of one task on the current weights, then the finiteness
+        check (:func:`checked_step`): ``(loss as a 0-d host tensor, flat gradient on the host
+        with to_host, else None)``. A non-finite loss or gradient raises
+        :class:`NonFiniteLoss` before any gradient leaves this Trainer, under either
+        exchange."""
         self.copies.wait(batch.ready, batch.tensors())
         for p in self.params:
             p.grad = None
         seed_task_rng(self.seed, epoch, batch.task_id)
-
-        def finite(out: Any, loss: torch.Tensor) -> None:
-            if not bool(torch.isfinite(loss)):  # either exchange: never deliver its gradient
-                raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
-        return forward_backward(self.model, self.step.loss, batch.sample, batch.x,
-                                batch.labels, finite)
+        loss = forward_backward(self.model, self.step.loss, batch.sample, batch.x,
+                                batch.labels)
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        grad, value = checked_step(loss, grads, epoch, batch.task_id, to_host)
+        return torch.tensor(value), grad
 
     def _train(self, epoch: int, batch: _Batch, has_next: bool = False
                ) -> Optional[TaskRecord]:
@@ -379,18 +420,14 @@ class TrainerExecutor:
 
         if self.exchange is not None:
             return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
-                                       batch.rec, lambda: self._backward(epoch, batch),
+                                       batch.rec, lambda: self._backward(epoch, batch)[0],
                                        self._stop, self.faults.delay_s, has_next)
         t0 = time.perf_counter()
         waited = self._claim()
         if waited is None:
             return None
         t1 = time.perf_counter()
-        loss = self._backward(epoch, batch)
-        grad = flatten([p.grad if p.grad is not None else torch.zeros_like(p)
-                        for p in self.params]).cpu()
-        if not bool(torch.isfinite(grad).all()):
-            raise NonFiniteLoss(epoch, batch.task_id, float(loss.detach()))
+        loss, grad = self._backward(epoch, batch, to_host=True)
         if self.faults.delay_s > 0:
             time.sleep(self.faults.delay_s)
         t2 = time.perf_counter()
