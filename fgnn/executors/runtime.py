@@ -459,7 +459,7 @@ class Runtime:
         return RunResult(config=self.config.to_dict(), mode=self.config.runtime.mode,
                          allocation=self._allocation(), preprocess=self._preprocess(),
                          epochs=epochs, final=final, final_eval_s=self.final_eval_s,
-                         early_stop=early_stop)
+                         early_stop=early_stop, metric=getattr(self.task, "metric", "accuracy"))
 
     def _start(self) -> None:
         """Reorder (hot-first), start the services and the first layout, and compute a

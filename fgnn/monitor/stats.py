@@ -128,6 +128,10 @@ class RunResult:
     """Why training stopped before ``train.epochs`` (``None`` when it ran them all):
     ``epoch`` (the last one run, 0-based), ``patience`` (evaluations without a better validation
     accuracy), ``best_val_acc`` and ``best_epoch`` (0-based). See :func:`early_stop_message`."""
+    metric: Optional[str] = None
+    """The task's validation score, as the plot and table name it (``accuracy``, ``AUC``,
+    ``recall@10``; :attr:`fgnn.tasks.Task.metric`); ``None``: the task's default
+    (:func:`fgnn.monitor.summary.metric_name`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
@@ -140,6 +144,7 @@ class RunResult:
             "final": self.final,
             "final_eval_s": self.final_eval_s,
             "early_stop": self.early_stop,
+            "metric": self.metric,
         }
 
 
