@@ -340,7 +340,8 @@ class Job:
     def _say_result(self, result: RunResult) -> None:
         """Print the early stop (if any), the timing and the final metrics."""
         if result.early_stop:
-            self._say(f"fgnn: {early_stop_message(result.early_stop)}")
+            why = early_stop_message(result.early_stop, result.metric or "accuracy")
+            self._say(f"fgnn: {why}")
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
         if self.config.task in ("link", "recsys"):

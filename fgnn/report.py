@@ -382,7 +382,7 @@ def format_report(report: Mapping[str, Any]) -> str:
     if ledger:
         lines.append(ledger)
     if report.get("early_stop"):
-        lines.append(early_stop_message(report["early_stop"]))
+        lines.append(early_stop_message(report["early_stop"], metric_name(report)))
     if cfg.get("task") in ("link", "recsys"):
         lines.append("final    " + "   ".join(f"{k} {_fmt(v, '.4f')}" for k, v in fin.items()))
     else:

@@ -347,3 +347,10 @@ def test_the_report_carries_the_metric_of_its_task():
     from fgnn.tasks.recsys import RecsysTask
     assert (NodeTask.metric, LinkTask.metric, RecsysTask.metric) == \
         ("accuracy", "AUC", "recall@10")
+
+
+def test_a_link_run_stopped_early_names_its_auc():
+    r = link_report()
+    r["early_stop"] = {"epoch": 5, "patience": 2, "best_val_acc": 0.93, "best_epoch": 3}
+    assert ("early stop after epoch 6: no better validation AUC in 2 evaluations (best 0.9300 "
+            "at epoch 4)") in format_report(r)

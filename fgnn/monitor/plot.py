@@ -204,7 +204,7 @@ def _add_footer(fig: Any, report: Mapping[str, Any]) -> None:
     room reserved for it in the layout."""
     footer = [f"time: {timing_text(report)}"]
     if report.get("early_stop"):
-        footer.append(early_stop_message(report["early_stop"]))
+        footer.append(early_stop_message(report["early_stop"], metric_name(report)))
     chars = int(fig.bbox.width / (0.62 * 8 * fig.dpi / 72))  # 8 pt characters across
     footer = [part for line in footer for part in textwrap.wrap(line, chars)]
     fig.text(0.5, 0.005, "\n".join(footer), ha="center", va="bottom", fontsize=8, color="0.25")

@@ -148,8 +148,9 @@ class RunResult:
         }
 
 
-def early_stop_message(early_stop: dict[str, Any]) -> str:
-    """Why a run stopped early, in one line with epochs numbered from 1 (as on the console).
+def early_stop_message(early_stop: dict[str, Any], metric: str = "accuracy") -> str:
+    """Why a run stopped early, in one line with epochs numbered from 1 (as on the console);
+    ``metric`` names the validation score (``AUC`` for link prediction).
 
     Example:
         ``early stop after epoch 7: no better validation accuracy in 3 evaluations
@@ -157,6 +158,6 @@ def early_stop_message(early_stop: dict[str, Any]) -> str:
     """
     p = int(early_stop["patience"])
     return (f"early stop after epoch {int(early_stop['epoch']) + 1}: no better validation "
-            f"accuracy in {p} evaluation{'' if p == 1 else 's'} "
+            f"{metric} in {p} evaluation{'' if p == 1 else 's'} "
             f"(best {float(early_stop['best_val_acc']):.4f} "
             f"at epoch {int(early_stop['best_epoch']) + 1})")
