@@ -47,25 +47,6 @@ RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec")
 #: ``JobConfig.recipe`` besides a recipe's name: ``auto`` (:class:`fgnn.Job` picks the recipe
 #: of the dataset, model and task, as ``launch.py`` does) or ``off`` (none: the config as built).
 RECIPE_CHOICES = ("auto", "off") + RECIPES
-#: ``TrainConfig.batch_size=None`` (auto): about this many optimizer steps per epoch, in
-#: batches of at least :data:`AUTO_BATCH_MIN` and at most :data:`AUTO_BATCH_MAX` (FGNN §7.1's
-#: 8000) items (docs/benchmarks.md, issue 31: GraphSAGE on Cora and CiteSeer).
-AUTO_BATCH_STEPS = 10
-AUTO_BATCH_MIN = 8
-AUTO_BATCH_MAX = 8000
-
-
-def auto_batch_size(num_train: int) -> int:
-    """The batch of ``TrainConfig.batch_size=None`` for ``num_train`` training items:
-    ``min(8000, max(8, ceil(num_train / 10)))`` -- about ten steps per epoch on a small
-    training split (140 Cora vertices: 14), FGNN §7.1's 8000 on a large one.
-
-    Raises:
-        ValueError: for a negative ``num_train``.
-    """
-    if num_train < 0:
-        raise ValueError(f"num_train must be >= 0, got num_train={num_train!r}")
-    return min(AUTO_BATCH_MAX, max(AUTO_BATCH_MIN, -(-int(num_train) // AUTO_BATCH_STEPS)))
 #: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.link.task`).
 TASKS = ("node", "link", "recsys")
 _TASK_NAMES: list[str] = list(TASKS)
@@ -352,6 +333,27 @@ class ModelConfig:
             _fail("ModelConfig", "dropout", self.dropout, "must lie in [0, 1)")
         if not 0.0 <= self.input_dropout < 1.0:
             _fail("ModelConfig", "input_dropout", self.input_dropout, "must lie in [0, 1)")
+
+
+#: ``TrainConfig.batch_size=None`` (auto): about this many optimizer steps per epoch, in
+#: batches of at least :data:`AUTO_BATCH_MIN` and at most :data:`AUTO_BATCH_MAX` (FGNN §7.1's
+#: 8000) items (docs/benchmarks.md, issue 31: GraphSAGE on Cora and CiteSeer).
+AUTO_BATCH_STEPS = 10
+AUTO_BATCH_MIN = 8
+AUTO_BATCH_MAX = 8000
+
+
+def auto_batch_size(num_train: int) -> int:
+    """The batch of ``TrainConfig.batch_size=None`` for ``num_train`` training items:
+    ``min(8000, max(8, ceil(num_train / 10)))`` -- about ten steps per epoch on a small
+    training split (140 Cora vertices: 14), FGNN §7.1's 8000 on a large one.
+
+    Raises:
+        ValueError: for a negative ``num_train``.
+    """
+    if num_train < 0:
+        raise ValueError(f"num_train must be >= 0, got num_train={num_train!r}")
+    return min(AUTO_BATCH_MAX, max(AUTO_BATCH_MIN, -(-int(num_train) // AUTO_BATCH_STEPS)))
 
 
 @dataclass
