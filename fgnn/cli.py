@@ -7,7 +7,9 @@ exits with status 2 and one line naming the flag and value, before Ray starts wh
 no report is written.
 
 Defaults come from a recipe (:mod:`fgnn.recipes`): Kipf & Welling's for ``--model gcn`` on a
-Planetoid dataset, FGNN §7.1's otherwise; a flag the user types always wins over the recipe.
+Planetoid dataset, FGNN §7.1's otherwise; a flag the user types always wins over the recipe, and
+``--recipe off`` applies none. :func:`fgnn.recipes.resolve_recipe` applies it, as for a
+:class:`~fgnn.config.JobConfig` built in Python.
 
 ``python -m fgnn.cli --markdown`` prints the flag table of ``docs/cli.md``.
 """
@@ -23,10 +25,10 @@ import traceback
 from typing import Any, NoReturn, Optional, Sequence
 
 from fgnn.causes import root_cause, strip_ansi
-from fgnn.config import DEFAULT_FANOUTS, JobConfig
+from fgnn.config import JobConfig
 from fgnn.flags import add_flags, build_config, flag_values, leaves, sections
 from fgnn.recipes import (FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, PINSAGE_REC_RECIPE, Recipe,
-                          apply_recipe, recipe_for)
+                          model_sampler, resolve_recipe)
 
 __all__ = ["build_parser", "config_from_args", "main", "flags_markdown", "FLAG_FIELDS"]
 
@@ -53,8 +55,10 @@ _DESCRIPTION = (
     f"{KIPF_RECIPE.name} ({KIPF_RECIPE.summary}) for every flag not given, and --task link on "
     f"them (with --model gcn or sage) uses {GAE_RECIPE.name} ({GAE_RECIPE.summary}); --task "
     f"recsys --model pinsage uses {PINSAGE_REC_RECIPE.name} ({PINSAGE_REC_RECIPE.summary}); other "
-    f"datasets and models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}). The defaults below "
-    "say where those recipes differ; the run's output and report name the recipe that applied.")
+    f"datasets and models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}); --recipe off applies "
+    "none. The defaults below say where those recipes differ; the run's output and report name "
+    "the recipe that applied. --batch-size auto (the default) adapts the batch to the training "
+    "split and says so in one line.")
 _EPILOG = ("Example: python launch.py --dataset cora --data-root ../shared/data/planetoid "
            "--model gcn --devices 4 --epochs 30 --report r.json")
 
@@ -115,9 +119,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------- flags → config
 def config_from_args(args: argparse.Namespace) -> JobConfig:
-    """Map parsed flags onto a :class:`JobConfig`, then fill the recipe of the dataset and model
-    (:func:`fgnn.recipes.recipe_for`) into the fields whose flags ``args.given_dests`` does not
-    name (a namespace without ``given_dests``, built by hand, gets no recipe).
+    """Map parsed flags onto a :class:`JobConfig`, then resolve its recipe
+    (:func:`fgnn.recipes.resolve_recipe`: unless ``--recipe off``, the recipe of the dataset,
+    model and task fills the fields whose flags ``args.given_dests`` does not name; a namespace
+    without ``given_dests``, built by hand, counts the values other than the defaults as given).
 
     Raises:
         ValueError: from a config's own validation (e.g. ``--samplers`` >= ``--devices``).
@@ -126,31 +131,25 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     _sampler_defaults(values)
     config = build_config(JobConfig, values)
     given = getattr(args, "given_dests", None)
-    if given is None:
-        return config
-    fields = {_DEST_FIELDS[d] for d in given if d in _DEST_FIELDS}
-    return apply_recipe(config, recipe_for(config.dataset, config.model.name, config.task),
-                        fields)
+    fields = None if given is None else {_DEST_FIELDS[d] for d in given if d in _DEST_FIELDS}
+    return resolve_recipe(config, fields)
 
 
 def _sampler_defaults(values: dict[str, Any]) -> None:
     """Fill ``sampler.kind`` and ``sampler.fanouts`` (``None`` when their flags are not given)
-    from the model: random walks for pinsage, k-hop with :data:`DEFAULT_FANOUTS` otherwise.
+    from the model (:func:`fgnn.recipes.model_sampler`): random walks for pinsage, k-hop with
+    :data:`fgnn.config.DEFAULT_FANOUTS` otherwise.
 
     Raises:
         ValueError: ``--fanouts`` given to random-walk sampling.
     """
-    model, fanouts = values["model.name"], values["sampler.fanouts"]
-    kind = values["sampler.kind"] or ("random_walk" if model == "pinsage" else "khop")
+    fanouts = values["sampler.fanouts"]
+    kind, full = model_sampler(values["model.name"], values["sampler.kind"], fanouts)
     if kind == "random_walk" and fanouts is not None:
         raise ValueError(f"SamplerConfig.fanouts: not used by random-walk sampling (PinSAGE); "
                          f"set --num-layers, --num-walks, --walk-length, --top-k instead. "
                          f"Received fanouts={','.join(map(str, fanouts))} instead.")
-    if fanouts is None:
-        fanouts = DEFAULT_FANOUTS[model]
-    if kind != "random_walk" and not fanouts:
-        fanouts = DEFAULT_FANOUTS["gcn"]
-    values.update({"sampler.kind": kind, "sampler.fanouts": tuple(fanouts)})
+    values.update({"sampler.kind": kind, "sampler.fanouts": full})
 
 
 def flag_for_error(err: ValueError) -> str:

@@ -9,7 +9,7 @@ these, so a new field with flag metadata is a new flag.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from fgnn.flags import (RelationFanouts, auto_count, fanout_list, flag, float_in, host_or_off,
@@ -24,6 +24,7 @@ __all__ = [
     "RuntimeConfig",
     "LinkConfig",
     "JobConfig",
+    "auto_batch_size",
 ]
 
 MODELS = ("gcn", "sage", "pinsage")
@@ -43,6 +44,9 @@ PLACEMENTS = ("replicate", "algorithm1", "auto")
 FRONTIERS = ("all", "new")
 #: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
 RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec")
+#: ``JobConfig.recipe`` besides a recipe's name: ``auto`` (:class:`fgnn.Job` picks the recipe
+#: of the dataset, model and task, as ``launch.py`` does) or ``off`` (none: the config as built).
+RECIPE_CHOICES = ("auto", "off") + RECIPES
 #: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.link.task`).
 TASKS = ("node", "link", "recsys")
 _TASK_NAMES: list[str] = list(TASKS)
@@ -331,14 +335,38 @@ class ModelConfig:
             _fail("ModelConfig", "input_dropout", self.input_dropout, "must lie in [0, 1)")
 
 
+#: ``TrainConfig.batch_size=None`` (auto): about this many optimizer steps per epoch, in
+#: batches of at least :data:`AUTO_BATCH_MIN` and at most :data:`AUTO_BATCH_MAX` (FGNN §7.1's
+#: 8000) items (docs/benchmarks.md, issue 31: GraphSAGE on Cora and CiteSeer).
+AUTO_BATCH_STEPS = 10
+AUTO_BATCH_MIN = 8
+AUTO_BATCH_MAX = 8000
+
+
+def auto_batch_size(num_train: int) -> int:
+    """The batch of ``TrainConfig.batch_size=None`` for ``num_train`` training items:
+    ``min(8000, max(8, ceil(num_train / 10)))`` -- about ten steps per epoch on a small
+    training split (140 Cora vertices: 14), FGNN §7.1's 8000 on a large one.
+
+    Raises:
+        ValueError: for a negative ``num_train``.
+    """
+    if num_train < 0:
+        raise ValueError(f"num_train must be >= 0, got num_train={num_train!r}")
+    return min(AUTO_BATCH_MAX, max(AUTO_BATCH_MIN, -(-int(num_train) // AUTO_BATCH_STEPS)))
+
+
 @dataclass
 class TrainConfig:
     """The optimisation loop."""
 
-    batch_size: int = flag(
-        8000, "seed vertices (training edges with --task link) per mini-batch = per optimizer "
-        "step at any device count; each mini-batch is cut into one task per device",
-        type=int_at_least(1), metavar="B")
+    batch_size: Optional[int] = flag(
+        None, "seed vertices (training edges with --task link) per mini-batch = per optimizer "
+        "step at any device count; each mini-batch is cut into one task per device; auto: "
+        "about 10 steps per epoch, min(8000, max(8, ceil(training items / 10)))",
+        type=auto_count, cli_default="auto", metavar="auto|B")
+    """Seeds per mini-batch; ``None`` (auto) settles it from the training split when the job
+    starts (:meth:`with_batch_for`, :func:`auto_batch_size`)."""
     epochs: int = flag(10, "training epochs", type=int_at_least(1), metavar="E")
     lr: float = flag(0.003, "learning rate", type=float_in(0.0, None, lo_open=True), metavar="LR")
     weight_decay: float = flag(0.0, "weight decay", type=float_in(0.0, None), metavar="WD")
@@ -376,7 +404,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _finite(self, "lr", "weight_decay")
-        for name in ("epochs", "batch_size", "eval_every"):
+        if self.batch_size is not None and self.batch_size < 1:
+            _fail("TrainConfig", "batch_size", self.batch_size, "must be >= 1 (or None: auto)")
+        for name in ("epochs", "eval_every"):
             if getattr(self, name) < 1:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
         if self.eval_mode not in EVAL_MODES:
@@ -391,6 +421,13 @@ class TrainConfig:
             _fail("TrainConfig", "patience", self.patience, "must be >= 1")
         if self.resume and not self.checkpoint_dir:
             _fail("TrainConfig", "resume", self.resume, "needs checkpoint_dir")
+
+    def with_batch_for(self, num_train: int) -> "TrainConfig":
+        """This config with an auto ``batch_size`` (``None``) settled for ``num_train``
+        training items (:func:`auto_batch_size`); itself when the batch size is set."""
+        if self.batch_size is not None:
+            return self
+        return replace(self, batch_size=auto_batch_size(num_train))
 
 
 @dataclass
@@ -596,9 +633,15 @@ class JobConfig:
         group="output")
     """Path of the model file written after the run (best-validation weights and metadata,
     read by :func:`fgnn.load_model`)."""
-    recipe: str = "fgnn-7.1"
-    """Which recipe's defaults the job uses (:mod:`fgnn.recipes`; ``launch.py`` picks it from
-    the dataset, model and task); a record for the report, it sets no value itself."""
+    recipe: str = flag(
+        "auto", "auto: the recipe of --dataset, --model and --task fills every flag not given "
+        "(docs/cli.md, Recipes); off: no recipe, the defaults below", choices=("auto", "off"),
+        group="task")
+    """Which recipe's defaults the job uses (:mod:`fgnn.recipes`): ``auto`` lets
+    :class:`fgnn.Job` pick the recipe of the dataset, model and task and fill it into the fields
+    left at their defaults (:func:`fgnn.recipes.resolve_recipe`, as ``launch.py`` does);
+    ``off`` runs the config as built; a recipe's name records the recipe already applied (the
+    resolver writes it; the report carries it) and changes nothing."""
     task: str = flag(
         "node", "node: node classification; link: link prediction on the graph's edges (an edge "
         "split; seeds are training edges with uniform negatives, sampled on the Samplers with "
@@ -613,8 +656,9 @@ class JobConfig:
     link: LinkConfig = section(LinkConfig, "task")
 
     def __post_init__(self) -> None:
-        if self.recipe not in RECIPES:
-            _fail("JobConfig", "recipe", self.recipe, f"must be one of {', '.join(RECIPES)}")
+        if self.recipe not in RECIPE_CHOICES:
+            _fail("JobConfig", "recipe", self.recipe,
+                  f"must be one of {', '.join(RECIPE_CHOICES)}")
         if self.task not in _TASK_NAMES:
             _fail("JobConfig", "task", self.task, f"must be one of {', '.join(_TASK_NAMES)}")
         if self.task == "link":

@@ -95,8 +95,10 @@ def default_eval_chunk(batch_size: int, row_bytes: int) -> int:
 
 def eval_chunk(train: "TrainConfig", row_bytes: int) -> int:
     """Seeds per evaluation chunk in force: ``train.eval_batch_size``, else
-    :func:`default_eval_chunk` of the training batch and the feature row bytes."""
-    return int(train.eval_batch_size or default_eval_chunk(train.batch_size, row_bytes))
+    :func:`default_eval_chunk` of the training batch and the feature row bytes (an auto batch
+    not yet settled for a training split, ``None``, adds nothing to the width's rule; the
+    runtime settles it first)."""
+    return int(train.eval_batch_size or default_eval_chunk(train.batch_size or 1, row_bytes))
 
 
 def eval_batches(idx: torch.Tensor, batch_size: int) -> list[torch.Tensor]:

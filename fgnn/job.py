@@ -34,7 +34,8 @@ from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard,
 from fgnn.sampling import Sampler
 from fgnn.sigterm import interrupt_on_sigterm
 
-__all__ = ["Job", "JobConfigError", "batch_warning", "check_address", "describe_devices"]
+__all__ = ["Job", "JobConfigError", "batch_note", "batch_warning", "check_address",
+           "describe_devices"]
 
 #: Seconds the address pre-check waits for a TCP connection before calling it unreachable.
 ADDRESS_TIMEOUT_S = 3.0
@@ -50,6 +51,20 @@ def batch_warning(batch_size: int, num_train: int) -> Optional[str]:
         return None
     return (f"batch size {batch_size} >= {num_train} training vertices: one optimizer step per "
             f"epoch; a smaller --batch-size learns more per epoch")
+
+
+#: What a task's training items are, for :func:`batch_note` (other tasks: "items").
+_ITEMS = {"node": "nodes", "link": "edges", "recsys": "users"}
+
+
+def batch_note(batch_size: int, num_train: int, task: str = "node") -> str:
+    """The one line that says which batch size ``TrainConfig.batch_size=None`` (auto) chose.
+
+    Example:
+        ``batch size 14 (140 training nodes; set --batch-size to override)``
+    """
+    return (f"batch size {batch_size} ({num_train} training {_ITEMS.get(task, 'items')}; set "
+            f"--batch-size to override)")
 
 
 class JobConfigError(ValueError):
@@ -265,21 +280,11 @@ class Job:
                 message names what failed and what was kept.
         """
         self.validate()
+        from fgnn.recipes import resolve_recipe
+        self.config = resolve_recipe(self.config)  # recipe "auto": what launch.py applies
         from_spec = self.dataset is None
         load_s = self._prepare_dataset()
-        cfg = self.config
-
-        from fgnn.executors.scheduler import step_tasks
-        from fgnn.monitor.progress import Progress
-        task = -(-cfg.train.batch_size // step_tasks(cfg.runtime.mode, cfg.runtime.devices))
-        progress = Progress(cfg.train.epochs, task, enabled=self.progress)
-        runtime = self._runtime(progress, from_spec)
-        # training items: vertices, or a link job's training supervision edges
-        num_train = progress.num_train = runtime.num_items("train")
-        # Kipf & Welling's recipe trains on the whole training split per step by design.
-        warning = batch_warning(cfg.train.batch_size, num_train)
-        if warning and cfg.recipe != "kipf-welling":
-            self._say(f"fgnn: warning: {warning}")
+        runtime, progress = self._runtime_and_progress(from_spec)
         result = self._train(runtime, progress)
         self._complete(result, load_s)
         self.result = result
@@ -288,6 +293,24 @@ class Job:
         return result
 
     # ------------------------------------------------------------------ internals
+    def _runtime_and_progress(self, from_spec: bool) -> tuple[Any, Any]:
+        """The runtime and its progress display; prints the batch size an auto
+        ``train.batch_size`` settled on (or warns about a set batch that holds every training
+        item)."""
+        from fgnn.monitor.progress import Progress
+        progress = Progress(self.config.train.epochs, 1, enabled=self.progress)
+        runtime = self._runtime(progress, from_spec)
+        cfg, batch = self.config, runtime.config.train.batch_size
+        # training items: vertices, a link job's training supervision edges, users
+        num_train = progress.num_train = runtime.num_items("train")
+        progress.batch_size = -(-batch // runtime.step_tasks)
+        warning = batch_warning(batch, num_train)
+        if cfg.train.batch_size is None:
+            self._say(f"fgnn: {batch_note(batch, num_train, cfg.task)}")
+        elif warning and cfg.recipe != "kipf-welling":  # Kipf & Welling's one batch by design
+            self._say(f"fgnn: warning: {warning}")
+        return runtime, progress
+
     def _prepare_dataset(self) -> float:
         """Load the dataset (unless given), check it can train this config, settle a typed
         link job's relation; the load's seconds.
@@ -344,7 +367,8 @@ class Job:
     def _say_result(self, result: RunResult) -> None:
         """Print the early stop (if any), the timing and the final metrics."""
         if result.early_stop:
-            self._say(f"fgnn: {early_stop_message(result.early_stop)}")
+            why = early_stop_message(result.early_stop, result.metric or "accuracy")
+            self._say(f"fgnn: {why}")
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
         if self.config.task in ("link", "recsys"):

@@ -10,7 +10,7 @@ Four recipes exist:
   accuracy more steadily over seeds), dropout 0.5 on the input features and between layers,
   Adam with lr 0.01 and weight decay 5e-4, 200 epochs, fanouts above every Planetoid vertex's
   degree (the full neighbourhood, the paper's full-graph propagation) and one mini-batch of the
-  whole training split (the default batch of 8000 holds 140 / 120 / 60 training vertices). The
+  whole training split (a batch of 8000 holds the 140 / 120 / 60 training vertices). The
   features are row-normalised by the Planetoid loader; the test score is that of the best
   validation epoch.
 * ``gae`` -- the GAE link-prediction setting (Kipf & Welling, 2016) for ``task="link"`` on the
@@ -32,23 +32,34 @@ A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields (a
 dataset spec). :func:`apply_recipe` writes them into a config except for the fields the user set, so
 a flag always wins over the recipe, and records the recipe's name in ``JobConfig.recipe`` (the
 report carries it).
+
+:func:`resolve_recipe` is the one way a recipe reaches a job, from ``launch.py`` (which knows the
+flags typed) and from Python (:class:`fgnn.Job` resolves a config whose ``recipe`` is ``auto``,
+the default; the fields left at their defaults are the ones not given). It also fills the
+per-model sampler defaults (:func:`model_sampler`). ``recipe="off"`` (``--recipe off``) applies
+no recipe. Independently of the recipe, ``train.batch_size=None`` (the default) adapts the batch
+to the training split (:func:`fgnn.config.auto_batch_size`) when the job starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Collection, Mapping
+from typing import Any, Collection, Mapping, Optional
 
-from fgnn.config import JobConfig
+from fgnn.config import DEFAULT_FANOUTS, JobConfig
 from fgnn.data.spec import parse_spec
 
 __all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
-           "FULL_FANOUT", "recipe_for", "apply_recipe", "with_spec_options"]
+           "FULL_FANOUT", "FULL_BATCH", "recipe_for", "apply_recipe", "resolve_recipe",
+           "given_fields", "model_sampler", "with_spec_options"]
 
 #: A fanout above the largest degree of Cora (168), CiteSeer (99) and PubMed (171): the k-hop
 #: sampler keeps every neighbour of a vertex whose degree is at most its fanout.
 FULL_FANOUT = 1000
+#: Kipf & Welling's one batch of the training split: above the 140 / 120 / 60 training vertices
+#: of Cora, CiteSeer and PubMed (FGNN §7.1's batch).
+FULL_BATCH = 8000
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,7 @@ KIPF_RECIPE = Recipe(
         "train.lr": 0.01,
         "train.weight_decay": 5e-4,
         "train.epochs": 200,
+        "train.batch_size": FULL_BATCH,
         "sampler.fanouts": (FULL_FANOUT, FULL_FANOUT),
     },
 )
@@ -183,6 +195,64 @@ def apply_recipe(config: JobConfig, recipe: Recipe, given: Collection[str] = ())
     if recipe.spec_options:
         changes["dataset"] = with_spec_options(config.dataset, recipe.spec_options)
     return dataclasses.replace(config, recipe=recipe.name, **changes)
+
+
+def resolve_recipe(config: JobConfig, given: Optional[Collection[str]] = None) -> JobConfig:
+    """The job ``config`` describes once its recipe is applied: the one resolver of
+    ``launch.py`` and :class:`fgnn.Job`.
+
+    With ``config.recipe == "auto"``: the per-model sampler defaults (:func:`model_sampler`)
+    and the recipe of the dataset, model and task (:func:`recipe_for`) fill every field not in
+    ``given``, and ``recipe`` records the recipe's name. With ``"off"`` or a recipe's name (a
+    config already resolved), ``config`` itself.
+
+    Args:
+        config: the job as built from flags or in Python.
+        given: dotted fields the user set (``launch.py``: the flags typed); ``None``: the fields
+            whose values differ from a default :class:`JobConfig`'s (:func:`given_fields`), so
+            a field left at, or set to, its default takes the recipe's value.
+
+    Raises:
+        ValueError: as the configs' own validation, or :func:`with_spec_options`.
+    """
+    if config.recipe != "auto":
+        return config
+    given = given_fields(config) if given is None else frozenset(given)
+    kind, fanouts = model_sampler(
+        config.model.name, config.sampler.kind if "sampler.kind" in given else None,
+        config.sampler.fanouts if "sampler.fanouts" in given else None)
+    if (kind, fanouts) != (config.sampler.kind, config.sampler.fanouts):
+        config = dataclasses.replace(config, sampler=dataclasses.replace(
+            config.sampler, kind=kind, fanouts=fanouts))
+    return apply_recipe(config, recipe_for(config.dataset, config.model.name, config.task),
+                        given)
+
+
+def given_fields(config: JobConfig) -> frozenset[str]:
+    """The dotted fields (``"model.hidden"``, ``"dataset"``) whose values in ``config`` differ
+    from those of ``JobConfig()``: what a config built in Python sets."""
+    default, out = JobConfig(), set()
+    for f in dataclasses.fields(JobConfig):
+        value, ref = getattr(config, f.name), getattr(default, f.name)
+        if dataclasses.is_dataclass(value):
+            out |= {f"{f.name}.{g.name}" for g in dataclasses.fields(value)
+                    if getattr(value, g.name) != getattr(ref, g.name)}
+        elif value != ref:
+            out.add(f.name)
+    return frozenset(out)
+
+
+def model_sampler(model: str, kind: Optional[str], fanouts: Optional[tuple[int, ...]]
+                  ) -> tuple[str, tuple[int, ...]]:
+    """``(sampler kind, fanouts)`` for ``model`` where ``kind`` or ``fanouts`` is not given
+    (``None``): random walks for pinsage, k-hop otherwise, with the model's FGNN §7.1 fanouts
+    (:data:`~fgnn.config.DEFAULT_FANOUTS`; GCN's for a k-hop pinsage)."""
+    kind = kind or ("random_walk" if model == "pinsage" else "khop")
+    if fanouts is None:
+        fanouts = DEFAULT_FANOUTS[model]
+    if kind != "random_walk" and not fanouts:
+        fanouts = DEFAULT_FANOUTS["gcn"]
+    return kind, tuple(int(f) for f in fanouts)
 
 
 def with_spec_options(spec: str, options: Mapping[str, Any]) -> str:

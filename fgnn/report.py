@@ -5,7 +5,8 @@ A report is :meth:`fgnn.monitor.stats.RunResult.to_dict` written as JSON (``NaN`
 time of training and validation, the training loss and the validation accuracy.
 
 Reports from older versions (without the start-up / cache-fill split, ``eval_s``,
-``final_eval_s``, ``early_stop``, ``allocation.cache_policy``) still load and print.
+``final_eval_s``, ``early_stop``, ``allocation.cache_policy``, ``metric``) still load and print
+(a report without ``metric`` is read as its task's: accuracy, AUC, recall@10).
 
 Print one as a table::
 
@@ -26,7 +27,7 @@ from fgnn.atomic import atomic_open
 from fgnn.config import MODES, task_names
 from fgnn.executors._ledger import LEDGER_KEYS
 from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
-from fgnn.monitor.summary import cache_text, devices_text, timing_text
+from fgnn.monitor.summary import cache_text, devices_text, metric_name, timing_text
 
 __all__ = [
     "ReportError",
@@ -113,7 +114,8 @@ def validate_report(report: Mapping[str, Any]) -> None:
     ``missing``, ``rejected`` with ``applied + missing == tasks``, and ``exactly_once``, true
     exactly when ``missing`` and ``applied_twice`` are 0); ``final_eval_s`` (seconds);
     ``early_stop`` (null or an object with ``epoch``, ``patience``, ``best_val_acc``,
-    ``best_epoch``).
+    ``best_epoch``); ``metric`` (null or the name of the task's validation score, e.g.
+    ``accuracy``, ``AUC``, ``recall@10``).
 
     Args:
         report: the decoded JSON (or :meth:`RunResult.to_dict` output).
@@ -137,6 +139,9 @@ def validate_report(report: Mapping[str, Any]) -> None:
     _check_final(report)
     _optional_number(report, "final_eval_s", "")
     _check_early_stop(report.get("early_stop"))
+    metric = report.get("metric")
+    if metric is not None and (not isinstance(metric, str) or not metric.strip()):
+        _fail("metric", "must be a non-empty string or null", metric)
 
 
 def _check_allocation(alloc: Mapping[str, Any]) -> None:
@@ -342,8 +347,9 @@ def format_report(report: Mapping[str, Any]) -> str:
 
     Epochs are shown numbered from 1, as in the progress lines (the JSON ``epoch`` is 0-based).
     The header states the devices used (and what was asked for, when that differs), the cache
-    policy in force, and where the wall time went; ``val`` is the per-epoch validation accuracy
-    (AUC for link prediction; ``-`` where the epoch was not evaluated).
+    policy in force, and where the wall time went; the last column is the per-epoch validation
+    score, headed by the task's metric (``val accuracy``, ``val AUC`` for link prediction,
+    ``val recall@10``; ``-`` where the epoch was not evaluated).
     """
     cfg = report["config"]
     a, fin = report["allocation"], report["final"]
@@ -357,9 +363,10 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"time     {timing_text(report)}",
         "",
     ]
+    val = f"val {metric_name(report)}"
     head = (f"{'epoch':>5} {'wall':>7} {'eval':>6} {'sample':>7} {'S':>7} {'M':>7} {'C':>7} "
             f"{'extract':>8} {'train':>7} {'hit':>6} {'h2d':>10} {'sw':>4} {'batch':>5} "
-            f"{'loss':>8} {'val':>6}")
+            f"{'loss':>8} {val:>6}")
     lines += [head, "-" * len(head)]
     for e in report["epochs"]:
         s = e["sample_s"]
@@ -369,13 +376,13 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"{e['extract_s']:>8.3f} {e['train_s']:>7.3f} "
             f"{100 * e['hit_rate']:>5.1f}% {_bytes(e['bytes_host_to_device']):>10} "
             f"{e['switches']:>4} {e['batches']:>5} {_fmt(e['loss'], '>8.4f'):>8} "
-            f"{_fmt(_val(e), '>6.4f'):>6}")
+            f"{_fmt(_val(e), '.4f'):>{max(6, len(val))}}")
     lines += ["-" * len(head), *_COLUMNS_NOTE, ""]
     ledger = _ledger_text(report["epochs"])
     if ledger:
         lines.append(ledger)
     if report.get("early_stop"):
-        lines.append(early_stop_message(report["early_stop"]))
+        lines.append(early_stop_message(report["early_stop"], metric_name(report)))
     if cfg.get("task") in ("link", "recsys"):
         lines.append("final    " + "   ".join(f"{k} {_fmt(v, '.4f')}" for k, v in fin.items()))
     else:

@@ -421,6 +421,7 @@ class _FitRun:
               eval_sampler: SamplerOrFanouts, eval_batch_size: Optional[int]) -> "_FitRun":
         """Check the arguments, move the model, seed torch and the sampling generator."""
         _check_fit_args(dataset, model, sampler)
+        cfg = cfg.with_batch_for(int(dataset.train_idx.numel()))  # an auto batch: the split's
         model.to(device)
         if optimizer is None:
             optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr,

@@ -103,8 +103,8 @@ def test_every_job_field_has_a_flag_and_every_flag_sets_a_field():
     assert parser_flags - set(FLAG_FIELDS) == {"--no-progress", "--debug"}
     assert set(FLAG_FIELDS) <= parser_flags
     assert {leaf.path for leaf in leaves(JobConfig)} == set(FLAG_FIELDS.values())
-    # JobConfig.recipe is set from the dataset, model and task, not by a flag of its own
-    assert _job_leaf_fields() - set(FLAG_FIELDS.values()) == {"recipe"}
+    # JobConfig.recipe too: --recipe auto|off (auto resolves the dataset's, model's, task's)
+    assert _job_leaf_fields() - set(FLAG_FIELDS.values()) == set()
 
 
 def test_parser_defaults_are_the_config_defaults():
@@ -128,7 +128,8 @@ def test_parser_defaults_are_the_config_defaults():
      "argument --stall-timeout: must be > 0. Received stall_timeout_s=0 instead."),
     ("LinkConfig.exclude: bad", "argument --exclude-seed-edges: bad"),
     ("JobConfig.task: bad", "argument --task: bad"),
-    ("JobConfig.recipe: bad", "JobConfig.recipe: bad"),
+    ("JobConfig.recipe: bad", "argument --recipe: bad"),
+    ("JobConfig.nosuch: bad", "JobConfig.nosuch: bad"),  # no flag: the text as it is
 ])
 def test_config_errors_name_the_flag_of_the_field(message, line):
     assert flag_for_error(ValueError(message)) == line

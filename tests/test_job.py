@@ -164,3 +164,23 @@ def test_patience_with_an_empty_validation_split_is_refused_before_ray(tmp_path)
     with pytest.raises(JobConfigError, match=r"train.patience.*empty validation split"):
         fgnn.Job(cfg, dataset=data, progress=False, out=io.StringIO()).run()
     assert not (tmp_path / "r.json").exists()
+
+
+def test_an_auto_batch_is_said_in_one_line_and_recorded(ray_session, tmp_path):
+    """No batch size set: the job settles one from the training split, prints it and records
+    it with the recipe it resolved (issue 31)."""
+    data = load_dataset(TINY)
+    n = int(data.train_idx.numel())
+    out = io.StringIO()
+    cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
+                    runtime=RuntimeConfig(devices=2), train=TrainConfig(epochs=1),
+                    report=str(tmp_path / "r.json"))
+    job = fgnn.Job(cfg, dataset=data, progress=False, out=out)
+    job.run()
+    batch = -(-n // 10)
+    assert (f"fgnn: batch size {batch} ({n} training nodes; set --batch-size to override)"
+            in out.getvalue().splitlines())
+    report = json.loads(Path(cfg.report).read_text())
+    assert report["config"]["train"]["batch_size"] == batch
+    assert report["config"]["recipe"] == "fgnn-7.1" and job.config.recipe == "fgnn-7.1"
+    assert report["epochs"][0]["ledger"]["tasks"] >= 10        # about ten steps, not one

@@ -137,3 +137,22 @@ def test_older_report_plots(tmp_path):
     out = plot_report(r, tmp_path / "p.png")
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert [p.name for p in tmp_path.iterdir()] == ["p.png"]
+
+
+@pytest.mark.parametrize("metric", ["AUC", None])
+def test_a_link_run_plots_its_validation_auc_under_that_name(metric):
+    """A link job's panel says AUC (title, axis), and its dashed line is the test AUC; a report
+    written before reports named their metric reads the same from its task."""
+    from test_report import link_report
+
+    ax = _axes(report_figure(link_report(metric)))["val"]
+    assert ax.get_title() == "validation AUC" and ax.get_ylabel() == "AUC"
+    val_line, test_line = ax.get_lines()
+    assert list(val_line.get_ydata()) == pytest.approx([0.91, 0.91])
+    assert list(test_line.get_ydata()) == [0.93, 0.93]            # final test AUC, dashed
+    assert "final test 0.9300" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_node_run_plots_validation_accuracy():
+    ax = _axes(report_figure(_report()))["val"]
+    assert (ax.get_title(), ax.get_ylabel()) == ("validation accuracy", "accuracy")

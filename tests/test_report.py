@@ -6,11 +6,13 @@ import copy
 import json
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 
 from fgnn.config import JobConfig, RuntimeConfig
 from fgnn.monitor.stats import EpochStats, RunResult, SampleTimes
+from fgnn.monitor.summary import metric_name
 from fgnn.report import (
     ReportError,
     format_report,
@@ -42,7 +44,8 @@ def make_result(epochs: int = 3) -> RunResult:
 
 #: Fields a report written before the start-up / evaluation split and the policy record lacks.
 NEW_FIELDS = ("preprocess.startup_s", "preprocess.cache_fill_s", "allocation.devices_requested",
-              "allocation.cache_policy", "final_eval_s", "early_stop", "epochs.*.eval_s")
+              "allocation.cache_policy", "final_eval_s", "early_stop", "epochs.*.eval_s",
+              "metric")
 
 
 def older_report(epochs: int = 3) -> dict:
@@ -178,7 +181,7 @@ def test_format_table():
         assert word in text, word
     lines = text.splitlines()
     head = lines[lines.index(_rule(text)) - 1].split()
-    assert head[:3] == ["epoch", "wall", "eval"] and head[-2:] == ["loss", "val"]
+    assert head[:3] == ["epoch", "wall", "eval"] and head[-3:] == ["loss", "val", "accuracy"]
     rows = [line.split() for line in lines[lines.index(_rule(text)) + 1:][:2]]
     assert [row[0] for row in rows] == ["1", "2"]
     assert [row[2] for row in rows] == ["0.250", "0.250"]  # eval_s per epoch
@@ -300,3 +303,54 @@ def test_train_score_must_still_be_a_number():
     report["final"]["train_acc"] = None
     with pytest.raises(ReportError, match="final.train_acc: must be a number"):
         validate_report(report)
+
+
+def link_report(metric: Optional[str] = "AUC") -> dict:
+    """A link-prediction report: validation AUC and AP per epoch, the final AUC and AP."""
+    r = make_result(2).to_dict()
+    r["config"]["task"] = "link"
+    for e in r["epochs"]:
+        e["val_acc"], e["val_auc"], e["val_ap"] = None, 0.91, 0.9
+    r["final"] = {"val_auc": 0.92, "val_ap": 0.91, "test_auc": 0.93, "test_ap": 0.92}
+    if metric is None:
+        del r["metric"]  # written before reports named their metric
+    else:
+        r["metric"] = metric
+    return r
+
+
+@pytest.mark.parametrize("metric", ["AUC", None])
+def test_a_link_report_table_names_auc_not_accuracy(metric):
+    r = link_report(metric)
+    validate_report(r)
+    text = format_report(r)
+    lines = text.splitlines()
+    head = lines[lines.index(_rule(text)) - 1].split()
+    assert head[-2:] == ["val", "AUC"] and "accuracy" not in text
+    rows = [line.split() for line in lines[lines.index(_rule(text)) + 1:][:2]]
+    assert [row[-1] for row in rows] == ["0.9100", "0.9100"]
+
+
+def test_the_report_carries_the_metric_of_its_task():
+    assert make_result().to_dict()["metric"] is None       # unnamed: the task's (accuracy)
+    assert metric_name(make_result().to_dict()) == "accuracy"
+    r = make_result().to_dict()
+    r["config"]["task"], r["metric"] = "recsys", None
+    assert metric_name(r) == "recall@10"
+    for bad in (3, "", "  "):
+        r = make_result().to_dict()
+        r["metric"] = bad
+        with pytest.raises(ReportError, match="report field metric"):
+            validate_report(r)
+    from fgnn.link.task import LinkTask
+    from fgnn.tasks import NodeTask
+    from fgnn.tasks.recsys import RecsysTask
+    assert (NodeTask.metric, LinkTask.metric, RecsysTask.metric) == \
+        ("accuracy", "AUC", "recall@10")
+
+
+def test_a_link_run_stopped_early_names_its_auc():
+    r = link_report()
+    r["early_stop"] = {"epoch": 5, "patience": 2, "best_val_acc": 0.93, "best_epoch": 3}
+    assert ("early stop after epoch 6: no better validation AUC in 2 evaluations (best 0.9300 "
+            "at epoch 4)") in format_report(r)

@@ -162,10 +162,6 @@ class Runtime:
             raise ValueError(f"dataset must be a Dataset, got {type(dataset).__name__}")
         if faults is not None and not isinstance(faults, FaultSpec):
             raise TypeError(f"faults must be a FaultSpec, got {faults!r}")
-        if config.train.eval_batch_size is None:
-            chunk = eval_chunk(config.train, dataset.feature_row_bytes)
-            config = replace(config, train=replace(config.train, eval_batch_size=chunk))
-        self.config = config
         check_job(config, dataset)  # what the task and graph kind refuse, one line
         #: homogeneous or typed (:mod:`fgnn.executors._graph_kind`): payloads, stores, planner
         self.kind = graph_kind(dataset)
@@ -174,6 +170,7 @@ class Runtime:
         #: what the job learns (:mod:`fgnn.tasks`): items, samples, loss, scores
         self.task = build_task(config, dataset, model)
         dataset = self.task.training_dataset(dataset)  # a link job: the training message graph
+        config = self.config = _settle_sizes(config, self.task, dataset)  # auto batch, eval chunk
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else self.task.build_model(
             config, dataset, self.sampler.num_layers)
@@ -468,7 +465,7 @@ class Runtime:
         return RunResult(config=self.config.to_dict(), mode=self.config.runtime.mode,
                          allocation=self._allocation(), preprocess=self._preprocess(),
                          epochs=epochs, final=final, final_eval_s=self.final_eval_s,
-                         early_stop=early_stop)
+                         early_stop=early_stop, metric=getattr(self.task, "metric", "accuracy"))
 
     def _start(self) -> None:
         """Reorder (hot-first), start the services and the first layout, and compute a
@@ -720,3 +717,13 @@ def _why(err: BaseException) -> str:
             first = line.split(". ")[0].rstrip(".")
             return ": " + (first[:1].lower() + first[1:])[:120]
     return ""
+
+
+def _settle_sizes(config: JobConfig, task: Any, dataset: Dataset) -> JobConfig:
+    """``config`` with an auto batch size settled for the task's training items
+    (:meth:`~fgnn.config.TrainConfig.with_batch_for`) and an auto evaluation chunk for the
+    feature width (:func:`fgnn.evaluation.eval_chunk`)."""
+    train = config.train.with_batch_for(int(task.items("train", dataset).numel()))
+    if train.eval_batch_size is None:
+        train = replace(train, eval_batch_size=eval_chunk(train, dataset.feature_row_bytes))
+    return config if train is config.train else replace(config, train=train)

@@ -207,6 +207,8 @@ class LinkTask:
                 "neg_ratio": self.neg_ratio, "exclude": self.exclude}
 
     name = "link"
+    #: The validation score that picks the weights, as plots and tables name it.
+    metric = "AUC"
     step = PAIR_STEP
 
     def items(self, split: str, dataset: Any = None) -> torch.Tensor:

@@ -166,6 +166,7 @@ class _LinkRun:
                  decoder: nn.Module, sampler: LinkNeighborSampler, cfg: TrainConfig, loss: str,
                  margin: float, opt: torch.optim.Optimizer, known: Any) -> None:
         self.features, self.split, self.encoder, self.decoder = features, split, encoder, decoder
+        cfg = cfg.with_batch_for(int(split.train_pos.shape[1]))  # an auto batch: the split's
         self.sampler, self.cfg, self.loss, self.margin = sampler, cfg, loss, margin
         self.opt, self.known = opt, known
         self.graph = split.graph("train")

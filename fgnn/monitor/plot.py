@@ -3,8 +3,9 @@
 * **Stage breakdown** (top left): stacked bars splitting each epoch's executor time into Sample
   (S sampling, M marking cached vertices, C copying to the global queue; FGNN Table 5), Extract
   and Train, summed over executors; the line on the right axis is the cache hit rate.
-* **Training loss** (top right) and **validation accuracy** (bottom right) per epoch; the final
-  test accuracy is a dashed line.
+* **Training loss** (top right) and the **validation score** (bottom right) per epoch, named
+  for the task's metric (accuracy, AUC for link prediction, recall@10 for a recommender;
+  :func:`fgnn.monitor.summary.metric_name`); the final test score is a dashed line.
 * **Wall time** (bottom left): each epoch's training and validation wall seconds.
 
 The title names the dataset (long specs wrapped at commas, and shortened if still too wide), the
@@ -24,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from fgnn.atomic import atomic_open
 from fgnn.monitor.stats import early_stop_message
-from fgnn.monitor.summary import cache_policy, plural, timing_text
+from fgnn.monitor.summary import cache_policy, metric_name, plural, timing_text
 
 __all__ = ["plot_report", "report_figure", "report_title"]
 
@@ -176,9 +177,9 @@ def _plot_loss(ax_loss: Any, xs: Sequence[int], epochs: Sequence[Mapping[str, An
 
 
 def _plot_validation(ax_val: Any, xs: Sequence[int], epochs: Sequence[Mapping[str, Any]],
-                     final: Mapping[str, Any]) -> None:
-    """Validation accuracy per epoch (link prediction: the validation AUC), with the final
-    test accuracy."""
+                     final: Mapping[str, Any], metric: str = "accuracy") -> None:
+    """The validation ``metric`` per epoch (accuracy; a link job's AUC; a recommender's
+    recall@10), with the final test score."""
     pts = [(x, _number(e.get("val_acc") if e.get("val_acc") is not None else e.get("val_auc")))
            for x, e in zip(xs, epochs)]
     pts = [(x, v) for x, v in pts if v is not None]
@@ -187,14 +188,14 @@ def _plot_validation(ax_val: Any, xs: Sequence[int], epochs: Sequence[Mapping[st
                     markersize=3, label="validation")
     else:
         _nothing(ax_val, "not evaluated")
-    test = _number(final.get("test_acc") if "test_acc" in final else final.get("test_auc"))
+    test = _number(final.get("test_acc" if metric == "accuracy" else f"test_{metric.lower()}"))
     if test is not None:
         ax_val.axhline(test, color="0.3", linestyle="--", linewidth=1,
                        label=f"final test {test:.4f}")
     if pts or test is not None:
         ax_val.legend(fontsize=7, frameon=False, loc="best")
-    ax_val.set_ylabel("accuracy")
-    ax_val.set_title("validation accuracy", fontsize=10)
+    ax_val.set_ylabel(metric)
+    ax_val.set_title(f"validation {metric}", fontsize=10)
     _epoch_axis(ax_val, xs)
 
 
@@ -203,7 +204,7 @@ def _add_footer(fig: Any, report: Mapping[str, Any]) -> None:
     room reserved for it in the layout."""
     footer = [f"time: {timing_text(report)}"]
     if report.get("early_stop"):
-        footer.append(early_stop_message(report["early_stop"]))
+        footer.append(early_stop_message(report["early_stop"], metric_name(report)))
     chars = int(fig.bbox.width / (0.62 * 8 * fig.dpi / 72))  # 8 pt characters across
     footer = [part for line in footer for part in textwrap.wrap(line, chars)]
     fig.text(0.5, 0.005, "\n".join(footer), ha="center", va="bottom", fontsize=8, color="0.25")
@@ -220,7 +221,7 @@ def report_figure(report: Mapping[str, Any]) -> Any:
 
     Returns:
         A ``matplotlib.figure.Figure`` whose axes are, in order: stage breakdown, its hit-rate
-        twin, loss, wall time, validation accuracy.
+        twin, loss, wall time, validation score (the task's metric).
     """
     # The Agg canvas directly, no pyplot: no global backend switch, no display needed.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -241,7 +242,7 @@ def report_figure(report: Mapping[str, Any]) -> Any:
     _plot_stages(ax_stage, ax_hit, xs, epochs)
     _plot_wall(ax_wall, xs, epochs)
     _plot_loss(ax_loss, xs, epochs)
-    _plot_validation(ax_val, xs, epochs, report.get("final", {}))
+    _plot_validation(ax_val, xs, epochs, report.get("final", {}), metric_name(report))
     _add_footer(fig, report)
     _fit_title(fig, report)
     fig.draw_without_rendering()  # run the layout with the final title in place

@@ -128,6 +128,10 @@ class RunResult:
     """Why training stopped before ``train.epochs`` (``None`` when it ran them all):
     ``epoch`` (the last one run, 0-based), ``patience`` (evaluations without a better validation
     accuracy), ``best_val_acc`` and ``best_epoch`` (0-based). See :func:`early_stop_message`."""
+    metric: Optional[str] = None
+    """The task's validation score, as the plot and table name it (``accuracy``, ``AUC``,
+    ``recall@10``; :attr:`fgnn.tasks.Task.metric`); ``None``: the task's default
+    (:func:`fgnn.monitor.summary.metric_name`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
@@ -140,11 +144,13 @@ class RunResult:
             "final": self.final,
             "final_eval_s": self.final_eval_s,
             "early_stop": self.early_stop,
+            "metric": self.metric,
         }
 
 
-def early_stop_message(early_stop: dict[str, Any]) -> str:
-    """Why a run stopped early, in one line with epochs numbered from 1 (as on the console).
+def early_stop_message(early_stop: dict[str, Any], metric: str = "accuracy") -> str:
+    """Why a run stopped early, in one line with epochs numbered from 1 (as on the console);
+    ``metric`` names the validation score (``AUC`` for link prediction).
 
     Example:
         ``early stop after epoch 7: no better validation accuracy in 3 evaluations
@@ -152,6 +158,6 @@ def early_stop_message(early_stop: dict[str, Any]) -> str:
     """
     p = int(early_stop["patience"])
     return (f"early stop after epoch {int(early_stop['epoch']) + 1}: no better validation "
-            f"accuracy in {p} evaluation{'' if p == 1 else 's'} "
+            f"{metric} in {p} evaluation{'' if p == 1 else 's'} "
             f"(best {float(early_stop['best_val_acc']):.4f} "
             f"at epoch {int(early_stop['best_epoch']) + 1})")

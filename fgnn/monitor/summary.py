@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 __all__ = ["plural", "devices_note", "devices_text", "cache_policy", "cache_text",
-           "timing_parts", "timing_text", "LEGACY_CACHE_BUILD"]
+           "timing_parts", "timing_text", "LEGACY_CACHE_BUILD", "metric_name", "TASK_METRICS"]
 
 #: Label of the pre-split ``cache_build_s`` of older reports (start-up and cache fill together).
 LEGACY_CACHE_BUILD = "worker start-up + cache fill"
@@ -115,3 +115,17 @@ def timing_parts(report: Mapping[str, Any]) -> list[tuple[str, float]]:
 def timing_text(report: Mapping[str, Any], sep: str = ", ") -> str:
     """:func:`timing_parts` in one line: ``load 0.28s, pre-sampling 0.10s, ...``."""
     return sep.join(f"{label} {seconds:.2f}s" for label, seconds in timing_parts(report))
+
+
+#: The validation score of each built-in task, for reports that do not name theirs (written
+#: before the report carried ``metric``); :attr:`fgnn.tasks.Task.metric` is the source.
+TASK_METRICS = {"node": "accuracy", "link": "AUC", "recsys": "recall@10"}
+
+
+def metric_name(report: Mapping[str, Any]) -> str:
+    """What the report's validation scores measure: its ``metric`` (the task's), else the
+    metric of its ``config.task`` (older reports), else ``accuracy``."""
+    metric = report.get("metric")
+    if isinstance(metric, str) and metric:
+        return metric
+    return TASK_METRICS.get(str(_config(report, "task") or "node"), "accuracy")

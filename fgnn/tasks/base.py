@@ -51,6 +51,9 @@ class Task(Protocol):
 
     Attributes:
         name: ``JobConfig.task``.
+        metric: the validation score that picks the weights, as the report, its plot and
+            table name it (``accuracy``, ``AUC``, ``recall@10``); optional for a registered
+            task (``accuracy`` when absent).
         step: the Trainers' :class:`StepRule`.
         eval_splits: splits an evaluation pass scores at the end of the run.
     """

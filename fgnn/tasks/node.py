@@ -71,6 +71,8 @@ class NodeTask:
 
     name: str = "node"
     step: Any = NODE_STEP
+    metric: str = "accuracy"
+    """The validation score that picks the weights, as plots and tables name it."""
 
     @classmethod
     def build(cls, config: Any, dataset: Any, model: Optional[nn.Module] = None) -> "NodeTask":

@@ -144,6 +144,8 @@ class RecsysTask:
                 "query_items": REC.query_items, "negatives": self.negatives, **self.walks}
 
     name = "recsys"
+    #: The validation score that picks the weights, as plots and tables name it.
+    metric = f"recall@{K}"
     step = PAIR_STEP
 
     def items(self, split: str, dataset: Any = None) -> torch.Tensor:
