@@ -8,6 +8,7 @@ import torch
 from fgnn.cache.node_partition import (NodePartition, hash_partition, hotness_partition,
                                        partition_rows, replicate_partition)
 from fgnn.cache.node_traffic import TrafficMeter
+from fgnn.cache.partitioned_source import PartitionedSource
 
 # Worked example: 8 rows, 2 nodes. Totals [17, 5, 4, 6, 0, 1, 2, 4].
 COUNTS = torch.tensor([[9, 5, 0, 3, 0, 1, 0, 2],
@@ -123,3 +124,59 @@ def test_traffic_meter_replicate_has_no_remote_and_rejects_bad_ids():
         meter.record(2, torch.tensor([0]))
     with pytest.raises(ValueError, match="device_cached"):
         TrafficMeter(replicate_partition(4, 2), 4, torch.ones(3, dtype=torch.bool))
+
+
+def _sources(p, feats):
+    calls = []
+
+    def fetch(requests):
+        calls.append({o: ids.tolist() for o, ids in requests.items()})
+        for o, ids in requests.items():
+            assert bool(p.holds(o)[ids].all())  # only ever asks an owner for its rows
+        return {o: feats[ids] for o, ids in requests.items()}
+
+    return calls, [PartitionedSource(p, m, feats[p.rows_of(m)], fetch)
+                   for m in range(p.num_nodes)]
+
+
+def test_partitioned_source_reads_local_and_remote_rows():
+    feats = torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3)
+    p = hotness_partition(COUNTS, 2, budget=1)  # node 0 holds 0,1,4,5; node 1 holds 0,2,3,6,7
+    calls, (s0, s1) = _sources(p, feats)
+    ids = torch.tensor([3, 0, 5, 7, 1, 2])
+    assert torch.equal(s0.read(ids), feats[ids])
+    assert calls == [{1: [3, 7, 2]}]  # one request for the owner of the remote rows
+    st = s0.take_stats()
+    assert st["rows"] == {"local": 3, "remote": 3}
+    assert st["bytes"]["remote"] == 3 * 12 and st["remote_wait_s"] >= 0
+    assert s0.take_stats()["rows"] == {"local": 0, "remote": 0}
+    assert torch.equal(s1.read(torch.tensor([0, 6])), feats[[0, 6]]) and len(calls) == 1
+
+
+def test_partitioned_source_through_the_feature_store():
+    from fgnn.cache import FeatureStore, load_cache
+
+    feats = torch.rand(8, 4)
+    p = hash_partition(8, 2)
+    _, (s0, _) = _sources(p, feats)
+    hot = torch.tensor([0, 0, 0, 9, 0, 0, 0, 0], dtype=torch.float32)  # row 3 cached
+    store = FeatureStore.single(s0, load_cache(hot, 1 / 8, feats))
+    ids = torch.tensor([3, 1, 2, 4])
+    assert torch.equal(store.gather(ids), feats[ids])
+    assert s0.rows == {"local": 2, "remote": 1}  # row 3 came from the device cache
+
+
+def test_partitioned_source_rejects_bad_input():
+    feats = torch.rand(8, 2)
+    p = hash_partition(8, 2)
+    with pytest.raises(ValueError, match="local"):
+        PartitionedSource(p, 0, feats, lambda r: {})
+    with pytest.raises(ValueError, match="node"):
+        PartitionedSource(p, 2, feats[:4], lambda r: {})
+    with pytest.raises(TypeError, match="fetch"):
+        PartitionedSource(p, 0, feats[p.rows_of(0)], None)
+    src = PartitionedSource(p, 0, feats[p.rows_of(0)], lambda r: {o: feats[:1] for o in r})
+    with pytest.raises(ValueError, match="outside"):
+        src.read(torch.tensor([8]))
+    with pytest.raises(ValueError, match="returned rows"):
+        src.read(torch.tensor([1, 3]))

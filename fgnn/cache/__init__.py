@@ -18,6 +18,7 @@ from fgnn.cache.hotness import (POLICIES, compute_hotness, degree_hotness, parse
 from fgnn.cache.node_partition import (NODE_PARTITIONS, NodePartition, hash_partition,
                                        hotness_partition, partition_rows, replicate_partition)
 from fgnn.cache.node_traffic import TIERS, TrafficMeter
+from fgnn.cache.partitioned_source import PartitionedSource, RemoteFetch
 from fgnn.cache.placement import (PLACEMENTS, Placement, choose_placement, clique_placement,
                                   expected_cost, hot_order, interleaved_placement,
                                   job_placement, replicate_placement)
@@ -35,7 +36,7 @@ __all__ = [
     "PLACEMENTS", "Placement", "choose_placement", "clique_placement", "expected_cost",
     "hot_order", "interleaved_placement", "job_placement", "replicate_placement",
     "NODE_PARTITIONS", "NodePartition", "hash_partition", "hotness_partition", "partition_rows",
-    "replicate_partition", "TIERS", "TrafficMeter",
+    "replicate_partition", "TIERS", "TrafficMeter", "PartitionedSource", "RemoteFetch",
     "Reordering", "hot_first_permutation", "reorder", "reorder_dataset", "reorder_graph",
     "reorder_rows",
     "FeatureSource",
