@@ -47,7 +47,24 @@ def test_bench_partition_reports_every_strategy(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bad", [["--seeds", "metis"], ["--replicate-ratio", "2"],
+                                 ["--locality-scale", "0.5"],
                                  ["--nodes", "0"]])
 def test_bench_partition_rejects_bad_flags(bad):
     with pytest.raises(SystemExit):
         _load().main(["--dataset", "rmat:scale=8", *bad])
+
+
+def test_bench_partition_locality_sampling_samples_per_layout(tmp_path):
+    out = tmp_path / "r.json"
+    rc = _load().main(["--dataset", "rmat:scale=8,edge_factor=8,feat_dim=8,train_frac=0.1,seed=0",
+                       "--nodes", "2", "--seeds", "partitioned", "--batch-size", "24",
+                       "--fanouts", "5,5", "--epochs", "1", "--locality-scale", "4",
+                       "--json", str(out)])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["locality_scale"] == 4
+    s = rep["cases"]["M=2 partitioned"]["strategies"]
+    assert s["replicate"]["remote_bytes_per_epoch"] == 0
+    assert s["hash"]["remote_vs_hash"] == pytest.approx(1.0)
+    for v in s.values():
+        assert len(v["epochs"]) == 1 and sum(v["rows_per_epoch"].values()) > 0
