@@ -89,6 +89,7 @@ def test_one_node_hotness_is_everything_local():
     (lambda: hotness_partition(COUNTS, 2, -1), "budget"),
     (lambda: hotness_partition(COUNTS, 2, 1, slack=-0.1), "slack"),
     (lambda: hash_partition(4, 0), "num_nodes"),
+    (lambda: replicate_partition(-1, 2), "num_rows"),
     (lambda: NodePartition(torch.tensor([0, 2]), torch.zeros(2, dtype=torch.bool), 2), "owner"),
     (lambda: hash_partition(4, 2).holds(2), "node"),
 ])

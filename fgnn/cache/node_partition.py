@@ -67,8 +67,7 @@ class NodePartition:
     strategy: str = "hotness"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_nodes, int) or self.num_nodes < 1:
-            raise ValueError(f"num_nodes must be a positive int, got {self.num_nodes!r}")
+        _check_num_nodes(self.num_nodes)
         if self.owner.dim() != 1 or self.replicated.shape != self.owner.shape:
             raise ValueError(f"owner and replicated must be (N,) tensors of one length, got "
                              f"{tuple(self.owner.shape)} and {tuple(self.replicated.shape)}")
@@ -128,11 +127,15 @@ def _check_num_nodes(num_nodes: int) -> None:
         raise ValueError(f"num_nodes must be a positive int, got {num_nodes!r}")
 
 
+def _check_num_rows(num_rows: int) -> None:
+    if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 0:
+        raise ValueError(f"num_rows must be a non-negative int, got {num_rows!r}")
+
+
 def replicate_partition(num_rows: int, num_nodes: int) -> NodePartition:
     """Every row on every node (no partitioning)."""
     _check_num_nodes(num_nodes)
-    if num_rows < 0:
-        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
+    _check_num_rows(num_rows)
     owner = torch.arange(num_rows, dtype=torch.int64) % num_nodes
     return NodePartition(owner, torch.ones(num_rows, dtype=torch.bool), num_nodes, "replicate")
 
@@ -140,8 +143,7 @@ def replicate_partition(num_rows: int, num_nodes: int) -> NodePartition:
 def hash_partition(num_rows: int, num_nodes: int) -> NodePartition:
     """``owner = row % M``, nothing replicated (WholeGraph's hotness-blind layout)."""
     _check_num_nodes(num_nodes)
-    if num_rows < 0:
-        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
+    _check_num_rows(num_rows)
     owner = torch.arange(num_rows, dtype=torch.int64) % num_nodes
     return NodePartition(owner, torch.zeros(num_rows, dtype=torch.bool), num_nodes, "hash")
 

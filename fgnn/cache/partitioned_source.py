@@ -86,7 +86,7 @@ class PartitionedSource:
         Raises:
             ValueError: on an id outside ``[0, N)``.
         """
-        ids = torch.as_tensor(ids).long().flatten()
+        ids = torch.as_tensor(ids).long().flatten().cpu()
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_rows):
             raise ValueError(f"ids hold a row outside [0, {self.num_rows})")
         out = torch.empty(ids.numel(), self.dim, dtype=self.dtype)
