@@ -15,12 +15,14 @@ otherwise which node owns it. Three planners share one entry point, :func:`parti
   2. *Owners* -- every other row goes to the node whose Trainers read it most, with each node's
      owned rows capped at ``ceil((N - R) / M)`` (times ``1 + slack``) so host memory stays
      balanced. The cap and the per-node access counts as the input follow GraphLearn-for-PyTorch's
-     ``FrequencyPartitioner`` (each of ``M`` partitions takes ``1/M`` of the rows, picked by
-     access probability). Unlike GLT's per-chunk turn-taking, rows are assigned in one greedy
-     pass ordered by *regret* (the best node's count minus the second best's): the rows that lose
-     most by going elsewhere get their first choice first; a row whose first choice is full goes
-     to its next best node with room. Ties between nodes (a row no node read, above all) are
-     broken by rotating from ``row % M``, so unread rows are hash-partitioned.
+     ``FrequencyPartitioner`` (each of ``M`` partitions takes ``1/M`` of every chunk of rows, the
+     partitions taking turns to pick by the score ``M p_i - sum_{j != i} p_j``). Unlike GLT's
+     turn-taking, rows are assigned in one greedy pass ordered by *regret* (the best node's
+     count minus the second best's): the rows that lose most by going elsewhere get their first
+     choice first; a row whose first choice is full goes to its next best node with room. GLT
+     caches each partition's own hottest rows; here the replicated set is the same on every
+     node (step 1). Ties between nodes (a row no node read, above all) are broken by rotating
+     from ``row % M``, so unread rows are hash-partitioned.
 
 * ``"hash"`` (:func:`hash_partition`) -- ``owner = row % M`` and nothing replicated: hotness-blind,
   what WholeGraph does.
