@@ -1,5 +1,6 @@
 """Feature caching (FGNN §6): hotness maps, cache ratio, multi-device placement, reordering and
-the tiered feature store (device cache, peer devices, host), and the GIDS disk tier (CPU buffer,
+the tiered feature store (device cache, peer devices, host), the node-level partition of the
+feature rows across a cluster with its traffic by tier, and the GIDS disk tier (CPU buffer,
 window-buffered device cache, storage access accumulator).
 """
 
@@ -14,6 +15,10 @@ from fgnn.cache.feature_store import (FeatureCache, FeatureStore, TensorSource, 
                                       as_source, load_cache, num_cached_rows)
 from fgnn.cache.hotness import (POLICIES, compute_hotness, degree_hotness, parse_policy,
                                 presample_counts, presc_hotness, random_hotness, wrpr_hotness)
+from fgnn.cache.node_partition import (NODE_PARTITIONS, NodePartition, hash_partition,
+                                       hotness_partition, partition_rows, replicate_partition)
+from fgnn.cache.node_traffic import TIERS, TrafficMeter
+from fgnn.cache.partitioned_source import PartitionedSource, RemoteFetch
 from fgnn.cache.placement import (PLACEMENTS, Placement, choose_placement, clique_placement,
                                   expected_cost, hot_order, interleaved_placement,
                                   job_placement, replicate_placement)
@@ -30,6 +35,8 @@ __all__ = [
     "presc_hotness", "random_hotness", "wrpr_hotness",
     "PLACEMENTS", "Placement", "choose_placement", "clique_placement", "expected_cost",
     "hot_order", "interleaved_placement", "job_placement", "replicate_placement",
+    "NODE_PARTITIONS", "NodePartition", "hash_partition", "hotness_partition", "partition_rows",
+    "replicate_partition", "TIERS", "TrafficMeter", "PartitionedSource", "RemoteFetch",
     "Reordering", "hot_first_permutation", "reorder", "reorder_dataset", "reorder_graph",
     "reorder_rows",
     "FeatureSource",
