@@ -63,3 +63,8 @@ def test_demo_output_is_short_and_free_of_ray_warnings(tmp_path):
     assert any(ln.startswith("fgnn: Ray dashboard at http") for ln in lines)
     assert not _ray_noise(run.stdout), _ray_noise(run.stdout)
     assert not _ray_noise(run.stderr), _ray_noise(run.stderr)  # nor on the terminal
+    # docs/quickstart.md says what the demo reaches; the figure must be what it reaches.
+    import json
+    claim = re.findall(r"≈(0\.\d+) test", (REPO / "docs" / "quickstart.md").read_text())[0]
+    report = json.loads((tmp_path / "runs" / "report.json").read_text())
+    assert abs(report["final"]["test_acc"] - float(claim)) <= 0.05, (report["final"], claim)
