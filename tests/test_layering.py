@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("monitor", "checkpoint"),
     ("models", "cache", "sampling"),
     ("data",),                              # loaders, converters, on-disk; homogeneous, typed
-    ("graph", "config", "flags", "atomic", "raystart", "raylet_watch", "_lazy"),
+    ("graph", "config", "flags", "atomic", "raystart", "raylet_watch", "_lazy", "subsets"),
 )
 
 #: Imports (importer, imported) allowed against the rules (none: an exception is named here

@@ -83,6 +83,7 @@ from torch import nn
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
+from fgnn.subsets import subset_ids, val_subset_size
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._planners import planner_for
@@ -540,7 +541,7 @@ class Runtime:
         if not (self.do_evaluate and self._items("val").numel() > 0
                 and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
             return
-        scored = self._evaluate(("val",))
+        scored = self._evaluate(("val",), subset=self.val_subset)
         stats.eval_s = scored.time_s
         score, fields = self.task.validation(scored)
         for name, value in fields.items():
@@ -579,8 +580,10 @@ class Runtime:
         best = self.best
         weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
         # The best epoch already scored validation with these weights and the same
-        # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed.
-        known = None if best["state"] is None else best["val_acc"]
+        # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed --
+        # unless it scored a subset: the final scores cover the whole split.
+        known = (None if best["state"] is None or self.val_subset is not None
+                 else best["val_acc"])
         scored = self._evaluate(self.task.final_splits(known), weights=weights)
         self.final_eval_s = scored.time_s
         return self.task.final_scores(scored, known)
@@ -649,7 +652,18 @@ class Runtime:
         _, flat = self.watchdog.get(self.ps.weights.remote(), "the parameter server")
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
-    def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+    @property
+    def val_subset(self) -> Optional[int]:
+        """Ids each epoch's validation scores (``train.val_subset`` resolved,
+        :func:`fgnn.subsets.val_subset_size`); None: the whole split (also for tasks that
+        score pairs)."""
+        if not getattr(self.task, "subset_validation", False):
+            return None
+        return val_subset_size(self.config.train.val_subset, self.num_items("val"),
+                               self.num_items("train"))
+
+    def _evaluate(self, splits: tuple[str, ...], weights: Any = None,
+                  subset: Optional[int] = None) -> EvalOutcome:
         """Score ``splits`` through the Samplers and Trainers (an evaluation pass with the
         recipe of :mod:`fgnn.evaluation`: the job's sampler, ``train.eval_batch_size`` (resolved
         in ``__init__``) and seed).
@@ -657,18 +671,20 @@ class Runtime:
         Args:
             splits: split names to score.
             weights: ``ObjectRef`` of flat weights to score; None uses the server's current.
+            subset: score a fixed seeded subset of at most this many ids of each split.
         """
         tc = self.config.train
         if tc.eval_mode == "layerwise":
-            return self._evaluate_layerwise(splits, weights)
+            return self._evaluate_layerwise(splits, weights, subset)
         plan = EvalPlan(tuple(splits), tuple(int(self._items(s).numel()) for s in splits),
-                        tc.eval_batch_size, tc.seed)
+                        tc.eval_batch_size, tc.seed, subset)
         self._eval_passes += 1
         # evaluation passes get ids of their own (negative: training epochs count from 0)
         return self.coordinator.run(-1 - self._eval_passes, plan.num_tasks, plan=plan,
                                     weights=weights)
 
-    def _evaluate_layerwise(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+    def _evaluate_layerwise(self, splits: tuple[str, ...], weights: Any = None,
+                            subset: Optional[int] = None) -> EvalOutcome:
         """Score each split with every neighbour, layer by layer
         (:func:`fgnn.evaluation.evaluate_layerwise`), one split per Trainer, in parallel."""
         from fgnn.evaluation import SplitScore
@@ -678,8 +694,9 @@ class Runtime:
         if not execs:
             raise RuntimeFailure("no Trainer left to evaluate on")
         calls = {s: execs[i % len(execs)].handle.score_layerwise.remote(
-            self.services.refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(),
-            weights) for i, s in enumerate(splits)}
+            self.services.refs["graph"],
+            subset_ids(getattr(self.dataset, f"{s}_idx").cpu(), subset, self.config.train.seed,
+                       s).numpy(), weights) for i, s in enumerate(splits)}
         scores = {s: SplitScore(*self.watchdog.get(ref, "a Trainer scoring layer-wise"))
                   for s, ref in calls.items()}
         done = sum(1 for _ in splits)
