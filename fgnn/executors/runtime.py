@@ -84,7 +84,7 @@ from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.subsets import subset_ids, val_subset_size
-from fgnn.executors._actors import ARGS_ACTOR, ArgStore
+from fgnn.executors._actors import ARGS_ACTOR, QueueService
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._planners import planner_for
 from fgnn.executors._gradring import default_ring_dir, ring_rows
@@ -97,7 +97,6 @@ from fgnn.executors.collective import ExchangeSpec
 from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
-from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
@@ -366,10 +365,9 @@ class Runtime:
         nodes = placement_group_table(sv.pg).get("bundles_to_node_id", {})
         sv.one_node = len(set(nodes.values())) <= 1
         sv.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
-        sv.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
-            name=ARGS_ACTOR).remote()
-        sv.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
-            name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
+        # the queue also keeps the executors' arguments: one service process fewer to start
+        sv.queue = ray.remote(num_cpus=0, max_restarts=0)(QueueService).options(
+            name=ARGS_ACTOR, max_concurrency=1000).remote(rt.queue_size)
         self._start_exchange(set(nodes.values()))
 
     def _start_exchange(self, nodes: set[str]) -> None:
@@ -414,7 +412,7 @@ class Runtime:
 
         self.workers.kill_all()
         sv = self.services
-        for h in (sv.queue, sv.ps, sv.args_store):
+        for h in (sv.queue, sv.ps):
             if h is not None:
                 try:
                     ray.kill(h, no_restart=True)
@@ -593,6 +591,7 @@ class Runtime:
         rt, c = self.config.runtime, self.caches
         placement = c.placement
         allocation = {"devices": self.services.num_devices, "devices_requested": rt.devices,
+                      "val_subset": self.val_subset,
                       "samplers": self._n_s, "trainers": self._n_t, "K": self._k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "cache_policy": c.policy, "warmup_epochs": c.warmup_epochs,
@@ -623,7 +622,7 @@ class Runtime:
 
     def _died(self, err: BaseException) -> RuntimeFailure:
         """The one-line failure for a death the epoch loop does not handle itself: a service
-        actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
+        actor (queue and argument store, parameter server), an executor outside an epoch, or Ray's
         own processes (the raylet); with the last good checkpoint."""
         return self.watchdog.failure(f"{self._who_died(err)} died ({type(err).__name__}"
                                      f"{_why(err)}) and the job stopped")
@@ -633,8 +632,7 @@ class Runtime:
         import ray
 
         sv = self.services
-        names = {"the parameter server": sv.ps, "the global queue": sv.queue,
-                 "the executors' argument store": sv.args_store}
+        names = {"the parameter server": sv.ps, "the global queue": sv.queue}
         actor_id = getattr(err, "actor_id", None)
         if actor_id:
             for what, h in names.items():
