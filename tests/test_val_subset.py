@@ -129,3 +129,25 @@ def test_best_epoch_and_patience_follow_the_per_epoch_score(dataset):
             break
     assert rt.best["epoch"] == 3 and rt.best["val_acc"] == pytest.approx(0.7)
     assert stopped == 5 and rt._early_stop(stopped) is None  # the last epoch: no early stop
+
+
+def test_fit_validates_the_same_subset_every_epoch(dataset, monkeypatch):
+    import fgnn.training as training
+    from fgnn.models import GraphSAGE
+    from fgnn.sampling import KHop
+
+    seen = []
+    real = training.evaluate
+
+    def recording(model, ds, how, idx, *a, **k):
+        seen.append(idx.clone())
+        return real(model, ds, how, idx, *a, **k)
+
+    monkeypatch.setattr(training, "evaluate", recording)
+    model = GraphSAGE(8, 3, num_layers=2, hidden=8)
+    cfg = TrainConfig(epochs=2, batch_size=32, val_subset=50, seed=1)
+    training.fit(dataset, model, KHop([3, 3]), cfg, eval_sampler=[3, 3])
+    val, test = seen[:2], seen[2]
+    assert val[0].numel() == 50 and torch.equal(val[0], val[1])
+    assert torch.equal(val[0], subset_ids(dataset.val_idx, 50, 1, "val"))
+    assert torch.equal(test, dataset.test_idx)  # the test split is scored whole
