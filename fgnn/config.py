@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from fgnn.flags import (RelationFanouts, auto_count, fanout_list, flag, float_in, host_or_off,
-                        int_at_least, k_list, relation_fanout, section)
+                        int_at_least, k_list, relation_fanout, section, subset_count)
 
 __all__ = [
     "SamplerConfig",
@@ -381,6 +381,14 @@ class TrainConfig:
     several Trainers repeats only statistically either way (docs/concepts.md, Seeds)."""
     eval_every: int = flag(1, "validate every E epochs", type=int_at_least(1), metavar="E")
     """Evaluate on the validation split every this many epochs."""
+    val_subset: Optional[int] = flag(
+        None, "score each epoch's validation on a fixed seeded subset of V ids (the same every "
+        "epoch; the final scores use the whole split); auto: max(4096, training ids); all: "
+        "the whole split", type=subset_count, cli_default="auto", metavar="auto|all|V")
+    """Ids of the validation split each epoch's validation scores, a fixed seeded subset
+    (:func:`fgnn.subsets.subset_ids`) that picks the best epoch and drives ``patience``; the
+    final scores use the whole split. ``None``: ``max(4096, training ids)``; ``0``: the whole
+    split. Node classification only (link and recommender jobs score every pair)."""
     eval_batch_size: Optional[int] = flag(
         None, "seeds per evaluation chunk; auto uses max(--batch-size, min(4096, 2 MiB / "
         "feature row bytes))", type=auto_count, cli_default="auto", metavar="auto|B")
@@ -411,6 +419,8 @@ class TrainConfig:
                 _fail("TrainConfig", name, getattr(self, name), "must be >= 1")
         if self.eval_mode not in EVAL_MODES:
             _fail("TrainConfig", "eval_mode", self.eval_mode, "must be sampled or layerwise")
+        if self.val_subset is not None and self.val_subset < 0:
+            _fail("TrainConfig", "val_subset", self.val_subset, "must be >= 0 (0: every id)")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             _fail("TrainConfig", "eval_batch_size", self.eval_batch_size, "must be >= 1")
         if self.lr <= 0:

@@ -11,6 +11,12 @@ number printed by ``launch.py`` is reproduced exactly by re-scoring the saved we
 * the model scores the chunk in eval mode (:func:`score_logits`): correct predictions, count and
   summed cross-entropy.
 
+Per-epoch validation may score a fixed subset of the split (``train.val_subset``): the ids at
+:func:`~fgnn.subsets.subset_positions` ``(n, k, seed, split)`` -- k positions drawn once from
+the job seed, kept in split order, the same every epoch and in every process -- cut into chunks
+the same way.
+The final scores always use the whole split.
+
 The runtime runs the chunks as tasks through its Samplers and Trainers in parallel
 (:mod:`fgnn.executors`); :func:`evaluate_split` runs them in one process. Both add the same
 integers, so they agree exactly.
@@ -25,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fgnn.subsets import SPLITS, VAL_SUBSET_FLOOR, subset_ids, subset_positions, val_subset_size
+
 if TYPE_CHECKING:
     from fgnn.config import TrainConfig
     from fgnn.data.dataset import Dataset
@@ -33,14 +41,13 @@ if TYPE_CHECKING:
 
 __all__ = ["SPLITS", "EVAL_MODES", "default_eval_chunk", "eval_chunk", "SplitScore", "EvalPlan",
            "eval_batches", "eval_generator", "score_logits", "evaluate_split",
-           "evaluate_layerwise"]
+           "evaluate_layerwise", "subset_positions", "subset_ids", "VAL_SUBSET_FLOOR",
+           "val_subset_size"]
 
 #: How a split is scored: ``sampled`` (the chunk recipe below, the job's sampler) or
 #: ``layerwise`` (every neighbour, layer by layer: :func:`fgnn.inference.layerwise_inference`).
 EVAL_MODES = ("sampled", "layerwise")
 
-#: Split name -> the id mixed into :func:`eval_generator` (stable across releases).
-SPLITS: dict[str, int] = {"train": 1, "val": 2, "test": 3}
 
 
 @dataclass
@@ -190,19 +197,24 @@ class EvalPlan:
 
     Task ids number the chunks split by split, in the order of ``splits``; task ``t`` is chunk
     :meth:`task` ``(t)`` and is sampled with :func:`eval_generator` -- the same recipe as
-    :func:`evaluate_split`, so the executors' scores add up to exactly its result.
+    :func:`evaluate_split`, so the executors' scores add up to exactly its result. With
+    ``subset`` each split's chunks cut only its :func:`~fgnn.subsets.subset_ids` (per-epoch
+    validation).
 
     Attributes:
         splits: split names, e.g. ``("val",)`` or ``("train", "val", "test")``.
         sizes: vertices in each split (same order).
         batch_size: seeds per chunk.
         seed: the job seed.
+        subset: score at most this many ids of each split, a fixed seeded subset
+            (:func:`~fgnn.subsets.subset_ids`); None: every id.
     """
 
     splits: tuple[str, ...]
     sizes: tuple[int, ...]
     batch_size: int
     seed: int = 0
+    subset: Optional[int] = None
 
     def __post_init__(self) -> None:
         for s in self.splits:
@@ -213,11 +225,17 @@ class EvalPlan:
                              f"{len(self.splits)} splits")
         if self.batch_size < 1:
             raise ValueError(f"EvalPlan.batch_size must be >= 1, got {self.batch_size!r}")
+        if self.subset is not None and self.subset < 1:
+            raise ValueError(f"EvalPlan.subset must be >= 1 or None, got {self.subset!r}")
+
+    def scored(self, split: str) -> int:
+        """Ids of ``split`` the pass scores (its size, or the subset's)."""
+        n = self.sizes[self.splits.index(split)]
+        return n if self.subset is None else min(n, self.subset)
 
     def chunks(self, split: str) -> int:
         """Number of chunks of ``split``."""
-        n = self.sizes[self.splits.index(split)]
-        return -(-n // self.batch_size)
+        return -(-self.scored(split) // self.batch_size)
 
     @property
     def num_tasks(self) -> int:
@@ -240,9 +258,11 @@ class EvalPlan:
         raise ValueError(f"task_id must be in [0, {self.num_tasks}), got {task_id!r}")
 
     def seeds(self, idx: torch.Tensor, task_id: int) -> torch.Tensor:
-        """The seeds of task ``task_id``, given its split's ids ``idx``."""
-        _, i = self.task(task_id)
-        return idx[i * self.batch_size:(i + 1) * self.batch_size].to(torch.int64)
+        """The seeds of task ``task_id``, given its split's ids ``idx`` (all of them, also with
+        ``subset``: the plan picks the subset)."""
+        split, i = self.task(task_id)
+        ids = subset_ids(idx, self.subset, self.seed, split)
+        return ids[i * self.batch_size:(i + 1) * self.batch_size].to(torch.int64)
 
 
 @torch.no_grad()

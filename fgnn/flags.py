@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["Flag", "Section", "Leaf", "flag", "section", "leaves", "sections", "add_flags",
-           "flag_values", "build_config", "int_at_least", "float_in", "auto_count", "fanout_list",
+           "flag_values", "build_config", "int_at_least", "float_in", "auto_count", "subset_count", "fanout_list",
            "relation_fanout", "RelationFanouts", "k_list", "host_or_off"]
 
 #: The key of a field's ``dataclasses`` metadata that holds its :class:`Flag` or :class:`Section`.
@@ -239,6 +239,17 @@ def auto_count(text: str) -> Optional[int]:
     if not re.fullmatch(r"\d+", text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1, got {text!r}")
     return int(text)
+
+
+def subset_count(text: str) -> Optional[int]:
+    """``auto`` -> None, ``all`` -> 0, else an integer >= 1."""
+    if text == "all":
+        return 0
+    try:
+        return auto_count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto', 'all' or an integer >= 1, got {text!r}") from None
 
 
 def fanout_list(text: str) -> tuple[int, ...]:

@@ -352,7 +352,8 @@ def fit(dataset: Dataset, model: nn.Module, sampler: Sampler, train_cfg: TrainCo
 
     Each epoch shuffles the training vertices, and for each mini-batch samples its neighbourhood
     (on the graph's device), extracts the features, and takes one optimiser step. Every
-    ``train_cfg.eval_every`` epochs (and after the last) it measures validation accuracy; after
+    ``train_cfg.eval_every`` epochs (and after the last) it measures validation accuracy (on the
+    fixed seeded subset ``train_cfg.val_subset`` picks, :func:`fgnn.subsets.subset_ids`); after
     ``train_cfg.patience`` evaluations without improvement it stops. Finally the best weights are
     restored (``restore_best``) and scored on ``dataset.test_idx``.
 
@@ -488,8 +489,12 @@ class _FitRun:
 
     def _validate(self, rec: EpochRecord, epoch: int) -> None:
         """Score validation; keep the best weights (patience counts the others)."""
+        from fgnn.subsets import subset_ids, val_subset_size
+
         ds, h = self.dataset, self.history
-        rec.val_acc = evaluate(self.model, ds, self.eval_sampler, ds.val_idx, self.eval_bs,
+        k = val_subset_size(self.cfg.val_subset, ds.val_idx.numel(), ds.train_idx.numel())
+        rec.val_acc = evaluate(self.model, ds, self.eval_sampler,
+                               subset_ids(ds.val_idx, k, self.cfg.seed, "val"), self.eval_bs,
                                self.device)
         if h.best_val_acc is None or rec.val_acc > h.best_val_acc:
             h.best_val_acc, h.best_epoch = rec.val_acc, epoch

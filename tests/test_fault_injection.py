@@ -80,7 +80,7 @@ def test_the_trainer_takes_only_the_typed_hooks():
 
 
 def test_the_worker_group_hands_each_trainer_its_hooks(monkeypatch):
-    """The layout's Trainer index picks the hooks (``make_actor`` recorded: the arguments the
+    """The layout's Trainer index picks the hooks (``stash_args`` recorded: the arguments the
     actor's constructor gets); a standby of a crashing index does not crash."""
     pytest.importorskip("torch")
     from types import SimpleNamespace
@@ -91,8 +91,8 @@ def test_the_worker_group_hands_each_trainer_its_hooks(monkeypatch):
     from fgnn.sampling import KHop
 
     built: dict[str, dict] = {}
-    monkeypatch.setattr(_workers, "make_actor",
-                        lambda cls, name, *args, **kwargs: built.setdefault(name, kwargs))
+    monkeypatch.setattr(_workers, "stash_args",
+                        lambda store, name, *args, **kwargs: built.setdefault(name, kwargs))
     faults = FaultSpec(slow_trainers={0: 0.5, 1: 0.25}, crash_after_apply={0, 1})
     spec = _workers.ExecutorSpec(JobConfig(), KHop([2]), GraphSAGE(4, 2, num_layers=1, hidden=4),
                                  1, False, faults)

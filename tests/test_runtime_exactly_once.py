@@ -85,7 +85,7 @@ def _broken(kind: str) -> tuple[str, type]:
 
         return "StepLedger", DuplicatingLedger
 
-    class RequeueingAck(runtime_mod.GlobalQueue):
+    class RequeueingAck(runtime_mod.QueueService):
         """The first ack of a task puts it back in the queue instead of completing it."""
 
         async def ack(self, consumer, task_id, record=None):
@@ -99,7 +99,7 @@ def _broken(kind: str) -> tuple[str, type]:
                 return False
             return await super().ack(consumer, task_id, record)
 
-    return "GlobalQueue", RequeueingAck
+    return "QueueService", RequeueingAck
 
 
 @pytest.mark.parametrize("exchange,variant", [

@@ -3,32 +3,34 @@ time-sharing Trainer carries.
 
 Executors are plain classes (testable in-process); :func:`make_actor` turns one into a
 restartable actor on a device of the job's placement group. Its constructor arguments wait in a
-named store actor (:class:`ArgStore`) that a restarted executor reads again, so no constructor
-argument lives in the object store where it could go out of scope (ray-project/ray#53727).
+store (the queue actor, :class:`QueueService`) that a restarted executor reads again,
+so no constructor argument lives in the object store where it could go out of scope
+(ray-project/ray#53727).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 from fgnn.evaluation import EvalPlan
-from fgnn.executors._argstore import ARGS_ACTOR, ArgStore
+from fgnn.executors._argstore import ARGS_ACTOR, QueueService
 from fgnn.executors._faults import _MAX_RESTARTS
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 
-__all__ = ["ARGS_ACTOR", "ArgStore", "make_actor", "LocalSampling", "remote_options",
-           "tensor_transport_supported"]
+__all__ = ["ARGS_ACTOR", "QueueService", "stash_args", "make_actor", "LocalSampling",
+           "remote_options", "tensor_transport_supported"]
 
 def _fetched(cls: type) -> type:
     """``cls`` with a constructor that takes only the actor name and fetches the arguments of
-    ``cls.__init__`` from :class:`ArgStore` (top-level ObjectRefs resolved, as Ray would)."""
+    ``cls.__init__`` from :class:`QueueService` (top-level ObjectRefs resolved, as Ray would)."""
 
     def __init__(self: Any, name: str) -> None:
         import ray
 
         store = ray.get_actor(ARGS_ACTOR)
-        [ref] = ray.get(store.get.remote(name))
+        [ref] = ray.get(store.get_args.remote(name))
         args, kwargs = ray.get(ref)
         args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
         kwargs = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in kwargs.items()}
@@ -38,24 +40,39 @@ def _fetched(cls: type) -> type:
                                        "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
 
 
-def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
-                **kwargs: Any) -> Any:
+@functools.lru_cache(maxsize=None)
+def _actor_class(cls: type, gpu: float, transport: Optional[str]) -> Any:
+    """The Ray actor class of ``cls`` with ``gpu`` of a device, made once per job process (Ray
+    exports a class once, not once per executor)."""
+    import ray
+
+    return ray.remote(**remote_options(gpu, {"transport": transport}))(_fetched(cls))
+
+
+def stash_args(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Send an executor's constructor arguments to the store (:class:`QueueService`);
+    returns the call's ref, to wait on (together with the others) before :func:`make_actor`."""
+    import ray
+
+    return store.put_args.remote(name, [ray.put((args, kwargs))])
+
+
+def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float,
+               transport: Optional[str] = None) -> Any:
     """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
     of the job's placement group, named by role and device, restartable.
 
-    ``cls(*args, **kwargs)`` runs inside the actor. The arguments go to the :class:`ArgStore`
-    actor (which the runtime starts first) and the actor is created with its name alone, so a
-    restart re-reads them from there.
+    ``cls(*args, **kwargs)`` runs inside the actor, with the arguments :func:`stash_args` left
+    in the store (which must have them before the actor starts); the actor is created with its
+    name alone, so a restart re-reads them from there. Creation returns at once: the processes
+    of several executors start concurrently. ``transport`` is a Sampler's sample transport
+    (:func:`remote_options`).
     """
-    import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    store = ray.get_actor(ARGS_ACTOR)
-    ray.get(store.put.remote(name, [ray.put((args, kwargs))]))
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
-    actor_cls = ray.remote(**remote_options(gpu, kwargs))(_fetched(cls))
+    actor_cls = _actor_class(cls, float(gpu), transport)
     return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
-
 
 def tensor_transport_supported() -> bool:
     """Whether the installed Ray takes ``enable_tensor_transport`` in ``ray.remote``."""

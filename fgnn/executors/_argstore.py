@@ -1,20 +1,25 @@
-"""The named actor that keeps each executor's constructor arguments (internal).
+"""Where each executor's constructor arguments wait (internal): the job's queue actor keeps them.
 
-It imports nothing beyond the standard library, so its actor process starts without torch.
+:class:`QueueService` is the global queue with an argument store, the one service actor that
+holds both (one process fewer to start than a store of its own). It imports nothing that loads
+torch, so that actor process starts without it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ARGS_ACTOR", "ArgStore"]
+from fgnn.executors.queue import GlobalQueue
 
-#: Name of the actor that keeps the executors' constructor arguments (:class:`ArgStore`).
-ARGS_ACTOR = "fgnn-args"
+__all__ = ["ARGS_ACTOR", "QueueService"]
+
+#: Name of the actor that keeps the executors' constructor arguments: the global queue.
+ARGS_ACTOR = "fgnn-queue"
 
 
-class ArgStore:
-    """Keeps each executor's constructor arguments, by actor name, for the job's lifetime.
+class QueueService(GlobalQueue):
+    """The global queue actor, which also keeps each executor's constructor arguments, by actor
+    name, for the job's lifetime.
 
     An executor is created with its name as its only argument and fetches the rest from here,
     in its constructor, so every restart Ray makes (``max_restarts``) finds them again, and no
@@ -22,14 +27,15 @@ class ArgStore:
     ray-project/ray#53727 warns about for actors created with ObjectRef arguments).
     """
 
-    def __init__(self) -> None:
-        self._args: dict[str, list[Any]] = {}
+    def __init__(self, maxsize: int = 64) -> None:
+        super().__init__(maxsize)
+        self._stored_args: dict[str, list[Any]] = {}
 
-    def put(self, name: str, boxed: list[Any]) -> None:
+    def put_args(self, name: str, boxed: list[Any]) -> None:
         """Store ``[ref]``, ``ref`` an ObjectRef of ``(args, kwargs)`` (boxed: Ray passes a
         nested ref through instead of resolving it)."""
-        self._args[name] = boxed
+        self._stored_args[name] = boxed
 
-    def get(self, name: str) -> list[Any]:
+    def get_args(self, name: str) -> list[Any]:
         """The boxed ref stored under ``name``."""
-        return self._args[name]
+        return self._stored_args[name]

@@ -1,8 +1,9 @@
 """The executors of a job (internal): the shared services they talk to, the actors the driver
 tracks, their layout over the devices, and what a failed call means for them.
 
-:class:`Services` holds the job's actors and payloads (placement group, queue, parameter
-server, argument store, object-store refs), filled in as the run starts. :class:`WorkerGroup`
+:class:`Services` holds the job's actors and payloads (placement group, queue -- which also
+keeps the executors' arguments --, parameter server, object-store refs), filled in as the run
+starts. :class:`WorkerGroup`
 owns the executor actors (like Ray Train's ``WorkerGroup``): it builds the layout (Samplers and
 their standbys on the first devices, Trainers on the rest), waits for them to be ready, and
 decides after a failed call whether an executor gets its work again (Ray restarted it) or the
@@ -20,7 +21,7 @@ from torch import nn
 
 from fgnn.causes import root_cause
 from fgnn.config import JobConfig
-from fgnn.executors._actors import LocalSampling, make_actor
+from fgnn.executors._actors import LocalSampling, make_actor, stash_args
 from fgnn.executors._common import NonFiniteLoss
 from fgnn.executors._device import AUTO
 from fgnn.executors._faults import _RESTART_TIMEOUT_S, Watchdog, _death_errors
@@ -54,8 +55,9 @@ class Services:
     """The job's shared actors and payloads (set as the run starts; None before)."""
 
     queue: Any = None
+    """The global queue actor, which also keeps the executors' arguments
+    (:class:`~fgnn.executors._argstore.QueueService`)."""
     ps: Any = None
-    args_store: Any = None
     pg: Any = None
     refs: dict[str, Any] = field(default_factory=dict)
     """Object-store refs: ``graph``, ``features``, ``labels``, ``train_idx``, ``eval_idx``,
@@ -86,6 +88,19 @@ class ExecutorSpec:
     """The job's fault injection (an empty :class:`FaultSpec`: none)."""
     step: Any = None
     """The task's :class:`~fgnn.tasks.base.StepRule` (None: node classification)."""
+
+
+@dataclass
+class _Pending:
+    """An executor whose arguments are on their way to the store; its actor is not created."""
+
+    exec: _Exec
+    cls: type
+    gpu: float
+    stashed: Any
+    """The ref of the store's ``put_args`` call."""
+    transport: Optional[str] = None
+    """A Sampler's sample transport (its actor options depend on it)."""
 
 
 #: ``reinstall(execs)``: send the chosen cache to restarted executors; ``(executor, ref)`` back
@@ -127,19 +142,19 @@ class WorkerGroup:
         """The live executors of ``role``."""
         return [e for e in self.execs if e.role == role and e.alive]
 
-    def _new_sampler(self, device: int) -> _Exec:
+    def _new_sampler(self, device: int) -> "_Pending":
         cfg, sv, sp = self.spec.config, self.services, self.spec
         name = f"fgnn-sampler-{device}"
-        h = make_actor(SamplerExecutor, name, sv.pg, device, 0.5 * sv.gpus_per_device,
-                       sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
-                       cfg.train.batch_size, cfg.train.seed, None, sv.queue, name,
-                       sv.torch_device, eval_idx=sv.refs["eval_idx"],
-                       transport=cfg.runtime.sample_transport, one_node=sv.one_node,
-                       parts=sp.step_tasks, shared_gpu=sv.shared_gpu,
-                       task=sv.refs.get("task"), deterministic=cfg.train.deterministic)
-        return _Exec(name, "sampler", device, h)
+        stashed = stash_args(sv.queue, name, sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
+                             cfg.train.batch_size, cfg.train.seed, None, sv.queue, name,
+                             sv.torch_device, eval_idx=sv.refs["eval_idx"],
+                             transport=cfg.runtime.sample_transport, one_node=sv.one_node,
+                             parts=sp.step_tasks, shared_gpu=sv.shared_gpu,
+                             task=sv.refs.get("task"), deterministic=cfg.train.deterministic)
+        return _Pending(_Exec(name, "sampler", device, None), SamplerExecutor,
+                        0.5 * sv.gpus_per_device, stashed, cfg.runtime.sample_transport)
 
-    def _new_trainer(self, device: int, index: int, role: str = "trainer") -> _Exec:
+    def _new_trainer(self, device: int, index: int, role: str = "trainer") -> "_Pending":
         cfg, sv, sp = self.spec.config, self.services, self.spec
         standby = role == "standby"
         name = f"fgnn-{role}-{device}"
@@ -148,16 +163,15 @@ class WorkerGroup:
             local = LocalSampling(sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
                                   cfg.train.batch_size, cfg.train.seed, sv.torch_device,
                                   sv.refs["eval_idx"], sp.step_tasks, sv.refs.get("task"))
+        stashed = stash_args(sv.queue, name, sv.refs["features"], sv.refs["labels"],
+                             copy.deepcopy(sp.model).cpu(), None, device, sv.ps,
+                             sv.queue, name, sv.torch_device, role, local,
+                             faults=sp.faults.for_trainer(index, role),
+                             disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
+                             exchange=sv.exchange, deterministic=cfg.train.deterministic,
+                             step=sp.step)
         share = (0.5 if standby else 1.0) * sv.gpus_per_device
-        h = make_actor(TrainerExecutor, name, sv.pg, device, share,
-                       sv.refs["features"], sv.refs["labels"],
-                       copy.deepcopy(sp.model).cpu(), None, device, sv.ps,
-                       sv.queue, name, sv.torch_device, role, local,
-                       faults=sp.faults.for_trainer(index, role),
-                       disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
-                       exchange=sv.exchange, deterministic=cfg.train.deterministic,
-                       step=sp.step)
-        return _Exec(name, role, device, h)
+        return _Pending(_Exec(name, role, device, None), TrainerExecutor, share, stashed)
 
     def _wanted(self, n_s: int) -> list[tuple[str, int]]:
         """``(role, device)`` of the layout with ``n_s`` Samplers."""
@@ -184,7 +198,7 @@ class WorkerGroup:
         for e in keep.values():
             if e.name not in names:
                 ray.kill(e.handle, no_restart=True)
-        execs, new = [], []
+        execs, pending = [], []
         self._started_at = time.time()
         for i, (role, d) in enumerate(want):
             name = f"fgnn-{role}-{d}"
@@ -192,14 +206,21 @@ class WorkerGroup:
                 execs.append(keep[name])
                 continue
             if role == "sampler":
-                e = self._new_sampler(d)
+                p = self._new_sampler(d)
             else:
-                e = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
-            execs.append(e)
-            new.append(e)
+                p = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
+            execs.append(p.exec)
+            pending.append(p)
+        # every executor's arguments are in the store (one wait for all), then every actor is
+        # created at once: their processes start concurrently
+        ray.get([p.stashed for p in pending])
+        sv = self.services
+        for p in pending:
+            p.exec.handle = make_actor(p.cls, p.exec.name, sv.pg, p.exec.device, p.gpu,
+                                       p.transport)
         self.execs = execs
-        self._pending = [e.handle.ready.remote() for e in new]
-        return new
+        self._pending = [p.exec.handle.ready.remote() for p in pending]
+        return [p.exec for p in pending]
 
     def await_ready(self) -> None:
         """Wait for the executors started last; ``startup_s`` counts from their start to the last

@@ -84,7 +84,8 @@ from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
-from fgnn.executors._actors import ARGS_ACTOR, ArgStore
+from fgnn.subsets import subset_ids, val_subset_size
+from fgnn.executors._actors import ARGS_ACTOR, QueueService
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._planners import planner_for
 from fgnn.executors._gradring import default_ring_dir, ring_rows
@@ -97,7 +98,6 @@ from fgnn.executors.collective import ExchangeSpec
 from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
-from fgnn.executors.queue import GlobalQueue
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
@@ -367,10 +367,9 @@ class Runtime:
         nodes = placement_group_table(sv.pg).get("bundles_to_node_id", {})
         sv.one_node = len(set(nodes.values())) <= 1
         sv.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
-        sv.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
-            name=ARGS_ACTOR).remote()
-        sv.queue = ray.remote(num_cpus=0, max_restarts=0)(GlobalQueue).options(
-            name="fgnn-queue", max_concurrency=1000).remote(rt.queue_size)
+        # the queue also keeps the executors' arguments: one service process fewer to start
+        sv.queue = ray.remote(num_cpus=0, max_restarts=0)(QueueService).options(
+            name=ARGS_ACTOR, max_concurrency=1000).remote(rt.queue_size)
         self._start_exchange(set(nodes.values()))
 
     def _start_exchange(self, nodes: set[str]) -> None:
@@ -416,7 +415,7 @@ class Runtime:
 
         self.workers.kill_all()
         sv = self.services
-        for h in (sv.queue, sv.ps, sv.args_store):
+        for h in (sv.queue, sv.ps):
             if h is not None:
                 try:
                     ray.kill(h, no_restart=True)
@@ -543,7 +542,7 @@ class Runtime:
         if not (self.do_evaluate and self._items("val").numel() > 0
                 and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
             return
-        scored = self._evaluate(("val",))
+        scored = self._evaluate(("val",), subset=self.val_subset)
         stats.eval_s = scored.time_s
         score, fields = self.task.validation(scored)
         for name, value in fields.items():
@@ -582,8 +581,10 @@ class Runtime:
         best = self.best
         weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
         # The best epoch already scored validation with these weights and the same
-        # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed.
-        known = None if best["state"] is None else best["val_acc"]
+        # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed --
+        # unless it scored a subset: the final scores cover the whole split.
+        known = (None if best["state"] is None or self.val_subset is not None
+                 else best["val_acc"])
         scored = self._evaluate(self.task.final_splits(known), weights=weights)
         self.final_eval_s = scored.time_s
         return self.task.final_scores(scored, known)
@@ -593,6 +594,7 @@ class Runtime:
         rt, c = self.config.runtime, self.caches
         placement = c.placement
         allocation = {"devices": self.services.num_devices, "devices_requested": rt.devices,
+                      "val_subset": self.val_subset,
                       "samplers": self._n_s, "trainers": self._n_t, "K": self._k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
                       "cache_policy": c.policy, "warmup_epochs": c.warmup_epochs,
@@ -623,7 +625,7 @@ class Runtime:
 
     def _died(self, err: BaseException) -> RuntimeFailure:
         """The one-line failure for a death the epoch loop does not handle itself: a service
-        actor (queue, parameter server, argument store), an executor outside an epoch, or Ray's
+        actor (queue and argument store, parameter server), an executor outside an epoch, or Ray's
         own processes (the raylet); with the last good checkpoint."""
         why = _why(err)
         if getattr(err, "actor_init_failed", False):  # its constructor raised: name what
@@ -636,8 +638,7 @@ class Runtime:
         import ray
 
         sv = self.services
-        names = {"the parameter server": sv.ps, "the global queue": sv.queue,
-                 "the executors' argument store": sv.args_store}
+        names = {"the parameter server": sv.ps, "the global queue": sv.queue}
         actor_id = getattr(err, "actor_id", None)
         if actor_id:
             for what, h in names.items():
@@ -655,7 +656,18 @@ class Runtime:
         _, flat = self.watchdog.get(self.ps.weights.remote(), "the parameter server")
         unflatten_into(flat, [p for p in self.model.parameters() if p.requires_grad])
 
-    def _evaluate(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+    @property
+    def val_subset(self) -> Optional[int]:
+        """Ids each epoch's validation scores (``train.val_subset`` resolved,
+        :func:`fgnn.subsets.val_subset_size`); None: the whole split (also for tasks that
+        score pairs)."""
+        if not getattr(self.task, "subset_validation", False):
+            return None
+        return val_subset_size(self.config.train.val_subset, self.num_items("val"),
+                               self.num_items("train"))
+
+    def _evaluate(self, splits: tuple[str, ...], weights: Any = None,
+                  subset: Optional[int] = None) -> EvalOutcome:
         """Score ``splits`` through the Samplers and Trainers (an evaluation pass with the
         recipe of :mod:`fgnn.evaluation`: the job's sampler, ``train.eval_batch_size`` (resolved
         in ``__init__``) and seed).
@@ -663,18 +675,20 @@ class Runtime:
         Args:
             splits: split names to score.
             weights: ``ObjectRef`` of flat weights to score; None uses the server's current.
+            subset: score a fixed seeded subset of at most this many ids of each split.
         """
         tc = self.config.train
         if tc.eval_mode == "layerwise":
-            return self._evaluate_layerwise(splits, weights)
+            return self._evaluate_layerwise(splits, weights, subset)
         plan = EvalPlan(tuple(splits), tuple(int(self._items(s).numel()) for s in splits),
-                        tc.eval_batch_size, tc.seed)
+                        tc.eval_batch_size, tc.seed, subset)
         self._eval_passes += 1
         # evaluation passes get ids of their own (negative: training epochs count from 0)
         return self.coordinator.run(-1 - self._eval_passes, plan.num_tasks, plan=plan,
                                     weights=weights)
 
-    def _evaluate_layerwise(self, splits: tuple[str, ...], weights: Any = None) -> EvalOutcome:
+    def _evaluate_layerwise(self, splits: tuple[str, ...], weights: Any = None,
+                            subset: Optional[int] = None) -> EvalOutcome:
         """Score each split with every neighbour, layer by layer
         (:func:`fgnn.evaluation.evaluate_layerwise`), one split per Trainer, in parallel."""
         from fgnn.evaluation import SplitScore
@@ -684,8 +698,9 @@ class Runtime:
         if not execs:
             raise RuntimeFailure("no Trainer left to evaluate on")
         calls = {s: execs[i % len(execs)].handle.score_layerwise.remote(
-            self.services.refs["graph"], getattr(self.dataset, f"{s}_idx").cpu().numpy(),
-            weights) for i, s in enumerate(splits)}
+            self.services.refs["graph"],
+            subset_ids(getattr(self.dataset, f"{s}_idx").cpu(), subset, self.config.train.seed,
+                       s).numpy(), weights) for i, s in enumerate(splits)}
         scores = {s: SplitScore(*self.watchdog.get(ref, "a Trainer scoring layer-wise"))
                   for s, ref in calls.items()}
         done = sum(1 for _ in splits)

@@ -70,6 +70,8 @@ class NodeTask:
     dataset the runtime passes)."""
 
     name: str = "node"
+    #: per-epoch validation may score a subset of the vertices (``train.val_subset``)
+    subset_validation: bool = True
     step: Any = NODE_STEP
     metric: str = "accuracy"
     """The validation score that picks the weights, as plots and tables name it."""

@@ -106,13 +106,13 @@ class _Handle:
 
 
 @pytest.mark.parametrize("who,what", [("ps", "the parameter server (ParameterServer)"),
-                                      ("queue", "the global queue (GlobalQueue)")])
+                                      ("queue", "the global queue (QueueService)")])
 def test_a_dead_service_is_named_with_the_checkpoint(tmp_path, who, what):
     cfg = config_from_args(build_parser().parse_args(
         ["--model", "sage", "--dataset", TINY, "--checkpoint-dir", str(tmp_path)]))
     rt = Runtime(cfg, load_dataset(TINY))
     rt.load_resume()
-    rt.ps, rt.queue = _Handle("aa", "ParameterServer"), _Handle("bb", "GlobalQueue")
+    rt.ps, rt.queue = _Handle("aa", "ParameterServer"), _Handle("bb", "QueueService")
     err = ray.exceptions.RayActorError("aa" if who == "ps" else "bb", "died")
     failure = rt._died(err)
     assert str(failure).startswith(f"{what} died (RayActorError)")
