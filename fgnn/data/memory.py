@@ -120,14 +120,14 @@ def check_fits(need: int, what: str, limit: Optional[MemoryLimit] = None, why: s
         need: estimated bytes.
         what: what needs them, the start of the error message (``"dataset spec 'rmat:...'"``).
         limit: the limit to compare with; default :func:`host_memory_limit`.
-        why: text after the bytes needed (``" (its size field scale=31)"``).
+        why: text after the message (``"; lower its size field scale=31"``).
 
     Raises:
-        ValueError: ``"<what> needs about X GiB of host memory<why>, more than the Y GiB this
-            machine can give (<source>)"``.
+        ValueError: ``"<what> needs about X GiB of host memory, more than the Y GiB this machine
+            can give (<source>)<why>"``.
     """
     limit = limit if limit is not None else host_memory_limit()
     if limit is not None and need > limit.bytes:
-        raise ValueError(f"{what} needs about {format_bytes(need)} of host memory{why}, more than "
-                         f"the {format_bytes(limit.bytes)} this machine can give "
-                         f"({limit.source})")
+        raise ValueError(f"{what} needs about {format_bytes(need)} of host memory, more than the "
+                         f"{format_bytes(limit.bytes)} this machine can give "
+                         f"({limit.source}){why}")

@@ -254,15 +254,15 @@ def check_spec_memory(spec: str, limit: Optional[MemoryLimit] = None) -> None:
         limit: the limit; default :func:`~fgnn.data.memory.host_memory_limit`.
 
     Raises:
-        ValueError: ``"dataset spec '...' needs about X GiB of host memory (its size field
-            papers=2000000000), more than the Y GiB this machine can give (<source>)"`` (the
-            field named is the size key furthest above its default), or a malformed spec.
+        ValueError: ``"dataset spec '...' needs about X GiB of host memory, more than the Y GiB
+            this machine can give (<source>); lower its size field papers=2000000000"`` (the
+            size key furthest above its default), or a malformed spec.
     """
     need = estimate_spec_bytes(spec)
     if need is not None:
         kind, params = parse_spec(spec)
         check_fits(need, f"dataset spec {spec!r}", limit,
-                   why=f" (its size field {_size_field(kind, params)})")
+                   why=f"; lower its size field {_size_field(kind, params)}")
 
 
 def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset:
