@@ -28,7 +28,8 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
-from fgnn.outputs import check_inputs, check_outputs, output_paths, write_outputs
+from fgnn.outputs import (check_inputs, check_outputs, lock_outputs, output_paths,
+                          write_outputs)
 from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
                            local_system_config, token_auth_enabled, token_hint)
 from fgnn.sampling import Sampler
@@ -208,6 +209,7 @@ class Job:
         self.device_kind: Optional[str] = None
         self.on_node_death: Optional[Callable[[Exception], None]] = None
         self._node_failure: Optional[Exception] = None
+        self._ran = False  # a Job runs once (:meth:`run`)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
@@ -262,13 +264,22 @@ class Job:
         """Validate, load the dataset, check the resume checkpoint, start or join Ray, train,
         and write the model file and the report.
 
+        A Job runs once: its ``model``, ``dataset`` and ``config`` then hold the run's
+        trained weights and settled data, so a second run would silently continue from them.
+        While it runs it holds an exclusive lock on its report, model file and checkpoint
+        directory (:func:`fgnn.outputs.lock_outputs`).
+
         Returns:
             The run's :class:`~fgnn.monitor.stats.RunResult` (also ``self.result``).
 
         Raises:
+            RuntimeError: this Job has run already (whether that run returned or raised,
+                unless it was refused by :meth:`validate` or an output lock); create a new
+                :class:`Job` to train again.
             JobConfigError: a setting that cannot work, including a resume checkpoint that is
-                unreadable or from another task, link relation, model or dataset; raised
-                before Ray starts, nothing is written.
+                unreadable or from another task, link relation, model or dataset (or the same
+                sizes with other contents), or an output another running job holds the lock
+                of; raised before Ray starts, nothing is written.
             fgnn.executors.RunFinished: ``train.resume`` of a run that has finished its epochs
                 (before Ray starts; its message is the run's result in one line).
             fgnn.executors.RuntimeFailure: the job stopped on a fault (an executor or service
@@ -279,9 +290,21 @@ class Job:
                 not be written; each of them is tried whatever became of the others, and the
                 message names what failed and what was kept.
         """
+        if self._ran:
+            raise RuntimeError("Job.run: this Job has run already; a Job runs once (its model "
+                               "and dataset hold that run's trained weights and data), so "
+                               "create a new fgnn.Job to train again")
         self.validate()
         from fgnn.recipes import resolve_recipe
         self.config = resolve_recipe(self.config)  # recipe "auto": what launch.py applies
+        cfg = self.config
+        with lock_outputs(output_paths(cfg.report, cfg.save_model, cfg.train.checkpoint_dir),
+                          JobConfigError):
+            self._ran = True  # a refusal above changed nothing: the Job may run after it
+            return self._run()
+
+    def _run(self) -> RunResult:
+        """The body of :meth:`run`, after its checks, under the output locks."""
         from_spec = self.dataset is None
         load_s = self._prepare_dataset()
         runtime, progress = self._runtime_and_progress(from_spec)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from fgnn.sampling.base import Sampler
 
 __all__ = ["SavedModel", "save_model", "load_model", "job_identity", "model_identity",
-           "dataset_fingerprint", "check_identity"]
+           "dataset_fingerprint", "check_identity", "check_content"]
 
 _FORMAT = "fgnn-model"
 _VERSION = 1
@@ -80,7 +80,8 @@ def dataset_fingerprint(dataset: "Dataset", spec: Optional[str] = None) -> dict[
 def job_identity(config: "JobConfig", dataset: "Dataset", model: nn.Module,
                  sampler: "Sampler") -> dict[str, Any]:
     """Model, sampler, dataset and scoring recipe of a job (stored in checkpoints and model
-    files).
+    files). The dataset's entry holds its sizes and its content fingerprint
+    (``content``: :func:`fgnn.data.fingerprint.content_digest`).
 
     Args:
         config: the job (its dataset spec, sampler, seed, batch size and dropout).
@@ -88,13 +89,15 @@ def job_identity(config: "JobConfig", dataset: "Dataset", model: nn.Module,
         model: the job's model (built-in or custom).
         sampler: the job's training sampler (it also scores, :mod:`fgnn.evaluation`).
     """
+    from fgnn.data.fingerprint import content_digest
     from fgnn.evaluation import eval_chunk
 
     chunk = eval_chunk(config.train, dataset.feature_row_bytes)
     return {
         "model": model_identity(model, config.model.dropout),
         "sampler": {"config": asdict(config.sampler), "class": _qualname(sampler)},
-        "dataset": dataset_fingerprint(dataset, config.dataset),
+        "dataset": {**dataset_fingerprint(dataset, config.dataset),
+                    "content": content_digest(dataset)},
         "eval": {"seed": int(config.train.seed), "batch_size": int(chunk),
                  "mode": config.train.eval_mode},
     }
@@ -144,6 +147,39 @@ def check_identity(path: Union[str, os.PathLike], what: str, saved: Mapping[str,
         now_side = _describe_model(nm) if nm else _describe_dataset(nd)
     raise CheckpointError(path, f"{what} {path} holds a {file_side}; {now_is} "
                                 f"{'a ' if nm else ''}{now_side}")
+
+
+def check_content(path: Union[str, os.PathLike], what: str, saved: Mapping[str, Any],
+                  now: Mapping[str, Any]) -> None:
+    """Raise one line when a file's dataset has the current sizes but other contents: its
+    content fingerprint (``dataset.content``, :func:`fgnn.data.fingerprint.content_digest`)
+    differs in a part. A file without one (written before fingerprints) is not compared.
+
+    Args:
+        path: the file.
+        what: ``checkpoint`` or ``model file``.
+        saved: the file's identity (:func:`job_identity` form).
+        now: the current identity.
+
+    Raises:
+        CheckpointError: naming the file, the current dataset (name and spec) and the parts
+            that differ (graph, features, labels, splits).
+    """
+    from fgnn.data.fingerprint import PARTS
+
+    had = (saved.get("dataset") or {}).get("content")
+    nd = now.get("dataset") or {}
+    has = nd.get("content")
+    if not isinstance(had, Mapping) or not isinstance(has, Mapping):
+        return
+    differ = [p for p in PARTS if had.get(p) != has.get(p)]
+    if not differ:
+        return
+    spec = f" (--dataset {nd['spec']})" if nd.get("spec") else ""
+    raise CheckpointError(path, f"{what} {path} was trained on other data than this job's "
+                                f"dataset {nd.get('name')}{spec}: the sizes match, but its "
+                                f"{', '.join(differ)} differ (content fingerprint); resume on "
+                                f"the dataset it was trained on, or train without --resume")
 
 
 # ---------------------------------------------------------------------------- files

@@ -19,6 +19,13 @@ not the job's own:
   or ``ogb:DIR`` directory, a Planetoid spec's ``ind.<name>.*`` files), compared with symlinks
   and ``..`` resolved.
 
+:func:`lock_outputs` then takes an exclusive lock (``fcntl.flock``) for each output the job
+writes, held for the job's duration: a second job on this machine writing the same report, model
+file or checkpoint directory is refused before it loads data or starts Ray. The lock files are in
+this user's lock directory (:func:`lock_dir`), one per resolved output path, so nothing is added
+to the output directories; they stay (removing one would race with a job taking it), and a lock
+dies with the process that holds it.
+
 :func:`write_outputs` writes the model file, the plot and the report one by one; a failure of one
 does not stop the others, and :class:`OutputsError` names what failed and what was kept.
 """
@@ -34,8 +41,10 @@ from typing import Callable, Optional, Union
 
 from fgnn.atomic import WriteError
 
-__all__ = ["OutputPath", "OutputsError", "output_paths", "check_outputs", "check_inputs",
-           "write_outputs", "entry"]
+__all__ = ["OutputPath", "OutputsError", "OutputLocks", "output_paths", "check_outputs",
+           "check_inputs", "lock_outputs", "lock_path", "lock_dir", "write_outputs", "entry"]
+
+
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,101 @@ def check_inputs(outputs: list[OutputPath], inputs: list[Path],
         why = _overwritten_input(out, resolved)
         if why is not None:
             raise error(out.field, out.value, why)
+
+
+def lock_dir() -> Path:
+    """This user's directory of output locks: ``<tmp>/fgnn-locks-<uid>`` (mode 0700), created
+    on first use.
+
+    Raises:
+        OSError: it cannot be created, or it is not a directory of this user's that only this
+            user can write (another user could otherwise hold or remove the locks).
+    """
+    uid = os.getuid()
+    d = Path(tempfile.gettempdir()) / f"fgnn-locks-{uid}"
+    try:
+        d.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        raise OSError(f"{d} is not a directory of this user's that only this user can write")
+    return d
+
+
+def lock_path(out: OutputPath, directory: Optional[Path] = None) -> Path:
+    """The lock file of an output, in ``directory`` (default :func:`lock_dir`): named by the
+    output's name and a hash of its resolved path (:func:`entry`; a checkpoint directory
+    resolved whole), so every spelling of one path has one lock and nothing is added to the
+    output's own directory."""
+    import hashlib
+
+    target = Path(os.path.realpath(out.path)) if out.is_dir else entry(out.path)
+    digest = hashlib.blake2b(os.fsencode(target), digest_size=12).hexdigest()
+    return (directory or lock_dir()) / f"{target.name or 'root'}-{digest}.lock"
+
+
+class OutputLocks:
+    """Exclusive locks on a job's outputs (:func:`lock_outputs`), held until :meth:`release`
+    (or the process ends: the kernel drops a ``flock`` with its last file descriptor). A
+    context manager that releases on exit."""
+
+    def __init__(self, fds: list[int]) -> None:
+        self._fds = fds
+
+    def release(self) -> None:
+        """Drop every lock (closing its file descriptor); a second call does nothing."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def __enter__(self) -> "OutputLocks":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_outputs(outputs: list[OutputPath], error: Callable[[str, object, str], Exception],
+                 directory: Optional[Path] = None) -> OutputLocks:
+    """Lock the report, the model file and the checkpoint directory of a job (the plot and the
+    checkpoint file go with them), each with ``fcntl.flock(LOCK_EX | LOCK_NB)`` on its
+    :func:`lock_path`; the lock dies with the process that holds it.
+
+    Args:
+        outputs: from :func:`output_paths` (already checked by :func:`check_outputs`).
+        error: builds the exception from ``(field, value, why)``.
+        directory: where the lock files are (default :func:`lock_dir`).
+
+    Raises:
+        what ``error`` builds when another job (or another open of the same lock file in this
+        process) holds a lock, or a lock file cannot be created; no lock is kept then.
+    """
+    import fcntl
+
+    fds: list[int] = []
+    try:
+        for out in outputs:
+            if out.what not in ("report", "model", "checkpoint directory"):
+                continue
+            try:
+                lock = lock_path(out, directory)
+                fds.append(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                   0o600))
+            except OSError as e:
+                raise error(out.field, out.value, f"cannot create its lock file "
+                                                  f"({e.strerror or e})") from e
+            try:
+                fcntl.flock(fds[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise error(out.field, out.value,
+                            f"another running job is writing this {out.what} (it holds the "
+                            f"lock {lock}); wait for that job to end, or give another "
+                            f"path") from None
+    except BaseException:
+        OutputLocks(fds).release()
+        raise
+    return OutputLocks(fds)
 
 
 class OutputsError(WriteError):

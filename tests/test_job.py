@@ -89,6 +89,12 @@ def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
     assert len(report["epochs"]) == 2 and all(e["batches"] > 0 for e in report["epochs"])
     assert report["config"]["runtime"]["devices"] == 2
     assert png_path_for(cfg.report).read_bytes()[:4] == b"\x89PNG"
+    # a Job runs once: a second run would start from these weights and report it as fresh
+    weights = {k: v.clone() for k, v in job.model.state_dict().items()}
+    with pytest.raises(RuntimeError, match=r"has run already.*create a new fgnn\.Job"):
+        job.run()
+    assert all(torch.equal(v, job.model.state_dict()[k]) for k, v in weights.items())
+    assert job.result is result
 
 
 def test_doc_task_registers_and_trains_through_a_job(doc, ray_session, tmp_path):

@@ -113,19 +113,21 @@ def host_memory_limit(*, meminfo: str = "/proc/meminfo", cgroup_root: str = "/sy
     return min(found, key=lambda m: m.bytes) if found else None
 
 
-def check_fits(need: int, what: str, limit: Optional[MemoryLimit] = None) -> None:
+def check_fits(need: int, what: str, limit: Optional[MemoryLimit] = None, why: str = "") -> None:
     """Refuse ``need`` bytes when they exceed the host memory limit.
 
     Args:
         need: estimated bytes.
         what: what needs them, the start of the error message (``"dataset spec 'rmat:...'"``).
         limit: the limit to compare with; default :func:`host_memory_limit`.
+        why: text after the message (``"; lower its size field scale=31"``).
 
     Raises:
         ValueError: ``"<what> needs about X GiB of host memory, more than the Y GiB this machine
-            can give (<source>)"``.
+            can give (<source>)<why>"``.
     """
     limit = limit if limit is not None else host_memory_limit()
     if limit is not None and need > limit.bytes:
         raise ValueError(f"{what} needs about {format_bytes(need)} of host memory, more than the "
-                         f"{format_bytes(limit.bytes)} this machine can give ({limit.source})")
+                         f"{format_bytes(limit.bytes)} this machine can give "
+                         f"({limit.source}){why}")

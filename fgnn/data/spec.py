@@ -29,8 +29,10 @@ Example: ``rmat:scale=20,edge_factor=16,feat_dim=128,train_frac=0.01,seed=0``. O
 the defaults of :func:`~fgnn.data.synthetic.rmat_dataset`. A relative ``DIR`` is resolved
 against ``root`` when one is given.
 
-A synthetic spec is sized before anything is generated: :func:`check_spec_memory` refuses one
-whose estimated peak (:func:`~fgnn.data.synthetic.estimate_bytes`) exceeds the host memory this
+Every synthetic spec is sized before anything is generated: :func:`check_spec_memory` refuses one
+whose estimated peak (:func:`~fgnn.data.synthetic.estimate_bytes`,
+:func:`fgnn.data.synthetic_hetero.estimate_bytes`, :func:`fgnn.data.useritem.estimate_bytes`)
+exceeds the host memory this
 process can still allocate (:func:`~fgnn.data.memory.host_memory_limit`); :func:`load_dataset`
 checks it first.
 """
@@ -234,24 +236,62 @@ def input_paths(spec: str, root: Optional[str | os.PathLike] = None) -> list[Pat
     return sorted({f.resolve() for f in files})
 
 
+#: The keys that size each synthetic kind, with their defaults (``*_log2``: a power of two).
+_SIZE_KEYS: dict[str, dict[str, int]] = {
+    "rmat": {"scale": 20, "edge_factor": 16, "feat_dim": 128},
+    "uniform": {"scale": 20, "edge_factor": 16, "feat_dim": 128},
+    "hetero": {"papers": 2000, "feat_dim": 16, "authors_per_paper": 3, "cites_per_paper": 4,
+               "authors": 600, "fields": 16, "field_dim": 8},
+    "useritem": {"users_log2": 16, "items_log2": 14, "interactions_log2": 20},
+}
+
+
+def _estimator(kind: str) -> Optional[Callable[..., int]]:
+    if kind in ("rmat", "uniform"):
+        return estimate_bytes
+    if kind == "hetero":
+        from fgnn.data.synthetic_hetero import estimate_bytes as hetero_bytes
+        return hetero_bytes
+    if kind == "useritem":
+        from fgnn.data.useritem import estimate_bytes as useritem_bytes
+        return useritem_bytes
+    return None
+
+
+def _size_field(kind: str, params: dict[str, Any]) -> str:
+    """``key=value`` of the size key furthest above its default (``papers=2000000000``):
+    the one to lower when the spec does not fit."""
+    sizes = _SIZE_KEYS[kind]
+
+    def ratio(key: str) -> float:
+        v, d = params.get(key, sizes[key]), sizes[key]
+        return 2.0 ** (v - d) if key.endswith(("_log2", "scale")) else v / max(d, 1)
+
+    key = max(sizes, key=ratio)
+    return f"{key}={params.get(key, sizes[key])}"
+
+
 def estimate_spec_bytes(spec: str) -> Optional[int]:
-    """Peak host bytes that generating a synthetic spec allocates; ``None`` for the file-backed
-    kinds (Planetoid, ``ogb:``, ``ondisk:``), which are not estimated.
+    """Peak host bytes that generating a synthetic spec (``rmat``, ``uniform``, ``hetero``,
+    ``useritem``) allocates; ``None`` for the file-backed kinds (Planetoid, ``ogb:``,
+    ``ondisk:``), which are not estimated.
 
     Raises:
         ValueError: naming the spec on a malformed spec or out-of-range parameter.
     """
     kind, params = parse_spec(spec)
-    if kind not in ("rmat", "uniform"):
+    estimate = _estimator(kind)
+    if estimate is None:
         return None
     try:
-        return estimate_bytes(**params)
+        return estimate(**params)
     except ValueError as exc:
         raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
 
 
 def check_spec_memory(spec: str, limit: Optional[MemoryLimit] = None) -> None:
-    """Refuse a synthetic spec whose estimated peak exceeds the host memory limit.
+    """Refuse a synthetic spec whose estimated peak exceeds the host memory limit, before
+    anything is generated.
 
     Args:
         spec: dataset spec.
@@ -259,11 +299,14 @@ def check_spec_memory(spec: str, limit: Optional[MemoryLimit] = None) -> None:
 
     Raises:
         ValueError: ``"dataset spec '...' needs about X GiB of host memory, more than the Y GiB
-            this machine can give (<source>)"``, or a malformed spec.
+            this machine can give (<source>); lower its size field papers=2000000000"`` (the
+            size key furthest above its default), or a malformed spec.
     """
     need = estimate_spec_bytes(spec)
     if need is not None:
-        check_fits(need, f"dataset spec {spec!r}", limit)
+        kind, params = parse_spec(spec)
+        check_fits(need, f"dataset spec {spec!r}", limit,
+                   why=f"; lower its size field {_size_field(kind, params)}")
 
 
 def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset:
@@ -290,6 +333,7 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
         return load_ogb(path) if kind == "ogb" else _load_ondisk_any(path)
     if kind in OGB_NAMES:
         return load_ogb(ogb_named_dir(kind, root))
+    check_spec_memory(spec)
     if kind == "hetero":
         from fgnn.data.synthetic_hetero import typed_synthetic
 
@@ -304,7 +348,6 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
             return useritem_dataset(**params)
         except ValueError as exc:
             raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
-    check_spec_memory(spec)
     make = rmat_dataset if kind == "rmat" else uniform_dataset
     try:
         return make(**params)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from fgnn.executors._store import connect_store
 from fgnn.executors.collective import ExchangeMember, ExchangeSpec
 from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
 from fgnn.executors.ps import step_wait
@@ -55,7 +56,6 @@ class TrainerExchange:
     def __init__(self, spec: ExchangeSpec, name: str, model: nn.Module,
                  ack: Callable[[int, TaskRecord], Any], crash_after_apply: bool = False) -> None:
         import ray
-        import torch.distributed as dist
 
         self.spec, self.name, self.ledger = spec, name, spec.ledger
         # the step's path crosses threads (reducer -> training thread, training -> sender):
@@ -68,9 +68,8 @@ class TrainerExchange:
         self.incarnation = time.time_ns() % (1 << 62)
         # a restarted process tells the ledger at once: the member it replaces is gone
         self.ledger.hello.remote(name, self.incarnation)
-        host, port = ray.get(self.ledger.store_address.remote())
-        store = dist.TCPStore(host, port, is_master=False,
-                              timeout=_timedelta(GROUP_TIMEOUT_S))
+        # the store's address and key secret come through Ray (authenticated), never the wire
+        store = connect_store(ray.get(self.ledger.store_address.remote()), GROUP_TIMEOUT_S)
         self.member = ExchangeMember(
             name, model, spec.lr, spec.weight_decay, spec.optimizer_state,
             call=lambda method, *a: ray.get(getattr(self.ledger, method).remote(*a)),
@@ -286,9 +285,3 @@ class TrainerExchange:
         """The member's state (after its reducer reached the epoch's end)."""
         self.member.finish(GROUP_TIMEOUT_S)
         return self.member.state()
-
-
-def _timedelta(seconds: float) -> Any:
-    import datetime
-
-    return datetime.timedelta(seconds=seconds)

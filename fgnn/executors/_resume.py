@@ -4,8 +4,10 @@
 the parameter server's model and optimizer, the best-validation weights so far and the job's
 identity (:mod:`fgnn.model_file`), written atomically; resuming checks the identity before Ray
 starts (:meth:`Checkpointer.load_resume`): first what the job is trained for (:func:`check_task`:
-the task and, for a typed link job, the relation), then the model and dataset
-(:func:`fgnn.model_file.check_identity`), then the weights' shapes.
+the task and, for a typed link job, the relation), then the model and dataset sizes
+(:func:`fgnn.model_file.check_identity`), then the dataset's contents (the content fingerprint of
+its graph, features, labels and splits, :func:`fgnn.model_file.check_content`), then the weights'
+shapes.
 
 A checkpoint is only ever written from a consistent state: the end of a training epoch, after
 its validation. The driver keeps that state in memory (the last *good* one, beside the file), so
@@ -186,7 +188,8 @@ class Checkpointer:
         Raises:
             CheckpointError: one line naming the file: no checkpoint in ``checkpoint_dir``, an
                 unreadable, truncated or pickle-carrying file, or a checkpoint of another task,
-                link relation, model or dataset (naming both; :func:`check_task`).
+                link relation, model or dataset (naming both; :func:`check_task`), or of a
+                dataset of the same sizes with other contents.
             RunFinished: the checkpoint's run has finished.
         """
         if self._start_epoch is not None:
@@ -217,7 +220,7 @@ class Checkpointer:
         """Read and check the checkpoint ``path`` into the model, the optimizer state and the
         best-validation record; returns its finished epoch."""
         from fgnn.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
-        from fgnn.model_file import check_identity
+        from fgnn.model_file import check_content, check_identity
 
         tc = self.config.train
         if not path.is_file():
@@ -226,6 +229,7 @@ class Checkpointer:
         payload = read_checkpoint(path)
         check_task(path, payload["extra"].get("job", {}), self.identity)
         check_identity(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
+        check_content(path, "checkpoint", payload["extra"].get("job", {}), self.identity)
         opt = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
         ckpt = load_checkpoint(path, self.model, opt, restore_rng=False, payload=payload)
         self.resume_optimizer = opt.state_dict()

@@ -96,6 +96,7 @@ from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
 from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
 from fgnn.executors.collective import ExchangeSpec
 from fgnn.executors.fault_injection import FaultSpec
+from fgnn.executors._store import LOOPBACK
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.sampler import trainers_share_gpu
@@ -382,12 +383,32 @@ class Runtime:
         resumed = self.checkpointer.resume_optimizer
         if self.config.runtime.exchange == "collective":  # no tensors; weights on the Trainers
             sv.ps = ray.remote(num_cpus=0, max_restarts=0)(StepLedger).options(
-                name="fgnn-ps", max_concurrency=256).remote(serve_store=True)
+                name="fgnn-ps", max_concurrency=256, **self._ledger_place(nodes)).remote(
+                serve_store=True, store_host=LOOPBACK if self._one_host(nodes) else None)
             sv.exchange = ExchangeSpec(sv.ps, tc.lr, tc.weight_decay, resumed,
                                        **self._ring_place(nodes))
         else:
             sv.ps = ray.remote(num_cpus=0)(ParameterServer).options(name="fgnn-ps").remote(
                 copy.deepcopy(self.model).cpu(), tc.lr, tc.weight_decay, resumed)
+
+    @staticmethod
+    def _one_host(nodes: set[str]) -> bool:
+        """Whether every executor of the job runs on the driver's node (``nodes``: the nodes of
+        its devices): the collective's store then binds to loopback, the ledger pinned there."""
+        import ray
+
+        return not nodes - {ray.get_runtime_context().get_node_id()}
+
+    def _ledger_place(self, nodes: set[str]) -> dict[str, Any]:
+        """The ledger actor's scheduling: on the driver's node when every executor is there
+        (its store is then on loopback, :meth:`_one_host`), else Ray's choice."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if not self._one_host(nodes):
+            return {}
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)}
 
     def _ring_place(self, nodes: set[str]) -> dict[str, Any]:
         """Where the collective's CPU members keep their gradient rings: ``/dev/shm`` when

@@ -20,6 +20,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from fgnn.executors._store import StoreAddress
+from fgnn.executors._store import serve_store as serve
 from fgnn.executors.exactly_once import TaskLedger
 
 __all__ = ["GROUP_TIMEOUT_S", "Event", "StepLedger"]
@@ -76,10 +78,15 @@ class StepLedger:
         alive: ``alive(member)``: False once that member's process is gone (the liveness probe
             :meth:`failed` runs); None: the Ray actor of that name still exists (with
             ``serve_store``), else every member counts as alive.
+        store_host: the address the store server binds to
+            (:func:`~fgnn.executors._store.serve_store`): ``127.0.0.1`` when every member runs
+            on the ledger's node; None: the node's own address. Either way its keys lie under
+            a random secret the members get from :meth:`store_address`.
     """
 
     def __init__(self, serve_store: bool = False,
-                 alive: Optional[Callable[[str], bool]] = None) -> None:
+                 alive: Optional[Callable[[str], bool]] = None,
+                 store_host: Optional[str] = None) -> None:
         self._cv = threading.Condition()
         self._alive = alive or (_ray_actor_exists if serve_store else (lambda name: True))
         self._watching: set[int] = set()
@@ -93,12 +100,9 @@ class StepLedger:
         self._rings: dict[str, Optional[tuple[str, str]]] = {}  # member -> (host, ring file)
         self._snapshot: Optional[dict[str, Any]] = None
         self._store: Any = None
+        self._address: Optional[StoreAddress] = None
         if serve_store:
-            import torch.distributed as dist
-            from ray.util import get_node_ip_address
-
-            self._store = dist.TCPStore(get_node_ip_address(), 0, is_master=True,
-                                        wait_for_workers=False)
+            self._store, self._address = serve(store_host)
         self._reset_step()
 
     @property
@@ -139,9 +143,10 @@ class StepLedger:
         with self._cv:
             self._note(consumer, index, version)
 
-    def store_address(self) -> Optional[tuple[str, int]]:
-        """``(host, port)`` of the rendezvous store, or None in-process."""
-        return None if self._store is None else (self._store.host, self._store.port)
+    def store_address(self) -> Optional[StoreAddress]:
+        """Where the rendezvous store is and the secret prefix of its keys
+        (:func:`~fgnn.executors._store.connect_store` takes it), or None in-process."""
+        return self._address
 
     # ------------------------------------------------------------------ epoch and members
     def begin_epoch(self, epoch: int, tasks: Optional[int] = None, group: int = 1) -> None:
