@@ -59,7 +59,7 @@ def ray_session():
     cluster is down by then (see :func:`pytest_runtest_setup`)."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
              _system_config=local_system_config())
     yield ray
     ray.shutdown()

@@ -1,10 +1,13 @@
-"""How executors become Ray actors (internal): the one place, and the in-process sampler a
+"""How executors become actors (internal): the one place, and the in-process sampler a
 time-sharing Trainer carries.
 
 Executors are plain classes (testable in-process); :func:`make_actor` turns one into a
-restartable actor on a device of the job's placement group. Its constructor arguments wait in a
-named store actor (:class:`ArgStore`) that a restarted executor reads again, so no constructor
-argument lives in the object store where it could go out of scope (ray-project/ray#53727).
+restartable Ray actor on a device of the job's placement group, or, for a job that runs without
+Ray (:func:`fgnn.executors.host.uses_ray`), an in-process
+:class:`~fgnn.executors.inline.InlineActor` of the driver. A Ray actor's constructor arguments
+wait in a named store actor (:class:`ArgStore`) that a restarted executor reads again, so no
+constructor argument lives in the object store where it could go out of scope
+(ray-project/ray#53727).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, Optional
 from fgnn.evaluation import EvalPlan
 from fgnn.executors._argstore import ARGS_ACTOR, ArgStore
 from fgnn.executors._faults import _MAX_RESTARTS
+from fgnn.executors.inline import InlineActor
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 
@@ -40,12 +44,15 @@ def _fetched(cls: type) -> type:
 def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, *args: Any,
                 **kwargs: Any) -> Any:
     """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
-    of the job's placement group, named by role and device, restartable.
+    of the job's placement group ``pg``, named by role and device, restartable; with ``pg``
+    None (a job without Ray), an in-process actor of the driver.
 
-    ``cls(*args, **kwargs)`` runs inside the actor. The arguments go to the :class:`ArgStore`
-    actor (which the runtime starts first) and the actor is created with its name alone, so a
-    restart re-reads them from there.
+    ``cls(*args, **kwargs)`` runs inside the actor. A Ray actor's arguments go to the
+    :class:`ArgStore` actor (which the runtime starts first) and the actor is created with its
+    name alone, so a restart re-reads them from there.
     """
+    if pg is None:
+        return InlineActor(cls, name, *args, **kwargs)
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -70,11 +77,11 @@ class LocalSampling(SamplerExecutor):
         self._built = False
 
     def _build(self) -> None:
-        import ray
+        from fgnn.executors.host import resolve
 
         graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts, task = self._args
-        graph, train_idx, eval_idx, task = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
-                                            for a in (graph, train_idx, eval_idx, task))
+        graph, train_idx, eval_idx, task = (resolve(a) for a in (graph, train_idx, eval_idx,
+                                                                  task))
         self._built = True  # from here the overrides below act on the built sampler
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
                                  "local", device, eval_idx=eval_idx, parts=parts, task=task)

@@ -128,10 +128,14 @@ class RunResult:
     """Why training stopped before ``train.epochs`` (``None`` when it ran them all):
     ``epoch`` (the last one run, 0-based), ``patience`` (evaluations without a better validation
     accuracy), ``best_val_acc`` and ``best_epoch`` (0-based). See :func:`early_stop_message`."""
+    timeline: Optional[dict[str, Any]] = None
+    """Where the whole run's wall time went, in parts that add up to it
+    (:meth:`fgnn.monitor.timeline.Timeline.close`: ``wall_s``, ``origin``, ``parts``); set by
+    :class:`fgnn.Job` (``None`` for a bare runtime run)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report."""
-        return {
+        """The JSON report (``timeline`` only when set)."""
+        out = {
             "config": self.config,
             "mode": self.mode,
             "allocation": self.allocation,
@@ -141,6 +145,9 @@ class RunResult:
             "final_eval_s": self.final_eval_s,
             "early_stop": self.early_stop,
         }
+        if self.timeline is not None:
+            out["timeline"] = self.timeline
+        return out
 
 
 def early_stop_message(early_stop: dict[str, Any]) -> str:
