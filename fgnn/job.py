@@ -491,8 +491,9 @@ class Job:
         local = rc.address is None or rc.address == "local"
         dashboard = local and rc.dashboard_host is not None
         kwargs = _ray_init_kwargs(rc, local, dashboard)
-        self.timeline.say(f"starting Ray (a local node{' and its dashboard' if dashboard else ''})"
-                          f"..." if local else f"joining the Ray cluster at {rc.address}...")
+        what = " and its dashboard" if dashboard else ""
+        self._say(f"fgnn: starting Ray (a local node{what})..." if local
+                  else f"fgnn: joining the Ray cluster at {rc.address}...")
         try:
             if dashboard:
                 ctx, why = init_with_dashboard(**kwargs)

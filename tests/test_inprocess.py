@@ -3,7 +3,8 @@
 A single-mode job runs its executors in this process (no ``ray.init``), learns like the
 single-process loop, and reports a time line whose parts sum to the wall time measured around
 the run; ``--ray`` still runs it on Ray; and the command line's time line covers the whole
-process, from its start to its exit.
+process, from its start to its exit. An executor's error in this process stops the job as
+it would on Ray, and leaves no executor thread behind.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-
 import ray
+import torch
 
 from fgnn.config import JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig
 from fgnn.executors.host import uses_ray
@@ -133,3 +135,41 @@ def test_the_command_line_time_line_covers_the_process(tmp_path):
     (line,) = [ln for ln in run.stdout.splitlines() if ln.startswith("fgnn: time: ")]
     assert "start-up and imports " in line and "other " in line
     assert "fgnn: starting 2 executors in this process" in run.stdout
+
+
+class _NaNModel(torch.nn.Module):
+    """A model whose loss is NaN: the Trainer refuses its gradient (``NonFiniteLoss``)."""
+
+    def __init__(self, feat_dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(feat_dim, num_classes)
+        self.num_layers = 2
+
+    def forward(self, blocks, x):
+        n = blocks[-1].num_dst
+        return self.lin(x[:n]) * float("nan")
+
+
+def test_an_executor_error_in_this_process_stops_the_job_and_its_threads(tmp_path):
+    """The fault handling reads an in-process executor's error as Ray's: a non-finite loss
+    stops the job with the resumable checkpoint, and no executor thread is left behind."""
+    from fgnn.executors import RuntimeFailure
+
+    ds = toy_dataset()
+    cfg = _config(tmp_path)
+    cfg.train = TrainConfig(epochs=3, batch_size=10, lr=0.02, seed=0,
+                            checkpoint_dir=str(tmp_path / "ck"))
+    job = Job(cfg, model=_NaNModel(ds.feat_dim, ds.num_classes), dataset=ds, progress=False,
+              out=io.StringIO())
+    with pytest.raises(RuntimeFailure,
+                       match=r"loss of task \d+ is not finite .*\(Trainer fgnn-standby-0\)"):
+        job.run()
+    assert not ray.is_initialized()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _fgnn_threads():
+        time.sleep(0.1)
+    assert not _fgnn_threads()
+
+
+def _fgnn_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("fgnn-")]

@@ -139,10 +139,15 @@ class InlineActor:
         return self
 
     def kill(self) -> None:
-        """Stop serving: the loop ends once the call it runs (if any) returns."""
+        """Stop serving: the loop ends once the call it runs (if any) returns. A thread cannot
+        be ended as Ray ends a process, so a served object with a ``stop()`` method (a Trainer)
+        is asked to finish its running call first."""
         if self._dead:
             return
         self._dead = True
+        stop = getattr(self._obj, "stop", None)
+        if callable(stop) and not inspect.signature(stop).parameters:
+            stop()
         self._loop.call_soon_threadsafe(self._loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(_JOIN_S)

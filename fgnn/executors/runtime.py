@@ -436,8 +436,10 @@ class Runtime:
         self.caches.fill(new)
 
     def _teardown(self) -> None:
-        self.workers.kill_all()
         sv = self.services
+        if sv.in_process and sv.queue is not None:  # blocked in-process calls return
+            self.watchdog.abort(sv.queue, "the job ended")
+        self.workers.kill_all()
         for h in (sv.queue, sv.ps, sv.args_store):
             if h is not None:
                 try:
