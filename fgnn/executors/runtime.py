@@ -1,5 +1,10 @@
 """The factored runtime on Ray (FGNN §5): builds the executors, runs the epochs, reports.
 
+A layout of one device (``single`` mode, ``runtime.devices=1``) runs without Ray unless asked
+(``runtime.ray``, ``runtime.address``): the same executors, queue and parameter server are
+in-process actors of the driver (:mod:`fgnn.executors.inline`), driven by this same runtime
+through :mod:`fgnn.executors.host`; Ray's metrics are off there, the report is the same.
+
 Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
 
 * ``factored`` -- N_s Sampler executors and N_t = N_g - N_s Trainer executors, N_s from the
@@ -115,7 +120,8 @@ OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
 class Runtime:
-    """Runs a :class:`~fgnn.config.JobConfig` on Ray in the configured mode.
+    """Runs a :class:`~fgnn.config.JobConfig` on Ray (or, on one device, in this process) in
+    the configured mode.
 
     The runtime is composed of parts that hold their own state: the :class:`Checkpointer`
     (:mod:`fgnn.executors._resume`), the :class:`Watchdog` (deadlines and the job's stop), the
