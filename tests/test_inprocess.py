@@ -77,8 +77,8 @@ def test_the_time_line_adds_up_to_the_wall_around_the_run(single_run):
     total = sum(parts.values())
     assert abs(total - wall) <= SHARE * wall, (total, wall, parts)
     assert abs(timeline["wall_s"] - wall) <= SHARE * wall
-    assert parts["training"] == pytest.approx(sum(e["time_s"] for e in report["epochs"]),
-                                              rel=0.05, abs=0.05)
+    epochs = sum(e["time_s"] for e in report["epochs"])  # the epochs, inside the part
+    assert epochs <= parts["training"] <= 1.1 * epochs + 0.5
     (line,) = [ln for ln in log if ln.startswith("fgnn: time: ")]
     assert line.startswith(f"fgnn: time: wall {timeline['wall_s']:.2f}s: ")
     assert "training (20 epochs) " in line and line.endswith("s")
