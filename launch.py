@@ -1,9 +1,7 @@
 #!/usr/bin/env python
 """Train a GNN with fgnn: ``python launch.py --help`` lists every flag (logic in fgnn/cli.py)."""
 
-import sys
-
-from fgnn.cli import main
+from fgnn.cli import exit_now, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -445,7 +445,8 @@ class RuntimeConfig:
     """How devices are laid out (FGNN §5)."""
 
     devices: int = flag(1, "devices N_g: N GPUs when present, N Ray logical GPUs on CPU "
-                        "otherwise", type=int_at_least(1), metavar="N")
+                        "otherwise; 1 runs in this process, without Ray",
+                        type=int_at_least(1), metavar="N")
     """N_g: GPUs when present, Ray logical devices on CPU otherwise."""
     samplers: Optional[int] = flag(
         None, "sampler devices N_s; auto sets N_s = ceil(N_g / (K + 1)) from the profiling "
@@ -454,7 +455,8 @@ class RuntimeConfig:
     """N_s; ``None`` sets it from the profiling epoch, N_s = ceil(N_g / (K + 1))."""
     mode: str = flag(
         "factored", "factored: separate sampler and trainer devices with switching; "
-        "time-sharing: every device samples and trains; single: one device alternates",
+        "time-sharing: every device samples and trains; single: one device alternates, in this "
+        "process, without Ray",
         choices=MODES)
     """``factored``, ``time-sharing`` or ``single``."""
     queue_size: int = flag(64, "mini-batches in flight in the global queue",
@@ -466,7 +468,12 @@ class RuntimeConfig:
     address: Optional[str] = flag(
         None, "join an existing Ray cluster (HOST:PORT of the head, ray://HOST:PORT or auto) "
         "instead of starting one", metavar="RAY_ADDRESS")
-    """Ray cluster address to join; ``None`` starts a local Ray instance."""
+    """Ray cluster address to join; ``None`` starts a local Ray instance (when Ray runs)."""
+    ray: bool = flag(False, "run on Ray even when one process serves: without it a one-device "
+                     "layout (--mode single, --devices 1) runs its executors in this process "
+                     "and Ray (and its dashboard) start only for more devices or --address")
+    """Run on Ray even for a one-device layout, which otherwise runs its executors in the
+    driver process without Ray (:func:`fgnn.executors.host.uses_ray`)."""
     dashboard_host: Optional[str] = flag(
         "127.0.0.1", "interface the Ray dashboard binds to when this job starts Ray; 0.0.0.0 "
         "exposes it, off disables it", type=host_or_off, metavar="HOST")

@@ -1,4 +1,5 @@
-"""The Python API: ``fgnn.Job(config).run()`` loads the data, starts Ray, trains, writes the report.
+"""The Python API: ``fgnn.Job(config).run()`` loads the data, starts Ray (for more than one
+device), trains, writes the report.
 
 Example:
     >>> import fgnn
@@ -28,6 +29,7 @@ from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import devices_note, plural, timing_text
+from fgnn.monitor.timeline import Timeline
 from fgnn.outputs import (check_inputs, check_outputs, lock_outputs, output_paths,
                           write_outputs)
 from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
@@ -170,12 +172,18 @@ class Job:
             ``config.dataset`` (e.g. after reading its dimensions for a custom model).
         progress: draw tqdm bars and per-epoch summary lines.
         out: stream for the job's own messages (dashboard URL, devices, report path).
+        since: the wall-clock time (``time.time()``) the run's time line starts from: the
+            command line passes the process start, so interpreter start-up and imports count;
+            ``None``: the start of :meth:`run`.
 
     Attributes:
         dataset: the loaded dataset (after :meth:`run`).
         model: the trained model (after :meth:`run`).
         result: the :class:`~fgnn.monitor.stats.RunResult` (after :meth:`run`).
-        dashboard_url: the Ray dashboard URL, or ``None`` when the dashboard is off.
+        timeline: the run's :class:`~fgnn.monitor.timeline.Timeline` (during and after
+            :meth:`run`); its parts add up to the wall time (``result.timeline``).
+        dashboard_url: the Ray dashboard URL, or ``None`` when the dashboard is off (or
+            Ray is not used: a one-device job runs in this process).
         on_node_death: called from a watcher thread, with the job's one-line
             :class:`~fgnn.executors.RuntimeFailure` (last good checkpoint written), the moment
             the raylet of a Ray node this job started dies (:mod:`fgnn.raylet_watch`). Without
@@ -185,7 +193,8 @@ class Job:
 
     def __init__(self, config: Optional[JobConfig] = None, sampler: Optional[Sampler] = None,
                  model: Optional[torch.nn.Module] = None, *, dataset: Optional[Dataset] = None,
-                 progress: bool = True, out: Optional[IO[str]] = None) -> None:
+                 progress: bool = True, out: Optional[IO[str]] = None,
+                 since: Optional[float] = None) -> None:
         if config is not None and not isinstance(config, JobConfig):
             raise TypeError(f"Job: config must be a fgnn.config.JobConfig. "
                             f"Received {type(config).__name__}.")
@@ -205,6 +214,8 @@ class Job:
         self.out = out
         self.dataset: Optional[Dataset] = dataset
         self.result: Optional[RunResult] = None
+        self.since = since
+        self.timeline: Optional[Timeline] = None
         self.dashboard_url: Optional[str] = None
         self.device_kind: Optional[str] = None
         self.on_node_death: Optional[Callable[[Exception], None]] = None
@@ -255,14 +266,17 @@ class Job:
             if n_cuda < rc.gpus_needed:
                 raise JobConfigError("runtime.devices", rc.devices,
                                      f"only {n_cuda} CUDA devices are present")
-        if rc.address in (None, "local") and not torch.cuda.is_available():
-            _check_executor_memory(rc.devices, rc.devices_used)
+        from fgnn.executors.host import uses_ray
+
+        if rc.address in (None, "local") and not torch.cuda.is_available() and uses_ray(rc):
+            _check_executor_memory(rc.devices, rc.devices_used)  # in-process: no processes
         check_address(rc.address)
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
-        """Validate, load the dataset, check the resume checkpoint, start or join Ray, train,
-        and write the model file and the report.
+        """Validate, load the dataset, check the resume checkpoint, start or join Ray (for a
+        layout of more than one device, or when asked: a one-device job runs its executors in
+        this process), train, and write the model file and the report.
 
         A Job runs once: its ``model``, ``dataset`` and ``config`` then hold the run's
         trained weights and settled data, so a second run would silently continue from them.
@@ -294,6 +308,7 @@ class Job:
             raise RuntimeError("Job.run: this Job has run already; a Job runs once (its model "
                                "and dataset hold that run's trained weights and data), so "
                                "create a new fgnn.Job to train again")
+        self.timeline = Timeline(self.since, announce=lambda s: self._say(f"fgnn: {s}"))
         self.validate()
         from fgnn.recipes import resolve_recipe
         self.config = resolve_recipe(self.config)  # recipe "auto": what launch.py applies
@@ -306,13 +321,16 @@ class Job:
     def _run(self) -> RunResult:
         """The body of :meth:`run`, after its checks, under the output locks."""
         from_spec = self.dataset is None
-        load_s = self._prepare_dataset()
-        runtime, progress = self._runtime_and_progress(from_spec)
+        with self.timeline.phase("load"):
+            load_s = self._prepare_dataset()
+        with self.timeline.phase("setup"):
+            runtime, progress = self._runtime_and_progress(from_spec)
         result = self._train(runtime, progress)
         self._complete(result, load_s)
         self.result = result
         self._say_result(result)
         self._write_outputs(result, runtime)
+        self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         return result
 
     # ------------------------------------------------------------------ internals
@@ -361,11 +379,14 @@ class Job:
         return load_s
 
     def _train(self, runtime: Any, progress: Any) -> RunResult:
-        """Start or join Ray and run ``runtime`` under the raylet watch; Ray is shut down after
-        (if this call started it) whatever happens."""
-        import ray
-
-        started = self._init_ray()
+        """Start or join Ray (unless ``runtime`` runs in this process) and run ``runtime`` under
+        the raylet watch; Ray is shut down after (if this call started it) whatever happens."""
+        if runtime.in_process:
+            self._say_in_process()
+            started = False
+        else:
+            with self.timeline.phase("ray_start"):
+                started = self._init_ray()
         restore_sigterm = interrupt_on_sigterm()  # after ray.init, whose handler dumps a stack
         reaper = _watch_driver() if started else None  # ends the node if the driver is killed
         watch = self._watch_raylet(runtime) if started else None
@@ -377,22 +398,35 @@ class Job:
                 raise self._node_failure from None
             raise
         finally:
-            if watch is not None:
-                watch.stop()  # ray.shutdown ends the raylet too
-            progress.close()
-            if started:
-                ray.shutdown()
-            if reaper is not None:
-                reaper.stop()
-            restore_sigterm()
+            with self.timeline.phase("shutdown"):
+                if watch is not None:
+                    watch.stop()  # ray.shutdown ends the raylet too
+                progress.close()
+                if started:
+                    import ray
+
+                    ray.shutdown()
+                if reaper is not None:
+                    reaper.stop()
+                restore_sigterm()
         return result
 
+    def _say_in_process(self) -> None:
+        """The devices line of a job that runs without Ray (one device, in this process)."""
+        rc = self.config.runtime
+        cuda = torch.cuda.is_available()
+        self.device_kind = "gpu" if cuda else "logical"
+        where = "CUDA GPU 0" if cuda else "the CPU (no CUDA device found)"
+        line = (f"1 device: {where}, in this process; no Ray (one device needs none; --ray "
+                f"starts it)")
+        note = devices_note(1, rc.devices, rc.mode)
+        self._say(f"fgnn: {line}" + (f"; {note}" if note else ""))
+
     def _say_result(self, result: RunResult) -> None:
-        """Print the early stop (if any), the timing and the final metrics."""
+        """Print the early stop (if any) and the final metrics."""
         if result.early_stop:
             why = early_stop_message(result.early_stop, result.metric or "accuracy")
             self._say(f"fgnn: {why}")
-        self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         fin = result.final
         if self.config.task in ("link", "recsys"):
             self._say("fgnn: final " + "  ".join(f"{k} {v:.4f}" for k, v in fin.items()))
@@ -402,7 +436,9 @@ class Job:
                       f"test_acc {fin.get('test_acc', float('nan')):.4f}")
 
     def _write_outputs(self, result: RunResult, runtime: Any) -> None:
-        """Write the model file, the plot and the report, each whatever became of the others.
+        """Write the model file, the plot and the report, each whatever became of the others;
+        the time line (``result.timeline``) closes just before the report is written, so it
+        covers the other outputs too.
 
         Raises:
             fgnn.outputs.OutputsError: naming what could not be written and what was kept.
@@ -418,16 +454,26 @@ class Job:
         if cfg.report:
             from fgnn.monitor.plot import plot_report
             from fgnn.report import png_path_for, report_dict, write_json_atomic
-            report = report_dict(result)
+            report = report_dict(result)  # the plot's: drawn before the time line closes
             writers.append(("report", "plot", png_path_for(cfg.report),
                             lambda: plot_report(report, png_path_for(cfg.report))))
             writers.append(("report", "report", Path(cfg.report),
-                            lambda: write_json_atomic(report, cfg.report)))
-        kept = dict(((f, w), p) for f, w, p in write_outputs(writers))
+                            lambda: write_json_atomic(report_dict(self._close_timeline(result)),
+                                                      cfg.report)))
+        with self.timeline.phase("outputs"):
+            written = write_outputs(writers)
+        self._close_timeline(result)
+        kept = dict(((f, w), p) for f, w, p in written)
         if ("save_model", "model") in kept:
             self._say(f"fgnn: model {cfg.save_model} (fgnn.load_model reads it)")
         if ("report", "report") in kept:
             self._say(f"fgnn: report {cfg.report}, plot {kept[('report', 'plot')]}")
+
+    def _close_timeline(self, result: RunResult) -> RunResult:
+        """Close the run's time line into ``result.timeline`` (once); returns ``result``."""
+        if result.timeline is None:
+            result.timeline = self.timeline.close()
+        return result
 
     def _watch_raylet(self, runtime: Any) -> Any:
         """Watch the raylet of the node :meth:`_init_ray` started: on its death, build the
@@ -460,7 +506,7 @@ class Job:
         cfg = self.config
         runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
                           on_batch=progress.on_batch, on_epoch=progress.on_epoch,
-                          on_eval_batch=progress.on_eval)
+                          on_eval_batch=progress.on_eval, timeline=self.timeline)
         if not from_spec:
             runtime.identity["dataset"]["spec"] = None
         try:
@@ -519,6 +565,9 @@ class Job:
         local = rc.address is None or rc.address == "local"
         dashboard = local and rc.dashboard_host is not None
         kwargs = _ray_init_kwargs(rc, local, dashboard)
+        what = " and its dashboard" if dashboard else ""
+        self._say(f"fgnn: starting Ray (a local node{what})..." if local
+                  else f"fgnn: joining the Ray cluster at {rc.address}...")
         try:
             if dashboard:
                 ctx, why = init_with_dashboard(say=self._say, **kwargs)

@@ -5,8 +5,8 @@ A report is :meth:`fgnn.monitor.stats.RunResult.to_dict` written as JSON (``NaN`
 time of training and validation, the training loss and the validation accuracy.
 
 Reports from older versions (without the start-up / cache-fill split, ``eval_s``,
-``final_eval_s``, ``early_stop``, ``allocation.cache_policy``, ``metric``) still load and print
-(a report without ``metric`` is read as its task's: accuracy, AUC, recall@10).
+``final_eval_s``, ``early_stop``, ``allocation.cache_policy``, ``metric``, ``timeline``) still
+load and print (a report without ``metric`` is read as its task's: accuracy, AUC, recall@10).
 
 Print one as a table::
 
@@ -28,6 +28,7 @@ from fgnn.config import MODES, task_names
 from fgnn.executors._ledger import LEDGER_KEYS
 from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
 from fgnn.monitor.summary import cache_text, devices_text, metric_name, timing_text
+from fgnn.monitor.timeline import PART_LABELS
 
 __all__ = [
     "ReportError",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 _NUM = (int, float)
+#: How far the parts of a report's ``timeline`` may sum from its ``wall_s`` (a share of it).
+TIMELINE_TOLERANCE = 0.05
 #: The ``final`` scores of a link-prediction report (``config.task == "link"``).
 LINK_FINAL = ("val_auc", "val_ap", "test_auc", "test_ap")
 #: The ``final`` scores a recommender report must have (``config.task == "recsys"``).
@@ -115,7 +118,10 @@ def validate_report(report: Mapping[str, Any]) -> None:
     exactly when ``missing`` and ``applied_twice`` are 0); ``final_eval_s`` (seconds);
     ``early_stop`` (null or an object with ``epoch``, ``patience``, ``best_val_acc``,
     ``best_epoch``); ``metric`` (null or the name of the task's validation score, e.g.
-    ``accuracy``, ``AUC``, ``recall@10``).
+    ``accuracy``, ``AUC``, ``recall@10``); ``timeline`` (the whole run's wall time by part:
+    ``wall_s`` (seconds), ``origin`` (``process`` or ``run``) and ``parts``, a non-empty list of
+    ``{"key", "seconds"}`` with the keys of :data:`~fgnn.monitor.timeline.PART_LABELS`, each
+    once, whose seconds sum to ``wall_s`` within :data:`TIMELINE_TOLERANCE`).
 
     Args:
         report: the decoded JSON (or :meth:`RunResult.to_dict` output).
@@ -142,6 +148,8 @@ def validate_report(report: Mapping[str, Any]) -> None:
     metric = report.get("metric")
     if metric is not None and (not isinstance(metric, str) or not metric.strip()):
         _fail("metric", "must be a non-empty string or null", metric)
+    if "timeline" in report:
+        _check_timeline(report["timeline"])
 
 
 def _check_allocation(alloc: Mapping[str, Any]) -> None:
@@ -215,6 +223,32 @@ def _check_early_stop(stop: Any) -> None:
     for key in ("epoch", "patience", "best_epoch"):
         _number(stop, key, "early_stop", integer=True)
     _number(stop, "best_val_acc", "early_stop", hi=1.0)
+
+
+def _check_timeline(timeline: Any) -> None:
+    """The report's ``timeline``: parts with known keys, each once, that add up to the wall."""
+    if not isinstance(timeline, Mapping):
+        _fail("timeline", "must be an object", timeline)
+    _number(timeline, "wall_s", "timeline")
+    if timeline.get("origin") not in ("process", "run"):
+        _fail("timeline.origin", "must be process or run", timeline.get("origin"))
+    parts = _get(timeline, "parts", "timeline")
+    if not isinstance(parts, list) or not parts:
+        _fail("timeline.parts", "must be a non-empty list", parts)
+    seen: set[str] = set()
+    for i, part in enumerate(parts):
+        path = f"timeline.parts[{i}]"
+        if not isinstance(part, Mapping):
+            _fail(path, "must be an object", part)
+        key = _get(part, "key", path)
+        if key not in PART_LABELS or key in seen:
+            _fail(f"{path}.key", f"must be one of {', '.join(PART_LABELS)}, each once", key)
+        seen.add(key)
+        _number(part, "seconds", path)
+    total, wall = sum(p["seconds"] for p in parts), timeline["wall_s"]
+    if abs(total - wall) > TIMELINE_TOLERANCE * wall + 1e-6:
+        _fail("timeline.parts", f"must sum to wall_s={wall:g} within "
+                                f"{TIMELINE_TOLERANCE:.0%} (they sum to {total:g})", parts)
 
 
 def _ledger(ledger: Any, path: str) -> None:

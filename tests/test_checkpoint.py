@@ -360,5 +360,5 @@ def test_resume_with_the_same_job_passes_the_checks(tmp_path, monkeypatch, capsy
     _no_ray(monkeypatch)
     # the CLI turns the stub's AssertionError into its one error line
     assert main(["--dataset", TINY, "--model", "sage", "--resume", "--checkpoint-dir",
-                 str(tmp_path), "--no-progress"]) == 1
+                 str(tmp_path), "--no-progress", "--ray"]) == 1
     assert "Ray was started" in capsys.readouterr().err

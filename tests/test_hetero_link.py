@@ -346,7 +346,7 @@ def test_resuming_the_same_relation_passes_every_check(tmp_path, monkeypatch, ca
 
     _typed_checkpoint(tmp_path, edge_type=CITES)
     _no_ray(monkeypatch)
-    assert main(_resume_argv(tmp_path, spelling) + ["--no-progress"]) == 1
+    assert main(_resume_argv(tmp_path, spelling) + ["--no-progress", "--ray"]) == 1
     assert "Ray was started" in capsys.readouterr().err
 
 
@@ -373,7 +373,7 @@ def test_a_node_checkpoint_without_task_or_relation_still_resumes(tmp_path, monk
     _typed_checkpoint(tmp_path, task="node", drop=("task", "link"))
     _no_ray(monkeypatch)
     assert main(["--dataset", RESUME_SPEC, "--model", "sage", "--resume", "--checkpoint-dir",
-                 str(tmp_path), "--no-progress"]) == 1
+                 str(tmp_path), "--no-progress", "--ray"]) == 1
     assert "Ray was started" in capsys.readouterr().err
 
 
@@ -428,5 +428,6 @@ def test_an_untyped_link_checkpoint_records_no_relation_and_resumes(tmp_path, mo
     job = read_checkpoint(path)["extra"]["job"]
     assert (job["task"], job["link"]) == ("link", {"edge_type": None})
     _no_ray(monkeypatch)
-    assert main(argv + ["--resume", "--checkpoint-dir", str(tmp_path), "--no-progress"]) == 1
+    assert main(argv + ["--resume", "--checkpoint-dir", str(tmp_path), "--no-progress",
+                        "--ray"]) == 1
     assert "Ray was started" in capsys.readouterr().err

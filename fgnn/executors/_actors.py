@@ -1,9 +1,11 @@
-"""How executors become Ray actors (internal): the one place, and the in-process sampler a
+"""How executors become actors (internal): the one place, and the in-process sampler a
 time-sharing Trainer carries.
 
 Executors are plain classes (testable in-process); :func:`make_actor` turns one into a
-restartable actor on a device of the job's placement group. Its constructor arguments wait in a
-store (the queue actor, :class:`QueueService`) that a restarted executor reads again,
+restartable Ray actor on a device of the job's placement group, or, for a job that runs without
+Ray (:func:`fgnn.executors.host.uses_ray`), an in-process
+:class:`~fgnn.executors.inline.InlineActor` of the driver. A Ray actor's constructor arguments
+wait in a store (the queue actor, :class:`QueueService`) that a restarted executor reads again,
 so no constructor argument lives in the object store where it could go out of scope
 (ray-project/ray#53727).
 """
@@ -11,15 +13,17 @@ so no constructor argument lives in the object store where it could go out of sc
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from fgnn.evaluation import EvalPlan
 from fgnn.executors._argstore import ARGS_ACTOR, QueueService
 from fgnn.executors._faults import _MAX_RESTARTS
+from fgnn.executors.inline import InlineActor
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 
-__all__ = ["ARGS_ACTOR", "QueueService", "stash_args", "make_actor", "LocalSampling",
+__all__ = ["ARGS_ACTOR", "QueueService", "InlineArgs", "stash_args", "wait_stashed",
+           "make_actor", "LocalSampling",
            "remote_options", "tensor_transport_supported"]
 
 def _fetched(cls: type) -> type:
@@ -49,30 +53,54 @@ def _actor_class(cls: type, gpu: float, transport: Optional[str]) -> Any:
     return ray.remote(**remote_options(gpu, {"transport": transport}))(_fetched(cls))
 
 
+class InlineArgs(NamedTuple):
+    """The constructor arguments of an in-process executor (a job without Ray keeps them)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 def stash_args(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Send an executor's constructor arguments to the store (:class:`QueueService`);
-    returns the call's ref, to wait on (together with the others) before :func:`make_actor`."""
+    returns the call's ref, to wait on (together with the others, :func:`wait_stashed`) before
+    :func:`make_actor`. In a job without Ray (an in-process store) the arguments stay here:
+    :class:`InlineArgs`."""
+    if isinstance(store, InlineActor):
+        return InlineArgs(args, kwargs)
     import ray
 
     return store.put_args.remote(name, [ray.put((args, kwargs))])
 
 
+def wait_stashed(stashed: list[Any]) -> None:
+    """Wait until the store holds every stashed argument list (one wait for all)."""
+    refs = [s for s in stashed if not isinstance(s, InlineArgs)]
+    if refs:
+        import ray
+
+        ray.get(refs)
+
+
 def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float,
-               transport: Optional[str] = None) -> Any:
+               transport: Optional[str] = None, stashed: Optional[InlineArgs] = None) -> Any:
     """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
-    of the job's placement group, named by role and device, restartable.
+    of the job's placement group ``pg``, named by role and device, restartable; with ``pg``
+    None (a job without Ray), an in-process actor of the driver.
 
     ``cls(*args, **kwargs)`` runs inside the actor, with the arguments :func:`stash_args` left
-    in the store (which must have them before the actor starts); the actor is created with its
-    name alone, so a restart re-reads them from there. Creation returns at once: the processes
-    of several executors start concurrently. ``transport`` is a Sampler's sample transport
-    (:func:`remote_options`).
+    (for a Ray actor in the store, which must have them before the actor starts: see
+    :func:`wait_stashed`); a Ray actor is created with its name alone, so a restart re-reads
+    them from there. Creation returns at once: the processes of several executors start
+    concurrently. ``transport`` is a Sampler's sample transport (:func:`remote_options`).
     """
+    if pg is None:
+        return InlineActor(cls, name, *stashed.args, **stashed.kwargs)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
     actor_cls = _actor_class(cls, float(gpu), transport)
     return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
+
 
 def tensor_transport_supported() -> bool:
     """Whether the installed Ray takes ``enable_tensor_transport`` in ``ray.remote``."""
@@ -111,11 +139,11 @@ class LocalSampling(SamplerExecutor):
         self._built = False
 
     def _build(self) -> None:
-        import ray
+        from fgnn.executors.host import resolve
 
         graph, sampler, train_idx, batch_size, seed, device, eval_idx, parts, task = self._args
-        graph, train_idx, eval_idx, task = (ray.get(a) if isinstance(a, ray.ObjectRef) else a
-                                            for a in (graph, train_idx, eval_idx, task))
+        graph, train_idx, eval_idx, task = (resolve(a) for a in (graph, train_idx, eval_idx,
+                                                                  task))
         self._built = True  # from here the overrides below act on the built sampler
         SamplerExecutor.__init__(self, graph, sampler, train_idx, batch_size, seed, None, None,
                                  "local", device, eval_idx=eval_idx, parts=parts, task=task)

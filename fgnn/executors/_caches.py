@@ -237,8 +237,6 @@ class CachePlanner:
         """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over
         the K epochs), each executor's cache plan, the cache map; then every executor fills its
         cache (``cache_fill_s``)."""
-        import ray
-
         ds = self.dataset
         t0 = time.perf_counter()
         if self.policy == "presc" and self.reorder_info is None:
@@ -250,7 +248,7 @@ class CachePlanner:
                             if counts else None)
         self._size_caches(memory_reports)
         self.services.refs["hotness"] = (None if self.hotness is None
-                                         else ray.put(self.hotness.numpy()))
+                                         else self.services.put(self.hotness.numpy()))
         self._place_caches()
         if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
             cached = (torch.zeros(ds.num_nodes, dtype=torch.bool) if self.placement is None
@@ -298,8 +296,6 @@ class CachePlanner:
         topology. The holder bits of the result are the Samplers' M-step map. The warm-up epochs
         end after the allocation's re-layout, so the layout no longer changes; the disk tier's
         device cache is dynamic (GIDS window buffering): nothing to place or mark."""
-        import ray
-
         from fgnn.cache.feature_store import num_cached_rows
         from fgnn.cache.placement import job_placement
 
@@ -321,9 +317,10 @@ class CachePlanner:
                 self.hotness, n_g, trainers, cap, standbys,
                 num_cached_rows(self.alpha_resident, n), cfg.cache.placement,
                 cfg.cache.peer_cost)
-        self.services.refs["placement"] = ray.put(self.placement)
+        put = self.services.put
+        self.services.refs["placement"] = put(self.placement)
         self.services.refs["cache_map"] = (None if self.placement is None
-                                           else ray.put(self.placement.holder_bits().numpy()))
+                                           else put(self.placement.holder_bits().numpy()))
 
     def install(self, execs: list[_Exec]) -> list[tuple[_Exec, Any]]:
         """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the

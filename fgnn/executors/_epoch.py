@@ -1,7 +1,7 @@
 """The controller half of the runtime: one epoch on the driver (FGNN §5.2-§5.3).
 
 :class:`EpochCoordinator` owns an epoch: it starts the Trainers, hands mini-batch tasks to the
-Samplers dynamically (:class:`TaskScheduler`, a few calls in flight per Sampler, ``ray.wait`` for
+Samplers dynamically (:class:`TaskScheduler`, a few calls in flight per Sampler, ``wait`` for
 whichever finishes first), wakes each Sampler's standby Trainer once that Sampler has finished
 its share (dynamic switching, §5.3), polls the global queue for progress, depth and lost
 samples, handles executor failures and stalls (leases back to the queue, restart or continue
@@ -22,6 +22,7 @@ import numpy as np
 
 from fgnn.config import JobConfig
 from fgnn.evaluation import EvalPlan, SplitScore
+from fgnn.executors import host
 from fgnn.executors._common import metrics_for
 from fgnn.executors._faults import _RESTART_TIMEOUT_S, RuntimeFailure, Watchdog, pass_name
 from fgnn.executors._ledger import epoch_ledger
@@ -205,15 +206,13 @@ class EpochCoordinator:
 
     def _step(self, ep: _Epoch) -> bool:
         """One round of the driver's loop; True once every task is acknowledged."""
-        import ray
-
         self._hand_out(ep)
         self._flush_finished(ep)
         self._wake_standbys(ep)
         refs = list(ep.sampling) + list(ep.running) + list(ep.flushing)
         ready = []
         if refs:
-            ready, _ = ray.wait(refs, num_returns=1, timeout=_POLL_S)
+            ready, _ = host.wait(refs, num_returns=1, timeout=_POLL_S)
         for r in ready:
             self._collect(ep, r)
         now = time.perf_counter()
@@ -271,7 +270,7 @@ class EpochCoordinator:
         import ray
 
         try:
-            res = ray.get(r)
+            res = host.get(r)
         except ray.exceptions.RayError as err:
             # Samples that reached the queue come back as "lost"; the last put may not have
             # reached it, so that task is issued again (the queue drops it if it did arrive).
@@ -287,7 +286,7 @@ class EpochCoordinator:
         import ray
 
         try:
-            res = ray.get(r)
+            res = host.get(r)
         except ray.exceptions.RayError as err:
             if gen == s.gen:  # not a late failure of an earlier incarnation
                 self.workers.failed(s, err)
@@ -314,7 +313,7 @@ class EpochCoordinator:
         import ray
 
         try:
-            self._finished(e, ray.get(r), ep.switched)
+            self._finished(e, host.get(r), ep.switched)
         except ray.exceptions.RayError as err:
             sv = self.services
             self.watchdog.get([sv.queue.retire.remote(e.name), sv.ps.release.remote(e.name)],
@@ -395,10 +394,10 @@ class EpochCoordinator:
         restarts = [e.first_failure + _RESTART_TIMEOUT_S - now for e in owner.values()
                     if e.first_failure is not None]
         wait_s = max([self.config.runtime.stall_timeout_s, *restarts])
-        ready, pending = ray.wait(list(names), num_returns=len(names), timeout=wait_s)
+        ready, pending = host.wait(list(names), num_returns=len(names), timeout=wait_s)
         for r in ready:
             try:
-                res = ray.get(r)
+                res = host.get(r)
             except ray.exceptions.RayError as err:
                 if r in running:
                     self.workers.failed(running[r], err)

@@ -70,14 +70,16 @@ class Watchdog:
         return self.checkpoints.failure(text)
 
     def get(self, refs: Any, what: str, epoch: Optional[int] = None) -> Any:
-        """``ray.get`` of a call the driver waits on (the queue, the parameter server, an
+        """``get`` of a call the driver waits on (the queue, the parameter server, an
         executor's cache fill or settings) with ``runtime.stall_timeout_s`` as its deadline: the
         driver never blocks without one. Past it ``what`` is hung and the job stops with the
         last good checkpoint."""
         import ray
 
+        from fgnn.executors import host
+
         try:
-            return ray.get(refs, timeout=self.limit_s)
+            return host.get(refs, timeout=self.limit_s)
         except ray.exceptions.GetTimeoutError:
             pass
         where = "" if epoch is None else f"{pass_name(epoch)}: "
@@ -90,7 +92,9 @@ class Watchdog:
         deadline: the queue may be the part that died or hangs."""
         import ray
 
+        from fgnn.executors import host
+
         try:
-            ray.get(queue.abort.remote(reason), timeout=min(_ABORT_TIMEOUT_S, self.limit_s))
+            host.get(queue.abort.remote(reason), timeout=min(_ABORT_TIMEOUT_S, self.limit_s))
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
             pass

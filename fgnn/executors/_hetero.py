@@ -108,8 +108,6 @@ class HeteroCachePlanner(CachePlanner):
         """After the warm-up: the hotness (PreSC: the Samplers' visits), the two budgets, the
         rows under each (:func:`~fgnn.cache.hetero.choose_cached_rows`), then every Trainer
         fills its store."""
-        import ray
-
         from fgnn.cache.hetero import choose_cached_rows, feature_bytes, row_bytes_of
 
         t0 = time.perf_counter()
@@ -133,8 +131,8 @@ class HeteroCachePlanner(CachePlanner):
             self.resident_cached = choose_cached_rows(self.hotness, rb, resident)
         self.placement_name = "replicated" if self.cached else "none"
         refs = self.services.refs
-        refs["placement"] = ray.put(_numpy(self.cached))
-        refs["placement_resident"] = ray.put(_numpy(self.resident_cached))
+        refs["placement"] = self.services.put(_numpy(self.cached))
+        refs["placement_resident"] = self.services.put(_numpy(self.resident_cached))
         refs["cache_map"] = None
         self.sizing_s = time.perf_counter() - t0
         self.chosen = True

@@ -21,7 +21,8 @@ from torch import nn
 
 from fgnn.causes import root_cause
 from fgnn.config import JobConfig
-from fgnn.executors._actors import LocalSampling, make_actor, stash_args
+from fgnn.executors import host
+from fgnn.executors._actors import LocalSampling, make_actor, stash_args, wait_stashed
 from fgnn.executors._common import NonFiniteLoss
 from fgnn.executors._device import AUTO
 from fgnn.executors._faults import _RESTART_TIMEOUT_S, Watchdog, _death_errors
@@ -73,6 +74,13 @@ class Services:
     ``runtime.exchange="collective"`` (None: the parameter server)."""
     ring_files: Optional[str] = None
     """The path prefix of the collective's gradient ring files (removed at the job's end)."""
+    in_process: bool = False
+    """The executors and services are in-process actors of the driver, not Ray's
+    (:mod:`fgnn.executors.host`)."""
+
+    def put(self, value: Any) -> Any:
+        """Share ``value`` with the executors: ``ray.put``, or an in-process ref."""
+        return host.put(value, self.in_process)
 
 
 @dataclass
@@ -190,14 +198,12 @@ class WorkerGroup:
         """Samplers (and standbys) on devices ``0 .. n_s - 1``, Trainers on the rest; executors
         of the layout that run already are kept, the others are stopped. Returns the new
         executors (started, not yet waited for: :meth:`await_ready`)."""
-        import ray
-
         keep = {e.name: e for e in self.execs if e.alive}
         want = self._wanted(n_s)
         names = {f"fgnn-{r}-{d}" for r, d in want}
         for e in keep.values():
             if e.name not in names:
-                ray.kill(e.handle, no_restart=True)
+                host.kill(e.handle)
         execs, pending = [], []
         self._started_at = time.time()
         for i, (role, d) in enumerate(want):
@@ -213,11 +219,11 @@ class WorkerGroup:
             pending.append(p)
         # every executor's arguments are in the store (one wait for all), then every actor is
         # created at once: their processes start concurrently
-        ray.get([p.stashed for p in pending])
+        wait_stashed([p.stashed for p in pending])
         sv = self.services
         for p in pending:
             p.exec.handle = make_actor(p.cls, p.exec.name, sv.pg, p.exec.device, p.gpu,
-                                       p.transport)
+                                       p.transport, p.stashed)
         self.execs = execs
         self._pending = [p.exec.handle.ready.remote() for p in pending]
         return [p.exec for p in pending]
@@ -225,9 +231,7 @@ class WorkerGroup:
     def await_ready(self) -> None:
         """Wait for the executors started last; ``startup_s`` counts from their start to the last
         one built (start-up runs while the driver chooses the cache)."""
-        import ray
-
-        done = ray.get(self._pending)
+        done = host.get(self._pending)
         self._pending = []
         if done:
             self.startup_s += max(0.0, max(float(t) for t, _ in done) - self._started_at)
@@ -273,10 +277,8 @@ class WorkerGroup:
 
     def kill_all(self) -> None:
         """Stop every executor (best effort: some may be gone already)."""
-        import ray
-
         for e in self.execs:
             try:
-                ray.kill(e.handle, no_restart=True)
+                host.kill(e.handle)
             except Exception:  # already gone
                 pass

@@ -1,5 +1,10 @@
 """The factored runtime on Ray (FGNN §5): builds the executors, runs the epochs, reports.
 
+A layout of one device (``single`` mode, ``runtime.devices=1``) runs without Ray unless asked
+(``runtime.ray``, ``runtime.address``): the same executors, queue and parameter server are
+in-process actors of the driver (:mod:`fgnn.executors.inline`), driven by this same runtime
+through :mod:`fgnn.executors.host`; Ray's metrics are off there, the report is the same.
+
 Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
 
 * ``factored`` -- N_s Sampler executors and N_t = N_g - N_s Trainer executors, N_s from the
@@ -85,6 +90,7 @@ from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.subsets import subset_ids, val_subset_size
+from fgnn.executors import host
 from fgnn.executors._actors import ARGS_ACTOR, QueueService
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._planners import planner_for
@@ -97,12 +103,14 @@ from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
 from fgnn.executors.collective import ExchangeSpec
 from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors._store import LOOPBACK
+from fgnn.executors.inline import InlineActor
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.reaper import ring_prefix, sweep_stale_rings
+from fgnn.monitor.timeline import Timeline
 from fgnn.sampling.base import Sampler
 from fgnn.tasks import build_task, check_job
 
@@ -115,7 +123,8 @@ OnEvalBatch = Callable[[tuple[str, ...], int, int], None]
 
 
 class Runtime:
-    """Runs a :class:`~fgnn.config.JobConfig` on Ray in the configured mode.
+    """Runs a :class:`~fgnn.config.JobConfig` on Ray (or, on one device, in this process) in
+    the configured mode.
 
     The runtime is composed of parts that hold their own state: the :class:`Checkpointer`
     (:mod:`fgnn.executors._resume`), the :class:`Watchdog` (deadlines and the job's stop), the
@@ -156,13 +165,16 @@ class Runtime:
                  on_epoch: Optional[OnEpoch] = None,
                  faults: Optional[FaultSpec] = None,
                  evaluate: bool = True,
-                 on_eval_batch: Optional[OnEvalBatch] = None) -> None:
+                 on_eval_batch: Optional[OnEvalBatch] = None,
+                 timeline: Optional[Timeline] = None) -> None:
         if not isinstance(config, JobConfig):
             raise ValueError(f"config must be a JobConfig, got {type(config).__name__}")
         if not isinstance(dataset, Dataset):
             raise ValueError(f"dataset must be a Dataset, got {type(dataset).__name__}")
         if faults is not None and not isinstance(faults, FaultSpec):
             raise TypeError(f"faults must be a FaultSpec, got {faults!r}")
+        #: the wall time by part (:mod:`fgnn.monitor.timeline`), the job's when it passes one
+        self.timeline = timeline if timeline is not None else Timeline()
         check_job(config, dataset)  # what the task and graph kind refuse, one line
         #: homogeneous or typed (:mod:`fgnn.executors._graph_kind`): payloads, stores, planner
         self.kind = graph_kind(dataset)
@@ -190,7 +202,9 @@ class Runtime:
         self._driver_device_kind = "logical"
         self.checkpointer = Checkpointer(config, self.model, self.identity, self.best)
         self.watchdog = Watchdog(config.runtime.stall_timeout_s, self.checkpointer)
-        self.services = Services()
+        #: the executors run in this process, without Ray (:func:`~fgnn.executors.host.uses_ray`)
+        self.in_process = not host.uses_ray(config.runtime, faults)
+        self.services = Services(in_process=self.in_process)
         spec = ExecutorSpec(config, self.sampler, self.model, self.step_tasks,
                             config.disk.feature_tier == "disk", faults or FaultSpec(),
                             self.task.step)
@@ -273,23 +287,30 @@ class Runtime:
             RunFinished: ``train.resume`` of a run that has finished (before Ray starts).
             ValueError: when Ray offers fewer devices than ``runtime.devices``.
         """
-        import ray
-
         self.load_resume()
-        self._init_ray()
+        if self.in_process:
+            self._driver_device_kind = "gpu" if torch.cuda.is_available() else "logical"
+        else:
+            with self.timeline.phase("ray_start"):
+                self._init_ray()
+        threads = torch.get_num_threads()  # in-process executors set their own (one)
         try:
             return self._run()
         except RuntimeFailure:
             raise
         except _death_errors() as err:  # a service (queue, parameter server), Ray itself, or a call
             raise self._died(err) from err
-        except ray.exceptions.RayTaskError as err:  # an exception inside an actor's call
+        except _task_error() as err:  # an exception inside an actor's (or in-process) call
             raise self.watchdog.failure(f"{_call_of(err)} failed: {root_cause(err)}; the job "
                                         f"stopped") from err
         finally:
-            self._teardown()
-            if self._started_ray:
-                ray.shutdown()
+            with self.timeline.phase("shutdown"):
+                self._teardown()
+                torch.set_num_threads(threads)
+                if self._started_ray:
+                    import ray
+
+                    ray.shutdown()
 
     def load_resume(self) -> int:
         """With ``train.resume``, read and check the checkpoint; returns the first epoch to run
@@ -326,8 +347,6 @@ class Runtime:
     def _put_payloads(self) -> None:
         """Topology, features, labels and split ids into the object store (what every executor
         needs before it can start)."""
-        import ray
-
         ds = self.dataset
         # a file-backed memmap (ondisk:DIR) travels as a descriptor: each Trainer maps the file
         # itself, so features larger than memory never enter the object store
@@ -335,14 +354,15 @@ class Runtime:
         if self.caches.disk_tier and not isinstance(feats, MemmapFeatures):
             raise ValueError(f"disk.feature_tier='disk' reads the features.npy of an ondisk:DIR "
                              f"dataset; {ds.name!r} holds its features in memory")
+        put = self.services.put
         self.services.refs = {
-            "graph": ray.put(self.kind.graph_payload(ds.graph)),
-            "features": feats if isinstance(feats, MemmapFeatures) else ray.put(feats),
-            "labels": ray.put(ds.labels.cpu().numpy()),
-            "train_idx": ray.put(self._items("train").numpy()),
-            "eval_idx": ray.put({s: self._items(s).numpy() for s in ("val", "test")}),
+            "graph": put(self.kind.graph_payload(ds.graph)),
+            "features": feats if isinstance(feats, MemmapFeatures) else put(feats),
+            "labels": put(ds.labels.cpu().numpy()),
+            "train_idx": put(self._items("train").numpy()),
+            "eval_idx": put({s: self._items(s).numpy() for s in ("val", "test")}),
             "hotness": None,
-            "task": ray.put(self.task.sampling()),
+            "task": put(self.task.sampling()),
         }
 
     def num_items(self, split: str) -> int:
@@ -357,12 +377,15 @@ class Runtime:
         return self.task.items(split, self.dataset)
 
     def _start_services(self) -> None:
-        import ray
-        from ray.util.placement_group import placement_group, placement_group_table
-
         rt, sv = self.config.runtime, self.services
         sv.num_devices = 1 if rt.mode == "single" else rt.devices
         sv.gpus_per_device = float(rt.gpus_per_device)
+        if sv.in_process:
+            self._start_inline_services()
+            return
+        import ray
+        from ray.util.placement_group import placement_group, placement_group_table
+
         sv.pg = placement_group([{"GPU": sv.gpus_per_device}] * sv.num_devices, strategy="PACK")
         ray.get(sv.pg.ready())
         nodes = placement_group_table(sv.pg).get("bundles_to_node_id", {})
@@ -372,6 +395,16 @@ class Runtime:
         sv.queue = ray.remote(num_cpus=0, max_restarts=0)(QueueService).options(
             name=ARGS_ACTOR, max_concurrency=1000).remote(rt.queue_size)
         self._start_exchange(set(nodes.values()))
+
+    def _start_inline_services(self) -> None:
+        """The services of a job without Ray: the queue and the parameter server as in-process
+        actors, the one device the driver's (the first GPU, else the CPU)."""
+        sv, tc = self.services, self.config.train
+        sv.one_node = sv.shared_gpu = True
+        sv.torch_device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        sv.queue = InlineActor(QueueService, ARGS_ACTOR, self.config.runtime.queue_size)
+        sv.ps = InlineActor(ParameterServer, "fgnn-ps", copy.deepcopy(self.model).cpu(),
+                            tc.lr, tc.weight_decay, self.checkpointer.resume_optimizer)
 
     def _start_exchange(self, nodes: set[str]) -> None:
         """Start the gradient exchange ``runtime.exchange`` picks (the one place that picks):
@@ -432,14 +465,14 @@ class Runtime:
         self.caches.fill(new)
 
     def _teardown(self) -> None:
-        import ray
-
-        self.workers.kill_all()
         sv = self.services
+        if sv.in_process and sv.queue is not None:  # blocked in-process calls return
+            self.watchdog.abort(sv.queue, "the job ended")
+        self.workers.kill_all()
         for h in (sv.queue, sv.ps):
             if h is not None:
                 try:
-                    ray.kill(h, no_restart=True)
+                    host.kill(h)
                 except Exception:
                     pass
         if sv.pg is not None:
@@ -459,7 +492,8 @@ class Runtime:
     def _run(self) -> RunResult:
         """The training loop: start, train the epochs (warm-up, allocation, cache), score."""
         start_epoch = self.load_resume()
-        self._start()
+        with self.timeline.phase("startup"):
+            self._start()
         warm_end = start_epoch + self.caches.warmup_epochs
         epochs: list[EpochStats] = []
         early_stop: Optional[dict[str, Any]] = None
@@ -469,7 +503,7 @@ class Runtime:
             if epoch == warm_end - 1:
                 self.caches.counting = False
                 if self.caches.policy != "none":
-                    self.caches.choose(self.coordinator.memory_reports)
+                    self._choose_caches()
             self._pull_weights()
             self._validate(epoch, stats)
             epochs.append(stats)
@@ -481,7 +515,8 @@ class Runtime:
                 break
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
-        final = self._final_scores()
+        with self.timeline.phase("final_eval"):
+            final = self._final_scores()
         return RunResult(config=self.config.to_dict(), mode=self.config.runtime.mode,
                          allocation=self._allocation(), preprocess=self._preprocess(),
                          epochs=epochs, final=final, final_eval_s=self.final_eval_s,
@@ -498,7 +533,8 @@ class Runtime:
         self.relayout_s = self.final_eval_s = 0.0
         self.profile_times: dict[str, float] = {}
         if self.config.cache.reorder == "hot-first":
-            self.caches.reorder()
+            with self.timeline.phase("reorder"):
+                self.caches.reorder()
         self._start_services()
         self._put_payloads()
         n = self.services.num_devices
@@ -512,9 +548,16 @@ class Runtime:
             self._n_s = rt.samplers if rt.samplers is not None and not self._profile else 1
             self._n_t = n - self._n_s
         self._k: Optional[float] = None
+        self.timeline.say(self._starting())
         self.workers.build(0 if rt.mode == "time-sharing" else self._n_s)
-        self.caches.policy_hotness()
+        ranks = self.caches.policy not in ("presc", "none")  # else nothing to rank here
+        with self.timeline.phase("ranking") if ranks else contextlib.nullcontext():
+            self.caches.policy_hotness()
         self.workers.await_ready()
+        # and the services: their start (the server's optimizer and its imports) is start-up,
+        # not the first epoch's
+        self.watchdog.get([self.queue.qsize.remote(), self.ps.ledger.remote()],
+                          "the queue or the parameter server")
         # Warm-up: the first epoch(s) train without the feature cache; they measure T_s and T_t
         # (§5.3) and each Trainer's memory (§6.1), and PreSC counts visits (§6.3). Then the
         # caches are sized and filled.
@@ -523,13 +566,32 @@ class Runtime:
             self.watchdog.get([e.handle.count_visits.remote()
                                for e in self.workers.alive("sampler")], "a Sampler")
 
+    def _starting(self) -> str:
+        """What the executors' start waits for, in one line."""
+        rt, n_g = self.config.runtime, self.services.num_devices
+        if rt.mode == "time-sharing":
+            n = n_g
+        else:  # Samplers (with their standbys) and Trainers
+            n = self._n_s * (2 if rt.switching or rt.mode == "single" else 1) + n_g - self._n_s
+        if self.in_process:
+            return (f"starting {n} executors in this process (one device: no Ray; --ray "
+                    f"starts it)")
+        return f"starting {n} executor processes (imports, graph and features)..."
+
+    def _choose_caches(self) -> None:
+        """After the warm-up: size and fill the caches (the timeline's sizing and fill)."""
+        with self.timeline.phase("cache_fill"):
+            self.caches.choose(self.coordinator.memory_reports)
+        self.timeline.move("cache_fill", "sizing", self.caches.sizing_s)
+
     def _train_epoch(self, epoch: int, first: bool) -> EpochStats:
         """One training epoch through the coordinator; after the run's first, the allocation
         (§5.3) from its T_s and T_t."""
         tc = self.config.train
         total = len(epoch_batches(self._items("train"), tc.batch_size, tc.seed, epoch,
                                   self.step_tasks))
-        stats = self.coordinator.run(epoch, total, measure=first)
+        with self.timeline.phase("training"):
+            stats = self.coordinator.run(epoch, total, measure=first)
         self.caches.adapt_locality(stats)
         if first and self.config.runtime.mode == "factored" and stats.sample.total > 0:
             self._allocate(stats)
@@ -554,7 +616,8 @@ class Runtime:
         self._n_s, self._n_t = n_s, n_t
         if n_s != 1:
             t0 = time.perf_counter()
-            self._build_layout(n_s)
+            with self.timeline.phase("relayout"):
+                self._build_layout(n_s)
             self.relayout_s = time.perf_counter() - t0
 
     def _validate(self, epoch: int, stats: EpochStats) -> None:
@@ -563,7 +626,8 @@ class Runtime:
         if not (self.do_evaluate and self._items("val").numel() > 0
                 and ((epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1)):
             return
-        scored = self._evaluate(("val",), subset=self.val_subset)
+        with self.timeline.phase("validation"):
+            scored = self._evaluate(("val",), subset=self.val_subset)
         stats.eval_s = scored.time_s
         score, fields = self.task.validation(scored)
         for name, value in fields.items():
@@ -594,13 +658,12 @@ class Runtime:
 
     def _final_scores(self) -> dict[str, float]:
         """Train/val/test accuracy with the best-validation weights, scored by every Trainer."""
-        import ray
-
         final = {"train_acc": float("nan"), "val_acc": float("nan"), "test_acc": float("nan")}
         if not self.do_evaluate:
             return final
         best = self.best
-        weights = ray.put(flatten([p for p in self.model.parameters() if p.requires_grad]))
+        weights = self.services.put(flatten([p for p in self.model.parameters()
+                                             if p.requires_grad]))
         # The best epoch already scored validation with these weights and the same
         # deterministic recipe (fgnn.evaluation), so that score is reused, not recomputed --
         # unless it scored a subset: the final scores cover the whole split.
@@ -753,6 +816,13 @@ def _why(err: BaseException) -> str:
             first = line.split(". ")[0].rstrip(".")
             return ": " + (first[:1].lower() + first[1:])[:120]
     return ""
+
+
+def _task_error() -> type:
+    """Ray's error for an exception inside an actor's call (in-process calls raise it too)."""
+    import ray.exceptions
+
+    return ray.exceptions.RayTaskError
 
 
 def _settle_sizes(config: JobConfig, task: Any, dataset: Dataset) -> JobConfig:

@@ -28,6 +28,7 @@ from fgnn.executors._common import (_device_tag, configure_torch, metrics_for,
                                     task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
 from fgnn.evaluation import EvalPlan, eval_generator
+from fgnn.executors import host
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device
 from fgnn.executors._streams import StageClock
@@ -349,16 +350,15 @@ class SamplerExecutor:
             this call blocked on the previous put while it waited for room (back-pressure), not
             counted in C.
         """
-        import ray
-
         sample, s, m = self.sample(epoch, task_id, plan)
         t0 = time.perf_counter()
+        inline = host.is_inline(self.queue)  # in-process: the sample itself, not a copy
         if self.transport == "cuda_ipc":  # the sample stays on this GPU; Trainers read it
-            ref = ray.put(pack_sample_tensors(sample), _tensor_transport="cuda_ipc")
+            ref = host.put(pack_sample_tensors(sample), inline, _tensor_transport="cuda_ipc")
         else:
             if self.device.type != "cpu":  # host memory side of the queue
                 sample = host_copy(sample, narrow=self._narrow)
-            ref = ray.put(pack_sample(sample))
+            ref = host.put(pack_sample(sample), inline)
         nbytes = sample.nbytes()
         self._max_sample_bytes = max(self._max_sample_bytes, nbytes)
         waited = self._wait_put()
@@ -387,11 +387,9 @@ class SamplerExecutor:
         the back-pressure inside the call is at most the call's own duration; the rest of the
         call is the put's round trip (counted in C).
         """
-        import ray
-
         pending, self._pending_put = self._pending_put, None
         if pending is None:
             return 0.0
         t0 = time.perf_counter()
-        _, waited = ray.get(pending)
+        _, waited = host.get(pending)
         return min(float(waited), time.perf_counter() - t0)

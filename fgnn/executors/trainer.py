@@ -42,6 +42,7 @@ from fgnn.executors._common import (MemmapFeatures, NonFiniteLoss, _device_tag,
                                     configure_torch, graph_from_payload, metrics_for,
                                     open_disk_tiers,
                                     open_features, seed_task_rng, tensor_from)
+from fgnn.executors import host
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
@@ -58,6 +59,14 @@ from fgnn.tasks.base import StepRule
 from fgnn.tasks.node import NODE_STEP
 
 __all__ = ["TrainerExecutor"]
+
+
+def _reconstructed() -> bool:
+    """Whether this Trainer's actor was restarted by Ray (fault injection crashes it once; a
+    crashing job always runs on Ray, :func:`fgnn.executors.host.uses_ray`)."""
+    import ray
+
+    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 #: Seconds a ``get`` waits inside the queue before the Trainer re-checks its stop flag.
 _GET_TIMEOUT_S = 1.0
@@ -270,12 +279,10 @@ class TrainerExecutor:
         """Dequeue the next task and load its sample: ``(task_id, sample, record)``; None when
         the epoch is over (or, with ``wait=False``, when nothing is queued right now). With
         ``plan`` the tasks are chunks of an evaluation pass."""
-        import ray
-
         rpc = wait_s = 0.0
         while not self._stop.is_set():
             t0 = time.perf_counter()
-            status, item, waited = ray.get(self.queue.get.remote(
+            status, item, waited = host.get(self.queue.get.remote(
                 self.name, generation, _GET_TIMEOUT_S if wait else 0))
             rpc += time.perf_counter() - t0 - waited
             wait_s += waited
@@ -292,7 +299,7 @@ class TrainerExecutor:
             with self.copies.scope():
                 if item.ref is not None:
                     try:
-                        payload = ray.get(item.ref)
+                        payload = host.get(item.ref)
                     except transport_errors() as err:  # sender died, GPU unreachable
                         self.queue.fail.remote(self.name, item.task_id,  # sample it again
                                                f"{type(err).__name__}: {_first_line(err)}")
@@ -375,8 +382,6 @@ class TrainerExecutor:
         """Take a slot of the server's current step (and its weights when they changed), unless
         the last push already brought one; returns the seconds it waited for other Trainers' work
         (:func:`~fgnn.executors.ps.step_wait`), or None when stopped first."""
-        import ray
-
         if self._next_claim is not None:
             self._adopt(self._next_claim)
             self._next_claim = None
@@ -384,7 +389,7 @@ class TrainerExecutor:
         lost = 0.0  # attempts that found no slot within the server's wait: waits as well
         while not self._stop.is_set():
             t0, w0 = time.perf_counter(), time.time()
-            got = ray.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S,
+            got = host.get(self.ps.claim.remote(self.name, self._version, _GET_TIMEOUT_S,
                                                self._incarnation))
             if got is not None:
                 seen = time.perf_counter() - t0
@@ -416,8 +421,6 @@ class TrainerExecutor:
 
         ``has_next``: this Trainer already holds its next task, so the push may also claim a
         slot for it."""
-        import ray
-
         if self.exchange is not None:
             return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
                                        batch.rec, lambda: self._backward(epoch, batch)[0],
@@ -431,13 +434,12 @@ class TrainerExecutor:
         if self.faults.delay_s > 0:
             time.sleep(self.faults.delay_s)
         t2 = time.perf_counter()
-        reply = ray.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
+        reply = host.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
                                             int(batch.labels.numel()),
                                             self._version if has_next else None,
                                             self._incarnation, time.time()))
         applied, self._next_claim = reply.applied, reply.claim
-        if applied and self.faults.crash_after_apply and \
-                not ray.get_runtime_context().was_current_actor_reconstructed:
+        if applied and self.faults.crash_after_apply and not _reconstructed():
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
         t3 = time.perf_counter()
         # sync_s: the gradient exchange (the claim's reply less its wait for other Trainers'
@@ -472,20 +474,18 @@ class TrainerExecutor:
             idx: the vertex ids to score.
             weights: flat weights to score; None takes the server's current weights.
         """
-        import ray
-
         from fgnn.evaluation import evaluate_layerwise
 
         if weights is None and self.exchange is not None:
             weights = flatten(self.params)  # this device holds the current weights
         elif weights is None:
-            _, weights = ray.get(self.ps.weights.remote())
+            _, weights = host.get(self.ps.weights.remote())
         self._version = -1
         unflatten_into(weights.to(self.device), self.params)
-        host = self._host if self._host is not None else open_features(self._features)
-        if not isinstance(host, (torch.Tensor, np.ndarray)):
-            host = np.asarray(host)
-        s = evaluate_layerwise(self.model, graph_from_payload(graph), host, self.labels,
+        rows = self._host if self._host is not None else open_features(self._features)
+        if not isinstance(rows, (torch.Tensor, np.ndarray)):
+            rows = np.asarray(rows)
+        s = evaluate_layerwise(self.model, graph_from_payload(graph), rows, self.labels,
                                tensor_from(idx), self.device)
         return s.correct, s.count, s.loss_sum
 
@@ -510,8 +510,6 @@ class TrainerExecutor:
             :class:`~fgnn.executors._memory.StepMemoryMeter` report when measured (plus the
             local sampler's working set in time-sharing mode), else None.
         """
-        import ray
-
         t_start = time.perf_counter()
         generation, saved = self._begin_run(epoch, plan, weights)
         meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
@@ -525,7 +523,7 @@ class TrainerExecutor:
         else:
             batches, last_ack = self._run_standby(step, policy, epoch, generation, plan)
         if last_ack is not None:
-            ray.get(last_ack)
+            host.get(last_ack)
         memory = self._memory_report(meter, batches)
         if saved is not None:  # the collective member's own weights, after other weights
             unflatten_into(saved, self.params)
@@ -537,14 +535,12 @@ class TrainerExecutor:
                    ) -> tuple[int, Optional[torch.Tensor]]:
         """Register with the queue and take the run's weights (:meth:`_load_weights`); returns
         the queue's generation and the weights to put back after the run (or None)."""
-        import ray
-
         self._stop.clear()
         self._next_claim = None
         if self.tiers is not None:
             self._ahead.clear()
             self.tiers.drop_staged()
-        generation = ray.get(self.queue.register.remote(self.name))
+        generation = host.get(self.queue.register.remote(self.name))
         self._incarnation = generation
         saved = self._load_weights(epoch, plan, weights, generation)
         return generation, saved
@@ -580,11 +576,9 @@ class TrainerExecutor:
                      plan: Optional[EvalPlan]) -> tuple[int, Any]:
         """A standby's loop: decide per fetch whether it profits (FGNN §5.3); returns the
         batches done and the last acknowledgement's ref."""
-        import ray
-
         batches, busy, last_ack = 0, 0.0, None
         while not self._stop.is_set():
-            remaining = ray.get(self.queue.qsize.remote())
+            remaining = host.get(self.queue.qsize.remote())
             measured = busy / batches if batches else None
             if not policy.should_fetch(remaining, measured):
                 break
@@ -618,8 +612,6 @@ class TrainerExecutor:
         the collective exchange, join its epoch (training) or score on the member's own weights
         unless ``weights`` are given. Returns the member's weights to put back after scoring
         with others (else None)."""
-        import ray
-
         if self.exchange is not None:
             if plan is None:
                 self.exchange.begin(epoch)
@@ -629,9 +621,9 @@ class TrainerExecutor:
             unflatten_into(weights.to(self.device), self.params)
             return saved
         if plan is None:  # claims of an earlier, dead incarnation no longer count
-            ray.get(self.ps.enroll.remote(self.name, generation))
+            host.get(self.ps.enroll.remote(self.name, generation))
         if weights is None:
-            self._version, weights = ray.get(self.ps.weights.remote())
+            self._version, weights = host.get(self.ps.weights.remote())
         else:
             self._version = -1  # not the server's: the next claim must bring its weights
         unflatten_into(weights.to(self.device), self.params)

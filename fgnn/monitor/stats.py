@@ -132,10 +132,14 @@ class RunResult:
     """The task's validation score, as the plot and table name it (``accuracy``, ``AUC``,
     ``recall@10``; :attr:`fgnn.tasks.Task.metric`); ``None``: the task's default
     (:func:`fgnn.monitor.summary.metric_name`)."""
+    timeline: Optional[dict[str, Any]] = None
+    """Where the whole run's wall time went, in parts that add up to it
+    (:meth:`fgnn.monitor.timeline.Timeline.close`: ``wall_s``, ``origin``, ``parts``); set by
+    :class:`fgnn.Job` (``None`` for a bare runtime run)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report."""
-        return {
+        """The JSON report (``timeline`` only when set)."""
+        out = {
             "config": self.config,
             "mode": self.mode,
             "allocation": self.allocation,
@@ -146,6 +150,9 @@ class RunResult:
             "early_stop": self.early_stop,
             "metric": self.metric,
         }
+        if self.timeline is not None:
+            out["timeline"] = self.timeline
+        return out
 
 
 def early_stop_message(early_stop: dict[str, Any], metric: str = "accuracy") -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 __all__ = ["plural", "devices_note", "devices_text", "cache_policy", "cache_text",
-           "timing_parts", "timing_text", "LEGACY_CACHE_BUILD", "metric_name", "TASK_METRICS"]
+           "timeline_parts", "timing_parts", "timing_text", "LEGACY_CACHE_BUILD", "metric_name",
+           "TASK_METRICS"]
 
 #: Label of the pre-split ``cache_build_s`` of older reports (start-up and cache fill together).
 LEGACY_CACHE_BUILD = "worker start-up + cache fill"
@@ -78,8 +79,29 @@ def cache_text(report: Mapping[str, Any]) -> str:
     return in_force
 
 
+def _rank_label(report: Mapping[str, Any]) -> str:
+    policy = cache_policy(report)
+    return "pre-sampling" if policy.startswith("presc") else f"cache ranking ({policy})"
+
+
+def timeline_parts(report: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """The report's ``timeline`` (the whole run, parts that add up to its wall time) as
+    ``(label, seconds)`` in order, ``other`` last; empty for a report without one."""
+    timeline = report.get("timeline")
+    if not timeline:
+        return []
+    from fgnn.monitor.timeline import PART_LABELS
+
+    epochs = len(report.get("epochs", []))
+    special = {"training": f"training ({plural(epochs, 'epoch')})",
+               "ranking": _rank_label(report)}
+    return [(special.get(p["key"]) or PART_LABELS.get(p["key"], p["key"]), float(p["seconds"]))
+            for p in timeline["parts"]]
+
+
 def timing_parts(report: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """Where a run's wall time went, in order, as ``(label, seconds)``.
+    """Where a run's wall time went, in order, as ``(label, seconds)``: the report's
+    ``timeline`` (:func:`timeline_parts`) when it has one, else the steps an older report holds.
 
     Preprocessing (load, ranking on the driver, worker start-up -- which overlaps the ranking --,
     cache sizing and fill after the warm-up epochs, executors the allocation added), training
@@ -88,9 +110,11 @@ def timing_parts(report: Mapping[str, Any]) -> list[tuple[str, float]]:
     with nothing to rank) are left out rather than shown as zero; an older report's
     ``cache_build_s`` appears as :data:`LEGACY_CACHE_BUILD`.
     """
+    if report.get("timeline"):
+        return timeline_parts(report)
     pre = report.get("preprocess", {})
     policy = cache_policy(report)
-    rank = "pre-sampling" if policy.startswith("presc") else f"cache ranking ({policy})"
+    rank = _rank_label(report)
     parts: list[tuple[str, float]] = []
     for key, label in (("load_s", "load"), ("presample_s", rank), ("hotness_s", rank),
                        ("startup_s", "worker start-up"), ("sizing_s", "cache sizing"),
@@ -113,8 +137,11 @@ def timing_parts(report: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 
 def timing_text(report: Mapping[str, Any], sep: str = ", ") -> str:
-    """:func:`timing_parts` in one line: ``load 0.28s, pre-sampling 0.10s, ...``."""
-    return sep.join(f"{label} {seconds:.2f}s" for label, seconds in timing_parts(report))
+    """:func:`timing_parts` in one line: ``wall 9.81s: start-up and imports 2.10s, load 0.28s,
+    ..., other 0.04s`` (an older report without a ``timeline``: ``load 0.28s, ...``)."""
+    text = sep.join(f"{label} {seconds:.2f}s" for label, seconds in timing_parts(report))
+    timeline = report.get("timeline")
+    return f"wall {float(timeline['wall_s']):.2f}s: {text}" if timeline else text
 
 
 #: The validation score of each built-in task, for reports that do not name theirs (written

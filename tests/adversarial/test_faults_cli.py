@@ -58,7 +58,7 @@ def test_resume_of_a_finished_run_prints_its_result(tmp_path, capsys, no_ray):
 def test_resume_of_an_unfinished_run_goes_on_to_ray(tmp_path, capsys, no_ray):
     _checkpoint(tmp_path, EPOCHS - 2)
     rc = main(["--dataset", TINY, "--model", "sage", "--epochs", str(EPOCHS), "--resume",
-               "--checkpoint-dir", str(tmp_path), "--no-progress"])
+               "--checkpoint-dir", str(tmp_path), "--no-progress", "--ray"])
     assert rc == 1 and "Ray was started" in capsys.readouterr().err
 
 

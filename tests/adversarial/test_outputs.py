@@ -232,6 +232,7 @@ class _FakeRuntime:
         self.best = {"epoch": 0, "val_acc": 0.5}
         self.identity = {"model": {"name": None, "class": "torch.nn.Linear"}}
         self.during = during
+        self.in_process = False  # the test stubs Job._init_ray: the Ray path
 
     def num_items(self, split: str) -> int:
         return 8
