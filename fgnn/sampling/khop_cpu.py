@@ -19,10 +19,10 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import rand, row_bounds, segment_arange
+from fgnn.sampling._util import rand, row_bounds
 from fgnn.sampling.khop_cuda import uniform_cuda, weighted_cuda, weighted_keys
 
-__all__ = ["LOOP_FANOUT", "uniform_cpu", "weighted_cpu"]
+__all__ = ["LOOP_FANOUT", "floyd_columns", "uniform_cpu", "weighted_cpu", "whole_rows"]
 
 #: The largest fanout the CPU twin loops over; larger ones run the CUDA twin's kernels.
 LOOP_FANOUT = 32
@@ -40,10 +40,19 @@ def uniform_cpu(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     sel = floyd_columns(deg.index_select(0, big), fanout, generator)  # (fanout, B)
     pos_b = torch.empty((big.numel(), fanout), dtype=torch.int64, device=rows.device)
     torch.add(sel.t(), start.index_select(0, big).unsqueeze(1), out=pos_b)  # grouped by row
-    row_s, off_s = segment_arange(torch.where(is_big, 0, deg))  # the others: every neighbour
-    pos = torch.cat([pos_b.view(-1), start.index_select(0, row_s).add_(off_s)])
+    row_s, pos_s = whole_rows(start, torch.where(is_big, 0, deg))  # the others: every edge
+    pos = torch.cat([pos_b.view(-1), pos_s])
     row_index = torch.cat([big.repeat_interleave(fanout), row_s])
     return graph.indices.index_select(0, pos).long(), row_index
+
+
+def whole_rows(start: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(row, pos)`` of the first ``counts[r]`` edges of every row ``r`` (CSR order): each
+    edge's row and CSR position, in four passes over the edges."""
+    row = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    base = start - (torch.cumsum(counts, 0) - counts)  # pos = base[row] + flat index
+    pos = base.index_select(0, row).add_(torch.arange(row.numel(), device=counts.device))
+    return row, pos
 
 
 def floyd_columns(deg: torch.Tensor, k: int, generator: Optional[torch.Generator]
@@ -55,8 +64,10 @@ def floyd_columns(deg: torch.Tensor, k: int, generator: Optional[torch.Generator
     it, else ``j`` (never kept before, since every earlier pick is below ``j``).
     """
     j1 = (deg - (k - 1)).unsqueeze(0) + torch.arange(k, device=deg.device).unsqueeze(1)  # j + 1
-    sel = (rand(tuple(j1.shape), generator, deg.device) * j1).long()
-    torch.minimum(sel, j1 - 1, out=sel)  # guard float rounding at the top end
+    # t = a 62-bit random integer mod j + 1: bias below j / 2**62, and fewer passes than a
+    # float64 draw scaled and truncated
+    sel = torch.randint(0, 1 << 62, tuple(j1.shape), generator=generator, device=deg.device)
+    sel.remainder_(j1)
     for i in range(1, k):
         cur = sel[i]
         sel[i] = torch.where((sel[:i] == cur).any(0), j1[i] - 1, cur)
@@ -73,8 +84,7 @@ def weighted_cpu(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         return weighted_cuda(graph, rows, fanout, generator, row_max, max_rounds)
     start, deg = row_bounds(graph, rows)
     small = deg <= fanout
-    row_s, off_s = segment_arange(torch.where(small, deg, 0))
-    pos_s = start.index_select(0, row_s).add_(off_s)
+    row_s, pos_s = whole_rows(start, torch.where(small, deg, 0))
     ok = torch.nonzero(graph.weights.index_select(0, pos_s) > 0).squeeze(1)
     pos_s, row_s = pos_s.index_select(0, ok), row_s.index_select(0, ok)
     big = torch.nonzero(~small).squeeze(1)

@@ -39,10 +39,10 @@ def weighted_cuda(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     """:func:`fgnn.sampling.khop.sample_weighted` (non-empty ``rows`` and graph) with every
     rejection proposal decided at once: no Python loop over the fanout or the rounds."""
     dev = rows.device
-    empty = torch.empty(0, dtype=torch.int64, device=dev)
     start, deg = row_bounds(graph, rows)
     k = min(fanout, int(deg.max()))  # picks per row; a fanout above every degree takes all
     if k == 0:
+        empty = torch.empty(0, dtype=torch.int64, device=dev)
         return empty, empty
     last = graph.num_edges - 1
     cols = torch.arange(k, device=dev)
