@@ -63,14 +63,15 @@ def floyd_columns(deg: torch.Tensor, k: int, generator: Optional[torch.Generator
     ``j = deg - k + i`` and draws ``t ~ U{0..j}``; it keeps ``t`` unless an earlier step kept
     it, else ``j`` (never kept before, since every earlier pick is below ``j``).
     """
-    j1 = (deg - (k - 1)).unsqueeze(0) + torch.arange(k, device=deg.device).unsqueeze(1)  # j + 1
+    j = (deg - k).unsqueeze(0) + torch.arange(k, device=deg.device).unsqueeze(1)  # (k, R)
     # t = a 62-bit random integer mod j + 1: bias below j / 2**62, and fewer passes than a
     # float64 draw scaled and truncated
-    sel = torch.randint(0, 1 << 62, tuple(j1.shape), generator=generator, device=deg.device)
-    sel.remainder_(j1)
+    sel = torch.randint(0, 1 << 62, tuple(j.shape), generator=generator, device=deg.device)
+    sel.remainder_(j + 1)
     for i in range(1, k):
         cur = sel[i]
-        sel[i] = torch.where((sel[:i] == cur).any(0), j1[i] - 1, cur)
+        dup = (sel[0] == cur) if i == 1 else (sel[:i] == cur).any(0)
+        torch.where(dup, j[i], cur, out=cur)  # in place: row i of sel
     return sel
 
 
