@@ -31,6 +31,7 @@ def test_bench_sampling_smoke(tmp_path):
     assert set(saved["fgnn_thread_curve"]) == {"1", "2"}
     assert saved["fgnn_thread_curve"]["1"]["edges"] == saved["fgnn"]["edges"]
     assert saved["fgnn_cuda_twin"]["edges"] > 0 and saved["cpu_twin_over_cuda_twin"] > 0
+    assert saved["cpu_twin_over_cuda_twin_cpu_s"] > 0
     assert saved["dispatch_cpu_twin"]["hops"] == 2 and saved["dispatch_cpu_twin"]["ops"] > 0
 
 
