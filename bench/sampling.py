@@ -7,22 +7,29 @@ remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--bat
   proportional k-hop; ``walk``: PinSAGE random walks, FGNN §7.1's 4 walks of length 3, top 5,
   3 layers; ``locality``: Song & Jiang's locality-aware k-hop with the ``--local-frac``
   highest-degree vertices as the local set and scale ``--scale``) at ``--threads`` torch threads
-  (default 1, as PyG's sampler runs one thread per loader), and at all of torch's threads as
-  ``fgnn_max_threads``;
+  (default 1, as PyG's sampler runs one thread per loader). On CPU tensors this is the CPU twin
+  of the selection kernels (:mod:`fgnn.sampling.kernels`);
+* ``fgnn_thread_curve``: the same at each thread count of ``--thread-curve`` (default 1,2; the
+  count equal to all of torch's threads is also ``fgnn_max_threads``);
+* ``fgnn_cuda_twin``: the same sampler with the CUDA twin of the kernels forced on the CPU
+  (``use_kernel("cuda")``, at ``--threads``): what the CPU would run with the GPU-minded
+  kernels, the figure of the CPU sampler before the twins were split (issue 28);
 * ``pyg``: ``torch_geometric.loader.NeighborLoader`` on the same graph, fanouts and batches, for
   ``--sampler khop`` only. Without torch_geometric and a sampling backend (pyg-lib or
   torch-sparse) the bench stops with the reason; ``--no-pyg`` measures fgnn alone;
 * the machine's limit: random reads of the CSR ``indices`` per second (a gather at random
   positions), every sampled edge needing at least one; fgnn's rate is reported as a fraction;
 * launches and host syncs (what bounds a sampler on a GPU), counted on one batch with
-  :class:`fgnn.monitor.dispatch_count.DispatchCounter`: aten ops and host-syncing ops per
-  sample and per hop (budget for k-hop 15,10,5: at most 300 ops and 2 syncs per hop);
+  :class:`fgnn.monitor.dispatch_count.DispatchCounter` for the CUDA twin (``dispatch``; budget
+  for k-hop 15,10,5: at most 300 ops and 2 syncs per hop) and the CPU twin
+  (``dispatch_cpu_twin``);
 * ``fanout_1000_hop_s``: one uniform hop at fanout 1000 from the 100 highest-degree vertices,
   best of ``--rounds`` (budget 0.05 s on a 2-core CPU: the work per hop in Python must not
   grow with the fanout).
 
-The machine may be shared, so fgnn and PyG alternate for ``--rounds`` rounds in one run and the
-best round of each is compared (all rounds are in the JSON).
+The machine may be shared, so fgnn (each thread count, each twin) and PyG alternate for
+``--rounds`` rounds in one run and the best round of each is compared (all rounds are in the
+JSON, with CPU seconds beside the wall clock).
 
 Usage::
 
@@ -44,6 +51,7 @@ import torch
 from fgnn.data import load_dataset
 from fgnn.graph import CSRGraph
 from fgnn.sampling import KHop, LocalityAwareKHop, RandomWalk, Sampler
+from fgnn.sampling.kernels import use_kernel
 
 DEFAULT_SPEC = "rmat:scale=20,edge_factor=16,feat_dim=1,seed=0"
 
@@ -158,11 +166,14 @@ def gather_rate(graph: CSRGraph, n: int = 10_000_000, seed: int = 0, rounds: int
 
 
 def dispatch_counts(sampler: Sampler, graph: CSRGraph, seeds: torch.Tensor,
-                    seed: int) -> dict[str, Any]:
-    """Aten ops and host syncs of one ``sampler.sample`` of ``seeds``, per sample and per hop."""
+                    seed: int, kernel: Optional[str] = "cuda") -> dict[str, Any]:
+    """Aten ops and host syncs of one ``sampler.sample`` of ``seeds``, per sample and per hop,
+    with the ``kernel`` twin (default the CUDA one, whose launches and syncs are budgeted)."""
     from fgnn.monitor.dispatch_count import count_dispatch
 
-    sample, c = count_dispatch(sampler.sample, graph, seeds, torch.Generator().manual_seed(seed))
+    with use_kernel(kernel):
+        sample, c = count_dispatch(sampler.sample, graph, seeds,
+                                   torch.Generator().manual_seed(seed))
     hops = max(sample.num_layers, 1)
     return {"seeds": int(seeds.numel()), "hops": sample.num_layers, "ops": c.ops,
             "syncs": c.syncs, "ops_per_hop": c.ops / hops, "syncs_per_hop": c.syncs / hops,
@@ -183,6 +194,11 @@ def fanout_hop_seconds(graph: CSRGraph, fanout: int = 1000, rows: int = 100,
     return best
 
 
+def _per_cpu_s(r: dict[str, float]) -> float:
+    """Edges per CPU second of a measurement (steadier than the wall clock on a shared box)."""
+    return r["edges"] / r["cpu_seconds"] if r["cpu_seconds"] > 0 else float("nan")
+
+
 def _best(rounds: list[dict[str, float]]) -> dict[str, Any]:
     top = max(rounds, key=lambda r: r["edges_per_s"])
     return {**top, "rounds": rounds}
@@ -198,6 +214,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--rounds", type=int, default=3, help="alternating fgnn/PyG epochs")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads of the headline fgnn figure (default 1)")
+    p.add_argument("--thread-curve", default="1,2",
+                   help="comma-separated torch thread counts to measure fgnn at (default 1,2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sampler", choices=SAMPLERS, default="khop",
                    help="fgnn sampler to measure (PyG is compared for khop only)")
@@ -216,6 +234,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
+    try:
+        curve = sorted({int(t) for t in args.thread_curve.split(",") if t.strip()})
+    except ValueError:
+        curve = [0]
+    if not curve or curve[0] < 1:
+        p.error(f"--thread-curve must be positive ints, got {args.thread_curve!r}")
     max_threads = torch.get_num_threads()
     threads = args.threads
 
@@ -246,12 +270,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"PyG NeighborLoader ({backend}) built in {time.perf_counter() - t:.1f}s",
               flush=True)
 
-    def run_fgnn(nthreads: int) -> dict[str, float]:
+    def run_fgnn(nthreads: int, kernel: Optional[str] = None) -> dict[str, float]:
         prev = torch.get_num_threads()
         torch.set_num_threads(nthreads)
         try:
-            return _timed(lambda: fgnn_epoch(graph, seeds, fanouts, args.batch_size, args.seed,
-                                             sampler))
+            with use_kernel(kernel):
+                return _timed(lambda: fgnn_epoch(graph, seeds, fanouts, args.batch_size,
+                                                 args.seed, sampler))
         finally:
             torch.set_num_threads(prev)
 
@@ -259,11 +284,15 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed, sampler)
     if loader is not None:
         next(iter(loader))
-    ours, ours1, theirs = [], [], []
+    with use_kernel("cuda"):  # the CUDA twin's warm-up
+        fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed, sampler)
+    ours, theirs, twin = [], [], []
+    by_threads: dict[int, list[dict[str, float]]] = {n: [] for n in curve}
     for r in range(args.rounds):
         ours.append(run_fgnn(threads))
-        if max_threads != threads:
-            ours1.append(run_fgnn(max_threads))
+        for n in curve:
+            by_threads[n].append(ours[-1] if n == threads else run_fgnn(n))
+        twin.append(run_fgnn(threads, "cuda"))
         if loader is not None:
             prev = torch.get_num_threads()
             torch.set_num_threads(threads)  # same threads as the headline fgnn figure
@@ -272,18 +301,22 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             finally:
                 torch.set_num_threads(prev)
         print(f"round {r}: fgnn {ours[-1]['edges_per_s'] / 1e6:.2f} M edges/s"
-              + (f", fgnn@{max_threads} threads {ours1[-1]['edges_per_s'] / 1e6:.2f}"
-                 if ours1 else "")
+              + "".join(f", fgnn@{n} threads {v[-1]['edges_per_s'] / 1e6:.2f}"
+                        for n, v in by_threads.items() if n != threads)
+              + f", CUDA twin on CPU {twin[-1]['edges_per_s'] / 1e6:.2f}"
               + (f", PyG {theirs[-1]['edges_per_s'] / 1e6:.3f}" if theirs else ""), flush=True)
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
     reads = gather_rate(graph)
     counts = dispatch_counts(sampler, graph, seeds[: args.batch_size], args.seed)
+    counts_cpu = dispatch_counts(sampler, graph, seeds[: args.batch_size], args.seed, "cpu")
     hop_1000 = fanout_hop_seconds(graph, rounds=args.rounds)
     torch.set_num_threads(prev)
 
     res_fgnn = _best(ours)
-    res_fgnn1 = _best(ours1) if ours1 else None
+    res_curve = {str(n): _best(v) for n, v in by_threads.items()}
+    res_fgnn1 = res_curve.get(str(max_threads))
+    res_twin = _best(twin)
     res_pyg = _best(theirs) if theirs else None
     ratio = (res_fgnn["edges_per_s"] / res_pyg["edges_per_s"]) if res_pyg else None
     result: dict[str, Any] = {
@@ -300,6 +333,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "max_threads": max_threads,
         "fgnn": res_fgnn,
         "fgnn_max_threads": res_fgnn1,
+        "fgnn_thread_curve": res_curve,
+        "fgnn_cuda_twin": res_twin,
+        "cpu_twin_over_cuda_twin": res_fgnn["edges_per_s"] / res_twin["edges_per_s"],
+        "cpu_twin_over_cuda_twin_cpu_s": _per_cpu_s(res_fgnn) / _per_cpu_s(res_twin),
         "pyg": res_pyg,
         "pyg_backend": backend,
         "ratio_fgnn_over_pyg": ratio,
@@ -308,24 +345,26 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "random_reads_per_s": reads,
         "fgnn_fraction_of_random_reads": res_fgnn["edges_per_s"] / reads,
         "dispatch": counts,
+        "dispatch_cpu_twin": counts_cpu,
         "fanout_1000_hop_s": hop_1000,
         "machine": {"python": platform.python_version(), "torch": torch.__version__,
                     "platform": platform.platform(), "cpus": torch.get_num_threads()},
     }
 
     name = type(sampler).__name__
-    rows = [(f"fgnn {name} ({threads} thr)", res_fgnn),
-            (f"fgnn {name} ({max_threads} thr)", res_fgnn1),
-            (f"PyG NeighborLoader ({backend or 'n/a'})", res_pyg)]
+    rows = ([(f"fgnn {name} ({threads} thr)", res_fgnn)]
+            + [(f"fgnn {name} ({n} thr)", res_curve[str(n)]) for n in curve if n != threads]
+            + [(f"fgnn {name}, CUDA twin ({threads} thr)", res_twin),
+               (f"PyG NeighborLoader ({backend or 'n/a'})", res_pyg)])
     nb = -(-args.num_seeds // args.batch_size)
     print(f"\n{'sampler':34s} {'edges':>12s} {'wall s':>8s} {'cpu s':>8s} {'M edges/s':>10s} "
           f"{'batches/s':>10s}")
     for name, r in rows:
         if r is None:
             if name.startswith("PyG"):
-                print(f"{name:34s} {'null':>12s}")
+                print(f"{name:38s} {'null':>12s}")
             continue
-        print(f"{name:34s} {r['edges']:12d} {r['seconds']:8.2f} {r['cpu_seconds']:8.2f} "
+        print(f"{name:38s} {r['edges']:12d} {r['seconds']:8.2f} {r['cpu_seconds']:8.2f} "
               f"{r['edges_per_s'] / 1e6:10.2f} {nb / r['seconds']:10.2f}")
     print(f"ratio fgnn / PyG (edges/s): {'null' if ratio is None else f'{ratio:.1f}x'}"
           + ("" if res_pyg is None else f"; batches/s: "
@@ -334,9 +373,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
           "samples each vertex once, so its batches hold fewer edges)")
     print(f"random reads of indices: {reads / 1e6:.1f} M/s; fgnn at "
           f"{result['fgnn_fraction_of_random_reads']:.1%} of it")
-    print(f"per sample of {counts['seeds']} seeds: {counts['ops']} aten ops, {counts['syncs']} "
-          f"host syncs ({counts['ops_per_hop']:.0f} ops, {counts['syncs_per_hop']:.1f} syncs per "
-          f"hop: {counts['sync_ops']})")
+    print(f"CPU twin / CUDA twin on this CPU: {result['cpu_twin_over_cuda_twin']:.2f}x "
+          f"(edges/s), {result['cpu_twin_over_cuda_twin_cpu_s']:.2f}x (edges per CPU second)")
+    for twin_name, c in (("CUDA", counts), ("CPU", counts_cpu)):
+        print(f"{twin_name} twin, per sample of {c['seeds']} seeds: {c['ops']} aten ops, "
+              f"{c['syncs']} host syncs ({c['ops_per_hop']:.0f} ops, {c['syncs_per_hop']:.1f} "
+              f"syncs per hop: {c['sync_ops']})")
     print(f"one hop at fanout 1000 from the 100 highest-degree vertices: {hop_1000:.4f} s")
     if args.json:
         with open(args.json, "w") as f:

@@ -139,6 +139,7 @@ def check_sampler(graph: Any, train_idx: torch.Tensor, device: torch.device,
     syncs of one sample."""
     from fgnn.monitor.dispatch_count import count_dispatch
     from fgnn.sampling import KHop
+    from fgnn.sampling.kernels import use_kernel
 
     sampler = KHop(list(FANOUTS))
     gen = torch.Generator(device).manual_seed(0)
@@ -156,9 +157,11 @@ def check_sampler(graph: Any, train_idx: torch.Tensor, device: torch.device,
     pos = torch.randint(0, max(graph.num_edges, 1), (sizes["reads"],), device=device,
                         generator=torch.Generator(device).manual_seed(1))
     reads = sizes["reads"] / _best_seconds(lambda: graph.indices.index_select(0, pos), device)
-    sample, counter = count_dispatch(sampler.sample, graph, seeds[0], gen)
+    with use_kernel("cuda"):  # the budgeted twin, also in the CPU dry run
+        sample, counter = count_dispatch(sampler.sample, graph, seeds[0], gen)
     return {"fanouts": list(FANOUTS), "batch_size": b, "batches": len(seeds),
-            "train_ids": int(train_idx.numel()), "seed_pool": pool, "edges_per_batch": [int(e) for e in per_batch],
+            "train_ids": int(train_idx.numel()), "seed_pool": pool,
+            "edges_per_batch": [int(e) for e in per_batch],
             "edges": edges, "seconds": seconds, "edges_per_s": edges / seconds,
             "random_reads_per_s": reads, "fraction_of_random_reads": edges / seconds / reads,
             "ops_per_sample": counter.ops, "syncs_per_sample": counter.syncs,

@@ -325,15 +325,16 @@ def test_no_seed_edge_in_its_own_sample_at_small_fanouts(exclude, frontier, one_
         assert kept_reverse > 0
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_excluded_rows_keep_a_uniform_draw_of_their_other_neighbours(fused, monkeypatch,
+@pytest.mark.parametrize("fused,kernel", [(True, None), (False, "cpu"), (False, "cuda")])
+def test_excluded_rows_keep_a_uniform_draw_of_their_other_neighbours(fused, kernel, monkeypatch,
                                                                      one_thread):
     """A star: vertex 0 has 20 leaves and fanout 5; the seed edge (0, 1) is excluded. Leaf 1
     never appears in row 0, and each other leaf appears uniformly (chi-square): in the draw
     (``fused``), row 0 draws 5 of its 19 other leaves; the post-filter draws 5 of 20 and drops
-    leaf 1, 4.75 per draw."""
+    leaf 1, 4.75 per draw, with either twin of the k-hop kernels (``kernel``)."""
     from scipy import stats
     from fgnn.link import sampler as link_sampler
+    from fgnn.sampling.kernels import use_kernel
 
     monkeypatch.setattr(link_sampler, "FUSED_DRAW", fused)
     leaves = torch.arange(1, 21)
@@ -344,7 +345,8 @@ def test_excluded_rows_keep_a_uniform_draw_of_their_other_neighbours(fused, monk
     gen = torch.Generator().manual_seed(0)
     trials, counts = 4000, torch.zeros(21)
     for _ in range(trials):
-        s = khop.sample(graph, T([0, 1]), gen, exclude=ex)
+        with use_kernel(kernel):
+            s = khop.sample(graph, T([0, 1]), gen, exclude=ex)
         b = s.blocks[0]
         row0 = s.input_nodes[b.src[b.dst == 0]]
         counts += torch.bincount(row0, minlength=21).float()
@@ -420,6 +422,7 @@ def test_exclusion_adds_a_fixed_number_of_ops_per_hop(fused, monkeypatch, one_th
     12 ops and 1 sync per sample plus 14 ops and 2 syncs per hop."""
     from fgnn.link import sampler as link_sampler
     from fgnn.monitor.dispatch_count import count_dispatch
+    from fgnn.sampling.kernels import use_kernel
 
     monkeypatch.setattr(link_sampler, "FUSED_DRAW", fused)
     graph = _graph(n=400, m=4000, seed=3)
@@ -432,9 +435,10 @@ def test_exclusion_adds_a_fixed_number_of_ops_per_hop(fused, monkeypatch, one_th
         for mode in ("none", "reverse"):
             sampler = LinkNeighborSampler(fanouts, exclude=mode)
             slots = sampler.slots(g, pos) if given else None
-            sampler.sample(g, pos, torch.Generator().manual_seed(0), None, slots)
-            c[mode] = count_dispatch(sampler.sample, g, pos, torch.Generator().manual_seed(0),
-                                     None, slots)[1]
+            with use_kernel("cuda"):  # the launch-bounded twin the in-draw exclusion joins
+                sampler.sample(g, pos, torch.Generator().manual_seed(0), None, slots)
+                c[mode] = count_dispatch(sampler.sample, g, pos,
+                                         torch.Generator().manual_seed(0), None, slots)[1]
         return c["reverse"].ops - c["none"].ops, c["reverse"].syncs - c["none"].syncs
 
     for fanouts in ((2, 2), (50, 50), (50, 50, 50)):

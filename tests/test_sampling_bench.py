@@ -27,6 +27,12 @@ def test_bench_sampling_smoke(tmp_path):
     counts = saved["dispatch"]
     assert counts["hops"] == 2 and 0 < counts["syncs"] <= 2 * 2 + 1 and counts["ops"] > 0
     assert saved["fanout_1000_hop_s"] > 0
+    # issue 28: the CPU twin at 1 and 2 threads, the CUDA twin on the CPU, both twins' counts
+    assert set(saved["fgnn_thread_curve"]) == {"1", "2"}
+    assert saved["fgnn_thread_curve"]["1"]["edges"] == saved["fgnn"]["edges"]
+    assert saved["fgnn_cuda_twin"]["edges"] > 0 and saved["cpu_twin_over_cuda_twin"] > 0
+    assert saved["cpu_twin_over_cuda_twin_cpu_s"] > 0
+    assert saved["dispatch_cpu_twin"]["hops"] == 2 and saved["dispatch_cpu_twin"]["ops"] > 0
 
 
 def _bench():

@@ -3,8 +3,11 @@
 Op and sync counts are deterministic (they do not depend on the machine), so they are asserted
 exactly against the budget: a 3-hop ``KHop([15, 10, 5])`` sample of 1000 seeds runs at most
 300 aten ops and 2 host syncs per hop (the seed check included), and no sampler runs a
-Python loop over the fanout. The one timing here is the CPU budget the issue sets (one hop at
-fanout 1000 on 100 seeds within 0.05 s, best of a few runs on a loaded machine).
+Python loop over the fanout. The budget is the CUDA twin's (:mod:`fgnn.sampling.kernels`;
+issue 28): the counting tests force it on CPU tensors with the ``cuda_twin`` fixture, since
+the CPU twin trades launches for fewer passes per edge. The one timing here is the CPU budget
+the issue sets (one hop at fanout 1000 on 100 seeds within 0.05 s, best of a few runs on a
+loaded machine), held by both twins, as are the statistics at large fanouts.
 """
 
 from __future__ import annotations
@@ -20,13 +23,21 @@ from fgnn.data import load_dataset
 from fgnn.graph import CSRGraph
 from fgnn.monitor.dispatch_count import DispatchCounter, count_dispatch
 from fgnn.sampling import KHop, LocalityAwareKHop, RandomWalk
+from fgnn.sampling.kernels import use_kernel
 from fgnn.sampling.khop import sample_uniform, sample_weighted
 
-from test_sampling_khop import P_MIN, fan_graph
+from test_sampling_khop import P_MIN, fan_graph, twin  # noqa: F401 - twin is a fixture
 
 MAX_OPS = 300
 SYNCS_PER_HOP = 2
 SEED_CHECK_SYNCS = 0  # range and repeats ride on the first hop's sync (Remapper.begin)
+
+
+@pytest.fixture
+def cuda_twin():
+    """The CUDA twin of the sampling kernels, whose launches and syncs the budget bounds."""
+    with use_kernel("cuda"):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +76,13 @@ def test_counter_classifies_host_syncs():
 
 
 @pytest.mark.parametrize("frontier", ["all", "new"])
-def test_khop_3_hops_1000_seeds_within_budget(rmat, frontier):
+def test_khop_3_hops_1000_seeds_within_budget(cuda_twin, rmat, frontier):
     c = _count(KHop([15, 10, 5], frontier=frontier), rmat, _seeds(rmat, 1000))
     assert c.ops <= MAX_OPS, (c.ops, dict(c.op_names))
     assert c.syncs <= 3 * SYNCS_PER_HOP + SEED_CHECK_SYNCS, dict(c.sync_ops)
 
 
-def test_each_hop_adds_at_most_two_syncs(rmat):
+def test_each_hop_adds_at_most_two_syncs(cuda_twin, rmat):
     seeds = _seeds(rmat, 1000)
     one, three = _count(KHop([15]), rmat, seeds), _count(KHop([15, 10, 5]), rmat, seeds)
     assert one.syncs <= SYNCS_PER_HOP + SEED_CHECK_SYNCS
@@ -82,7 +93,7 @@ def _hop_ops(fn, fanout: int) -> int:
     return count_dispatch(fn, fanout)[1].ops
 
 
-def test_uniform_hop_ops_do_not_grow_with_fanout():
+def test_uniform_hop_ops_do_not_grow_with_fanout(cuda_twin):
     g = fan_graph(1, deg=5000)
     rows = torch.zeros(100, dtype=torch.int64)
     ops = {k: _hop_ops(lambda f: sample_uniform(g, rows, f, torch.Generator().manual_seed(0)), k)
@@ -91,7 +102,7 @@ def test_uniform_hop_ops_do_not_grow_with_fanout():
     assert ops[1000] - ops[10] <= 3 * (10 - 4), ops
 
 
-def test_weighted_hop_ops_do_not_grow_with_fanout():
+def test_weighted_hop_ops_do_not_grow_with_fanout(cuda_twin):
     g = fan_graph(1, weights=[1.0 + i % 3 for i in range(3000)], deg=3000)
     rows = torch.zeros(50, dtype=torch.int64)
     ops = {k: _hop_ops(lambda f: sample_weighted(g, rows, f, torch.Generator().manual_seed(0)),
@@ -99,7 +110,7 @@ def test_weighted_hop_ops_do_not_grow_with_fanout():
     assert abs(ops[1000] - ops[10]) <= 20, ops
 
 
-def test_other_samplers_sync_at_most_twice_per_hop(rmat):
+def test_other_samplers_sync_at_most_twice_per_hop(cuda_twin, rmat):
     seeds = _seeds(rmat, 500)
     local = torch.argsort(rmat.degrees(), descending=True)[: rmat.num_nodes // 10]
     for sampler in (KHop([15, 10, 5], replace=True), RandomWalk(),
@@ -109,7 +120,7 @@ def test_other_samplers_sync_at_most_twice_per_hop(rmat):
         assert c.ops <= 500, (sampler, c.ops)
 
 
-def test_one_hop_at_fanout_1000_on_100_seeds_within_50ms():
+def test_one_hop_at_fanout_1000_on_100_seeds_within_50ms(twin):
     g = fan_graph(1, deg=100_000)  # every row has more than 1000 neighbours
     rows = torch.zeros(100, dtype=torch.int64)
     best, prev = float("inf"), torch.get_num_threads()
@@ -125,7 +136,7 @@ def test_one_hop_at_fanout_1000_on_100_seeds_within_50ms():
     assert best <= 0.05, f"one hop at fanout 1000 on 100 seeds took {best:.3f} s"
 
 
-def test_uniform_at_large_fanout_is_uniform_without_replacement():
+def test_uniform_at_large_fanout_is_uniform_without_replacement(twin):
     copies, deg, k = 400, 1500, 1000
     g = fan_graph(copies, deg=deg)
     nbr, row = sample_uniform(g, torch.arange(copies), k, torch.Generator().manual_seed(7))
@@ -141,7 +152,7 @@ def test_uniform_at_large_fanout_is_uniform_without_replacement():
     assert stats.binomtest(int(both), copies, p).pvalue > P_MIN
 
 
-def test_weighted_at_large_fanout_draws_without_replacement():
+def test_weighted_at_large_fanout_draws_without_replacement(twin):
     w = [float(1 + i % 4) for i in range(1500)]
     g = fan_graph(20, weights=w, deg=1500)
     nbr, row = sample_weighted(g, torch.arange(20), 1000, torch.Generator().manual_seed(3))
@@ -154,7 +165,7 @@ def test_weighted_at_large_fanout_draws_without_replacement():
     assert int(heavy.sum()) > int(light.sum())
 
 
-def test_same_seed_same_sample(rmat):
+def test_same_seed_same_sample(twin, rmat):
     seeds = _seeds(rmat, 300)
     w = torch.rand(rmat.num_edges, generator=torch.Generator().manual_seed(1)) + 0.1
     gw = dataclasses.replace(rmat, weights=w)

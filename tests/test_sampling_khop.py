@@ -11,9 +11,19 @@ from scipy import stats
 from conftest import random_graph
 from fgnn.graph import CSRGraph
 from fgnn.sampling import KHop, Sample
+from fgnn.sampling import khop as khop_module
+from fgnn.sampling.kernels import KERNELS, kernel_for, use_kernel
 from fgnn.sampling.khop import sample_uniform, sample_weighted
 
 P_MIN = 1e-3  # fixed seeds: the tests are deterministic, the threshold guards a real bias
+
+
+@pytest.fixture(params=KERNELS)
+def twin(request):
+    """Each twin of the sampling kernels (fgnn.sampling.kernels), forced on CPU tensors: the
+    tests that take it hold the CPU and the CUDA twin to the same statistics."""
+    with use_kernel(request.param):
+        yield request.param
 
 
 def fan_graph(copies: int, weights: list[float] | None = None, deg: int = 20) -> CSRGraph:
@@ -62,7 +72,7 @@ def check_structure(graph: CSRGraph, sample: Sample, seeds: torch.Tensor) -> Non
 
 
 @pytest.mark.parametrize("fanouts", [(3,), (15, 10, 5), (2, 2)])
-def test_khop_structure_and_counts(device, fanouts):
+def test_khop_structure_and_counts(twin, device, fanouts):
     g = simple_graph(300, 3000, seed=1).to(device)
     seeds = torch.randperm(300, generator=torch.Generator().manual_seed(0))[:40].to(device)
     sample = KHop(fanouts).sample(g, seeds, torch.Generator(device).manual_seed(0))
@@ -76,7 +86,7 @@ def test_khop_structure_and_counts(device, fanouts):
         assert torch.equal(per_dst, deg[nodes[: b.num_dst]].clamp(max=k))
 
 
-def test_uniform_marginals_chi_square():
+def test_uniform_marginals_chi_square(twin):
     copies, deg, k = 4000, 20, 5
     g = fan_graph(copies, deg=deg)
     sample = KHop([k]).sample(g, torch.arange(copies), torch.Generator().manual_seed(3))
@@ -87,7 +97,7 @@ def test_uniform_marginals_chi_square():
     assert stats.chisquare(counts.numpy()).pvalue > P_MIN
 
 
-def test_uniform_subsets_chi_square():
+def test_uniform_subsets_chi_square(twin):
     """All C(5, 2) = 10 subsets equally likely (Floyd's algorithm is exact)."""
     copies, deg, k = 6000, 5, 2
     g = fan_graph(copies, deg=deg)
@@ -103,7 +113,7 @@ def test_uniform_subsets_chi_square():
     assert stats.chisquare(counts.numpy()).pvalue > P_MIN
 
 
-def test_sample_uniform_large_degree_no_repeats():
+def test_sample_uniform_large_degree_no_repeats(twin):
     g = fan_graph(1, deg=100_000)
     rows = torch.zeros(500, dtype=torch.int64)
     nbr, row = sample_uniform(g, rows, 15, torch.Generator().manual_seed(0))
@@ -115,7 +125,7 @@ def test_sample_uniform_large_degree_no_repeats():
     assert abs(float((nbr > 50_000).float().mean()) - 0.5) < 0.03
 
 
-def test_weighted_follows_weights():
+def test_weighted_follows_weights(twin):
     w = [1.0, 2.0, 3.0, 4.0, 0.0]
     copies = 6000
     g = fan_graph(copies, weights=w, deg=5)
@@ -133,7 +143,7 @@ def test_weighted_follows_weights():
     ([1.0, 2.0, 3.0, 4.0], 0),       # exact exponential-key fallback only
     ([30.0, 1.0, 1.0, 2.0], 1),      # skewed: rejection then fallback for the short rows
 ])
-def test_weighted_pairs_without_replacement(w, max_rounds):
+def test_weighted_pairs_without_replacement(twin, w, max_rounds):
     copies = 6000
     g = fan_graph(copies, weights=w, deg=4)
     nbr, row = sample_weighted(g, torch.arange(copies), 2, torch.Generator().manual_seed(6),
@@ -153,14 +163,14 @@ def test_weighted_pairs_without_replacement(w, max_rounds):
     assert stats.chisquare(counts, exp).pvalue > P_MIN
 
 
-def test_weighted_fewer_positive_than_fanout():
+def test_weighted_fewer_positive_than_fanout(twin):
     g = fan_graph(50, weights=[1.0, 0.0, 0.0, 0.0, 0.0, 2.0], deg=6)
     nbr, row = sample_weighted(g, torch.arange(50), 3, torch.Generator().manual_seed(1))
     assert torch.equal(torch.bincount(row, minlength=50), torch.full((50,), 2))
     assert set((nbr - 50).tolist()) == {0, 5}
 
 
-def test_weighted_small_rows_keep_all_positive():
+def test_weighted_small_rows_keep_all_positive(twin):
     g = fan_graph(10, weights=[1.0, 0.0, 2.0], deg=3)
     sample = KHop([5], weighted=True).sample(g, torch.arange(10), torch.Generator().manual_seed(0))
     src, _ = global_edges(sample, 0)
@@ -173,7 +183,7 @@ def test_replace_draws_fanout_each():
     assert sample.blocks[0].num_edges == 600
 
 
-def test_reproducible_with_generator():
+def test_reproducible_with_generator(twin):
     g = random_graph(500, 5000, seed=2)
     seeds = torch.arange(0, 500, 7)
     s = KHop([10, 5])
@@ -186,7 +196,7 @@ def test_reproducible_with_generator():
     assert not torch.equal(a.input_nodes, c.input_nodes)
 
 
-def test_int32_indices_and_isolated_vertices():
+def test_int32_indices_and_isolated_vertices(twin):
     g = simple_graph(100, 150, seed=3)
     g32 = CSRGraph(g.indptr, g.indices.int())
     seeds = torch.arange(100)
@@ -200,7 +210,7 @@ def test_bad_fanouts(fanouts):
         KHop(fanouts)
 
 
-def test_bad_seeds_and_graph():
+def test_bad_seeds_and_graph(twin):
     g = random_graph(50, 200)
     s = KHop([3])
     with pytest.raises(ValueError, match="outside"):
@@ -223,14 +233,14 @@ def test_bad_seeds_and_graph():
         KHop([3], weighted=True, replace=True)
 
 
-def test_empty_seeds():
+def test_empty_seeds(twin):
     g = random_graph(20, 50)
     sample = KHop([3, 2]).sample(g, torch.empty(0, dtype=torch.int64))
     assert sample.input_nodes.numel() == 0 and sample.num_edges == 0
 
 
 @pytest.mark.parametrize("fanouts", [(5, 3), (15, 10, 5)])
-def test_new_frontier_samples_each_vertex_once_and_reuses_its_edges(device, fanouts):
+def test_new_frontier_samples_each_vertex_once_and_reuses_its_edges(twin, device, fanouts):
     """``frontier="new"`` (PyG's NeighborLoader): a vertex draws neighbours only at the hop after
     it was discovered, with that hop's fanout, and every later layer reuses those edges."""
     g = simple_graph(300, 3000, seed=1).to(device)
@@ -252,7 +262,7 @@ def test_new_frontier_samples_each_vertex_once_and_reuses_its_edges(device, fano
         lo = b.num_dst
 
 
-def test_new_frontier_blocks_compute_what_the_whole_sampled_subgraph_computes():
+def test_new_frontier_blocks_compute_what_the_whole_sampled_subgraph_computes(twin):
     """A model on the ``frontier="new"`` blocks gives the seeds the logits of PyG's computation:
     every layer over all vertices and all sampled edges of the subgraph."""
     from fgnn.models import GraphSAGE
@@ -275,3 +285,43 @@ def test_new_frontier_blocks_compute_what_the_whole_sampled_subgraph_computes():
 def test_bad_frontier():
     with pytest.raises(ValueError, match="frontier"):
         KHop([5], frontier="old")
+
+
+def test_kernel_follows_the_device_unless_forced(monkeypatch):
+    calls = []
+    for name in ("uniform_cpu", "uniform_cuda"):
+        real = getattr(khop_module, name)
+        monkeypatch.setattr(khop_module, name,
+                            lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    g = fan_graph(3, deg=10)
+    sample_uniform(g, torch.arange(3), 4)
+    with use_kernel("cuda"):
+        sample_uniform(g, torch.arange(3), 4)
+        assert kernel_for(torch.zeros(1)) == "cuda"
+    assert calls == ["uniform_cpu", "uniform_cuda"]
+    assert kernel_for(torch.zeros(1)) == "cpu"
+    assert kernel_for(torch.zeros(1, device="meta")) == "cuda"
+    with pytest.raises(ValueError, match="kernel must be one of cpu, cuda"):
+        with use_kernel("gpu"):
+            pass
+
+
+@pytest.mark.parametrize("weights", [None, [float(1 + i % 4) for i in range(40)]])
+def test_twins_draw_the_same_law_at_fanout_15_of_40(weights):
+    """The CPU twin's Python loop over the fanout and the CUDA twin's all-at-once kernels give
+    the same per-neighbour inclusion counts (chi-square test of homogeneity), no repeats."""
+    copies, deg, k = 1500, 40, 15
+    g = fan_graph(copies, weights=weights, deg=deg)
+    fn = sample_uniform if weights is None else sample_weighted
+    counts = []
+    for name in KERNELS:
+        with use_kernel(name):
+            nbr, row = fn(g, torch.arange(copies), k, torch.Generator().manual_seed(11))
+        assert torch.equal(torch.bincount(row, minlength=copies), torch.full((copies,), k))
+        per_row = (nbr - copies)[torch.argsort(row * deg + nbr - copies)].view(copies, k)
+        assert bool((per_row[:, 1:] != per_row[:, :-1]).all()), (name, "drawn twice")
+        counts.append(torch.bincount(per_row.view(-1), minlength=deg).numpy())
+    assert stats.chi2_contingency(counts).pvalue > P_MIN
+    if weights is not None:  # heavier edges are included more often
+        heavy, light = counts[0][3::4].sum(), counts[0][0::4].sum()
+        assert heavy > 1.5 * light

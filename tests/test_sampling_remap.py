@@ -7,6 +7,8 @@ import torch
 
 from fgnn.sampling.remap import Remapper
 
+from test_sampling_khop import twin  # noqa: F401 - a fixture: both twins of the remap
+
 
 def reference(seeds: list[int], hops: list[list[int]]) -> tuple[list[int], list[list[int]]]:
     """Dictionary reference: seeds first, then new vertices in order of first occurrence."""
@@ -25,7 +27,7 @@ def reference(seeds: list[int], hops: list[list[int]]) -> tuple[list[int], list[
 
 
 @pytest.mark.parametrize("trial", range(4))
-def test_matches_reference(device, trial):
+def test_matches_reference(twin, device, trial):
     g = torch.Generator().manual_seed(trial)
     n = 1000
     seeds = torch.randperm(n, generator=g)[:50]
@@ -41,7 +43,7 @@ def test_matches_reference(device, trial):
         assert torch.equal(nodes[a], h)  # local ids map back to the global ids
 
 
-def test_scratch_is_reset_and_reused():
+def test_scratch_is_reset_and_reused(twin):
     rm = Remapper()
     rm.begin(torch.tensor([5, 2]), 10)
     rm.add(torch.tensor([7, 7, 2, 9]))
@@ -62,7 +64,7 @@ def test_scratch_is_reset_and_reused():
                                           ([3, 1, 7], "vertex 7, outside \\[0, 5\\)"),
                                           ([-1, 1], "vertex -1, outside")])
 @pytest.mark.parametrize("then", ["add", "add-nothing", "end"])
-def test_bad_seeds_raise_at_the_first_sync_and_leave_clean_state(seeds, match, then):
+def test_bad_seeds_raise_at_the_first_sync_and_leave_clean_state(twin, seeds, match, then):
     """begin() defers the range/repeat check to the first add()'s host sync (or end())."""
     rm = Remapper()
     rm.begin(torch.tensor(seeds), 5)  # no sync here: the sample runs on clamped seeds
@@ -90,7 +92,7 @@ def test_begin_twice_is_a_lifecycle_error():
     assert rm.end().tolist() == [1]
 
 
-def test_large_hops_are_processed_in_chunks():
+def test_large_hops_are_processed_in_chunks(twin):
     """A hop longer than the scratch array's position range is split; numbering is unchanged."""
     g = torch.Generator().manual_seed(5)
     cand = torch.randint(0, 300, (100,), generator=g)

@@ -8,7 +8,8 @@ import torch
 
 from fgnn.graph import CSRGraph
 
-__all__ = ["check_fanouts", "check_seeds", "seed_value_error", "floyd_subsets", "segment_arange", "rand"]
+__all__ = ["check_fanouts", "check_seeds", "seed_value_error", "floyd_subsets", "row_bounds",
+           "segment_arange", "rand"]
 
 
 def check_fanouts(fanouts: Sequence[int], name: str = "fanouts") -> tuple[int, ...]:
@@ -64,6 +65,13 @@ def seed_value_error(seeds: torch.Tensor, num_nodes: int) -> ValueError:
         return ValueError(f"seeds holds vertex {lo if lo < 0 else hi}, outside [0, {num_nodes})")
     rep = int(srt[1:][srt[1:] == srt[:-1]][0])
     return ValueError(f"seeds must be distinct, got vertex {rep} more than once")
+
+
+def row_bounds(graph: CSRGraph, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(start, deg)``: the CSR row start and the degree of every vertex of ``rows``."""
+    start = graph.indptr.index_select(0, rows)
+    deg = graph.indptr.index_select(0, rows + 1) - start
+    return start, deg
 
 
 def segment_arange(counts: torch.Tensor, total: Optional[int] = None

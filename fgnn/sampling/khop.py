@@ -7,17 +7,19 @@ of the sample so far (the destination vertices of a layer are a prefix of its so
 :mod:`fgnn.sampling.base`), as in GNNLab and DGL blocks.
 
 Uniform selection uses a vectorised form of Floyd's variant of Fisher-Yates sampling: O(fanout)
-random numbers and O(fanout log fanout) work per vertex whatever its degree, the balanced-work
-property FGNN §7.3(1) credits its Fisher-Yates variant with over reservoir sampling (whose work
-grows with the degree). Weighted selection (probability proportional to the edge weight,
-without replacement, i.e. successive sampling) runs by vectorised rejection against each row's
-largest weight, O(max_rounds · fanout) work per vertex, with an exact Efraimidis–Spirakis
-exponential-key fallback for the rare rows the rejection proposals leave short.
+random numbers per vertex whatever its degree, the balanced-work property FGNN §7.3(1) credits
+its Fisher-Yates variant with over reservoir sampling (whose work grows with the degree).
+Weighted selection (probability proportional to the edge weight, without replacement, i.e.
+successive sampling) runs by vectorised rejection against each row's largest weight,
+O(max_rounds · fanout) work per vertex, with an exact Efraimidis–Spirakis exponential-key
+fallback for the rare rows the rejection proposals leave short.
 
-Launches and host syncs (what bounds a sampler on a GPU) do not grow with the fanout: no Python
-loop runs over it, and a uniform hop syncs twice (its edge count, the remap's new vertices).
-:class:`fgnn.monitor.dispatch_count.DispatchCounter` counts both; ``bench/sampling.py`` reports
-them per sample.
+Both come in two twins (:mod:`fgnn.sampling.kernels`), picked by the device of the rows: the
+CUDA twin (:mod:`fgnn.sampling.khop_cuda`) keeps launches and host syncs (what bounds a sampler
+on a GPU) from growing with the fanout, a uniform hop syncing twice (its edge count, the remap's
+new vertices); the CPU twin (:mod:`fgnn.sampling.khop_cpu`) runs the fewest passes per edge.
+:class:`fgnn.monitor.dispatch_count.DispatchCounter` counts launches and syncs;
+``bench/sampling.py`` reports them per sample, and both twins' throughput.
 
 Throughput (``bench/sampling.py``) is limited by random reads: each sampled edge costs a few
 gathers (``indptr``, ``indices``, the remap scratch array) and O(fanout) vector operations.
@@ -31,17 +33,14 @@ import torch
 
 from fgnn.config import FRONTIERS
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import check_fanouts, check_seeds, floyd_subsets, rand, segment_arange
+from fgnn.sampling._util import check_fanouts, check_seeds, rand, row_bounds
 from fgnn.sampling.base import Sample, Sampler
+from fgnn.sampling.kernels import kernel_for
+from fgnn.sampling.khop_cpu import uniform_cpu, weighted_cpu
+from fgnn.sampling.khop_cuda import uniform_cuda, weighted_cuda
 from fgnn.sampling.remap import Remapper, sample_layers
 
 __all__ = ["KHop", "row_max_weights", "sample_uniform", "sample_weighted"]
-
-
-def _row_bounds(graph: CSRGraph, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    start = graph.indptr.index_select(0, rows)
-    deg = graph.indptr.index_select(0, rows + 1) - start
-    return start, deg
 
 
 def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
@@ -49,10 +48,11 @@ def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``min(fanout, deg)`` distinct neighbours of each vertex in ``rows`` uniformly.
 
-    Floyd's algorithm for every row and step at once (:func:`~fgnn.sampling._util.
-    floyd_subsets`): no Python loop over ``fanout``, one host sync (the number of sampled
-    edges), O(fanout log fanout) work per row whatever its degree. Rows with
-    ``deg <= fanout`` keep all their neighbours, in CSR order.
+    Floyd's algorithm: O(fanout) random numbers per row whatever its degree. Rows with
+    ``deg <= fanout`` keep all their neighbours, in CSR order. The twin of the rows' device
+    runs (:mod:`fgnn.sampling.kernels`): on a CPU :func:`~fgnn.sampling.khop_cpu.uniform_cpu`
+    (fewest passes per edge), elsewhere :func:`~fgnn.sampling.khop_cuda.uniform_cuda` (a
+    constant number of launches, one host sync).
 
     Args:
         graph: topology (on the device of ``rows``).
@@ -62,13 +62,13 @@ def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
 
     Returns:
         ``(neighbours, row_index)``: ``(E,)`` int64 global neighbour ids and ``(E,)`` int64
-        positions in ``rows`` of the vertex that sampled them (in row order; each row's edges
-        are contiguous).
+        positions in ``rows`` of the vertex that sampled them (each row's edges contiguous;
+        the CUDA twin keeps row order, the CPU twin puts the rows with more than ``fanout``
+        neighbours first).
     """
-    start, deg = _row_bounds(graph, rows)
-    row_index, off = floyd_subsets(deg, deg.clamp(max=fanout), generator)
-    pos = start.index_select(0, row_index) + off
-    return graph.indices.index_select(0, pos).long(), row_index
+    if kernel_for(rows) == "cpu":
+        return uniform_cpu(graph, rows, fanout, generator)
+    return uniform_cuda(graph, rows, fanout, generator)
 
 
 def row_max_weights(graph: CSRGraph) -> torch.Tensor:
@@ -85,16 +85,17 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     """Draw ``fanout`` neighbours per row with probability proportional to the edge weights.
 
     Successive sampling without replacement: each draw picks an unpicked neighbour ``j`` with
-    probability ``w_j / Σ_unpicked w``. It runs by rejection, vectorised over the rows and the
-    proposals (no Python loop over ``fanout``): propose a uniform offset, accept it with
-    probability ``w_j / max_w(row)`` unless already picked; an accepted proposal follows exactly
-    the successive-sampling law, and the work per row is O(max_rounds · fanout) whatever its
-    degree (the balanced work FGNN §7.3(1) asks of a sampler). Rows still short after
-    ``max_rounds · fanout`` proposals (skewed
-    weights, or fewer positive weights than ``fanout``) finish exactly with Efraimidis-Spirakis
-    keys ``E_j / w_j`` over their unpicked neighbours (the continuation of the same process).
+    probability ``w_j / Σ_unpicked w``. It runs by rejection, vectorised over the rows: propose
+    a uniform offset, accept it with probability ``w_j / max_w(row)`` unless already picked; an
+    accepted proposal follows exactly the successive-sampling law, and the work per row is
+    O(max_rounds · fanout) whatever its degree (the balanced work FGNN §7.3(1) asks of a
+    sampler). Rows still short after ``max_rounds · fanout`` proposals (skewed weights, or
+    fewer positive weights than ``fanout``) finish exactly with Efraimidis-Spirakis keys
+    ``E_j / w_j`` over their unpicked neighbours (the continuation of the same process).
     Edges of weight 0 are never drawn; a row with at most ``fanout`` neighbours keeps all of its
-    positive-weight ones.
+    positive-weight ones. The twin of the rows' device runs (:mod:`fgnn.sampling.kernels`):
+    :func:`~fgnn.sampling.khop_cpu.weighted_cpu` (rejection rounds over the big rows only) or
+    :func:`~fgnn.sampling.khop_cuda.weighted_cuda` (every proposal at once, no Python loop).
 
     Args:
         graph, rows, fanout, generator: as :func:`sample_uniform`.
@@ -117,107 +118,9 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         return empty, empty
     if row_max is None:
         row_max = row_max_weights(graph)
-    start, deg = _row_bounds(graph, rows)
-    k = min(fanout, int(deg.max()))  # picks per row; a fanout above every degree takes all
-    if k == 0:
-        return empty, empty
-    last = graph.num_edges - 1
-    cols = torch.arange(k, device=dev)
-    # rows with deg <= fanout keep every positive-weight edge
-    pos_s = (start.unsqueeze(1) + cols).clamp_(max=last)
-    keep_s = (cols < deg.unsqueeze(1)) & (graph.weights.index_select(0, pos_s.view(-1))
-                                          .view_as(pos_s) > 0)
-    big = deg > fanout
-    picks = torch.where(keep_s & ~big.unsqueeze(1), cols.expand_as(pos_s), -1)
-    if max_rounds > 0:  # all rows' proposals at once; only the big rows' picks are kept
-        picks = torch.where(big.unsqueeze(1),
-                            _weighted_rejection(graph, start, deg, row_max.index_select(0, rows),
-                                                k, max_rounds, generator), picks)
-    return _weighted_finish(graph, start, deg, picks, big, k, generator)
-
-
-def _weighted_finish(graph: CSRGraph, start: torch.Tensor, deg: torch.Tensor,
-                     picks: torch.Tensor, big: torch.Tensor, k: int,
-                     generator: Optional[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`sample_weighted`'s result from its ``(R, k)`` picks (``-1`` unused): the big
-    rows the rejection proposals left short finish with :func:`_weighted_keys`, then every pick
-    becomes a ``(neighbour, row_index)`` pair.
-    """
-    npick = (picks >= 0).sum(1)
-    short = big & (npick < k)
-    n_short, short_edges = torch.stack([short.sum(), torch.where(short, deg, 0).sum()]).tolist()
-    if n_short:  # exact continuation with exponential keys over the unpicked offsets
-        extra_row, extra_off = _weighted_keys(graph, start, deg, picks, npick,
-                                              torch.nonzero(short).squeeze(1), short_edges, k,
-                                              generator)
-    else:
-        extra_row = extra_off = torch.empty(0, dtype=torch.int64, device=start.device)
-    flat = torch.nonzero(picks.view(-1) >= 0).squeeze(1)
-    row_index = torch.cat([torch.div(flat, k, rounding_mode="floor"), extra_row])
-    pos = start.index_select(0, row_index) + torch.cat([picks.view(-1).index_select(0, flat),
-                                                        extra_off])
-    return graph.indices.index_select(0, pos).long(), row_index
-
-
-def _weighted_rejection(graph: CSRGraph, start: torch.Tensor, deg: torch.Tensor,
-                        wmax: torch.Tensor, k: int, rounds: int,
-                        generator: Optional[torch.Generator]) -> torch.Tensor:
-    """``(R, k)`` offsets picked by ``rounds * k`` rejection proposals per row, ``-1`` unused.
-
-    Proposal ``c`` of a row (uniform offset ``j``) is accepted with probability
-    ``w_j / max_w`` unless an earlier accepted proposal of the row drew ``j``; the first ``k``
-    accepted proposals are the picks, in order: the successive-sampling law, decided for every
-    proposal at once (one sort per row finds the repeats).
-    """
-    dev = start.device
-    n = rounds * k
-    d = deg.clamp(min=1).unsqueeze(1)
-    u = rand((2, deg.numel(), n), generator, dev)
-    prop = torch.minimum((u[0] * d).long(), d - 1)
-    w = graph.weights.index_select(
-        0, (prop + start.unsqueeze(1)).clamp_(max=graph.num_edges - 1).view(-1)).view_as(prop)
-    accept = (u[1] * wmax.double().unsqueeze(1) < w.double()) & (deg > 0).unsqueeze(1)
-    col = torch.arange(n, device=dev)
-    val = torch.where(accept, prop, -1 - col)  # rejected proposals never repeat anything
-    srt, order = torch.sort(val, dim=1, stable=True)
-    repeat = torch.zeros_like(accept)
-    repeat.scatter_(1, order[:, 1:], srt[:, 1:] == srt[:, :-1])
-    fresh = accept & ~repeat
-    slot = torch.cumsum(fresh, 1) - 1
-    slot = torch.where(fresh & (slot < k), slot, k)  # k = the discarded column
-    picks = torch.full((deg.numel(), k + 1), -1, dtype=torch.int64, device=dev)
-    picks.scatter_(1, slot, torch.where(slot < k, prop, -1))
-    return picks[:, :k]
-
-
-def _weighted_keys(graph: CSRGraph, start: torch.Tensor, deg: torch.Tensor,
-                   picks: torch.Tensor, npick: torch.Tensor, active: torch.Tensor,
-                   num_edges: int, k: int, generator: Optional[torch.Generator]
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rest of the picks of rows ``active`` by Efraimidis-Spirakis keys ``E_j / w_j``
-    over their unpicked offsets (the continuation of successive sampling).
-
-    Returns:
-        ``(row, offset)`` of the extra picks (rows as positions in ``start``).
-    """
-    dev = start.device
-    a_deg = deg.index_select(0, active)
-    row_f, off_f = segment_arange(a_deg, num_edges)
-    w = graph.weights.index_select(
-        0, start.index_select(0, active).index_select(0, row_f) + off_f).double()
-    taken = (picks.index_select(0, active).index_select(0, row_f)
-             == off_f.unsqueeze(1)).any(1)
-    key = torch.empty_like(w).exponential_(generator=generator).div_(w)
-    excluded = torch.isinf(key) | taken
-    key = torch.where(excluded, torch.ones_like(key), key / (1.0 + key))
-    order = torch.argsort(key.add_(row_f.double()))  # by row, then key
-    row_o = row_f.index_select(0, order)
-    seg = torch.cumsum(a_deg, 0) - a_deg
-    rank = torch.arange(order.numel(), device=dev) - seg.index_select(0, row_o)
-    need = (k - npick.index_select(0, active)).index_select(0, row_o)
-    sel = order.index_select(0, torch.nonzero(
-        (rank < need) & ~excluded.index_select(0, order)).squeeze(1))
-    return active.index_select(0, row_f.index_select(0, sel)), off_f.index_select(0, sel)
+    if kernel_for(rows) == "cpu":
+        return weighted_cpu(graph, rows, fanout, generator, row_max, max_rounds)
+    return weighted_cuda(graph, rows, fanout, generator, row_max, max_rounds)
 
 
 class KHop(Sampler):
@@ -307,7 +210,7 @@ def _sample_with_replacement(graph: CSRGraph, rows: torch.Tensor, fanout: int,
                              ) -> tuple[torch.Tensor, torch.Tensor]:
     """``fanout`` independent uniform draws per row (rows without neighbours draw nothing)."""
     dev = rows.device
-    start, deg = _row_bounds(graph, rows)
+    start, deg = row_bounds(graph, rows)
     off = (rand((rows.numel(), fanout), generator, dev) * deg.unsqueeze(1)).long()
     torch.minimum(off, (deg - 1).clamp(min=0).unsqueeze(1), out=off)
     keep = torch.nonzero((deg > 0).repeat_interleave(fanout)).squeeze(1)  # one host sync

@@ -37,8 +37,8 @@ from typing import Iterable, Optional, Sequence, Union
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import floyd_subsets
-from fgnn.sampling.khop import KHop, _row_bounds
+from fgnn.sampling._util import floyd_subsets, row_bounds
+from fgnn.sampling.khop import KHop
 
 __all__ = ["LocalityAwareKHop", "ScaleController", "neighbour_sets"]
 
@@ -297,7 +297,7 @@ class LocalityAwareKHop(KHop):
         """
         k = float(self.fanouts[hop])
         sets = self.layer_sets(graph)
-        start, deg = _row_bounds(graph, rows)
+        start, deg = row_bounds(graph, rows)
         if sets is None or self.scale == 1.0:
             indices, n_loc = graph.indices, torch.zeros_like(deg)
         else:  # Q'_l with l = L - hop (Q'_1 is the input layer, sampled last)

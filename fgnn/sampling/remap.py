@@ -25,6 +25,7 @@ import torch
 
 from fgnn.config import FRONTIERS
 from fgnn.sampling._util import seed_value_error
+from fgnn.sampling.kernels import kernel_for
 
 if TYPE_CHECKING:
     from fgnn.sampling.base import Block, Sample
@@ -126,7 +127,7 @@ class Remapper:
         """Map global ids ``cand`` ``(E,)`` int64 to local ids, appending unseen vertices.
 
         New vertices are numbered ``size, size + 1, ...`` in order of their first position in
-        ``cand``. One host sync: the number of new vertices (with the seed check of
+        ``cand``. One host sync: the new vertices' positions (with the seed check of
         :meth:`begin`, when it is still pending).
 
         Returns:
@@ -145,15 +146,9 @@ class Remapper:
         pos = torch.arange(self._base, self._base + e, device=cand.device, dtype=s.dtype)
         s.scatter_reduce_(0, cand, pos, "amin")
         first = s.index_select(0, cand) == pos  # new vertex, first occurrence
-        if self._pending is not None:
-            count, bad = torch.stack([first.sum(), self._pending[1].long()]).tolist()
-            if bad:  # the candidates' entries are not in the sample: reset them here
-                s.index_fill_(0, cand, self._empty)
-            self._raise_if_bad_seeds(bool(bad))
-        else:
-            count = int(first.sum())
+        new_pos = self._new_positions(first, cand)
+        count = int(new_pos.numel())
         if count > 0:
-            new_pos = torch.nonzero_static(first, size=count).squeeze(1)
             new_vertices = cand.index_select(0, new_pos)
             new_ids = torch.arange(self._size, self._size + count, device=cand.device,
                                    dtype=s.dtype)
@@ -161,6 +156,27 @@ class Remapper:
             self._parts.append(new_vertices)
             self._size += count
         return s.index_select(0, cand).long()
+
+    def _new_positions(self, first: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+        """The positions of ``first``'s set entries, through :meth:`add`'s one host sync.
+
+        The CUDA twin (:mod:`fgnn.sampling.kernels`) reads their count (with the pending seed
+        check of :meth:`begin`) and fills a buffer of that size; the CPU twin runs ``nonzero``,
+        one pass fewer, since a sync costs nothing there.
+
+        Raises:
+            ValueError: the pending seed check failed.
+        """
+        if self._pending is not None:
+            count, bad = torch.stack([first.sum(), self._pending[1].long()]).tolist()
+            if bad:  # the candidates' entries are not in the sample: reset them here
+                self._scratch.index_fill_(0, cand, self._empty)
+            self._raise_if_bad_seeds(bool(bad))
+        elif kernel_for(cand) == "cpu":
+            return torch.nonzero(first).squeeze(1)
+        else:
+            count = int(first.sum())
+        return torch.nonzero_static(first, size=count).squeeze(1)
 
     def nodes(self) -> torch.Tensor:
         """All vertices of the sample so far, ``(size,)`` int64 global ids (position = local id)."""
