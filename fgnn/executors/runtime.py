@@ -452,6 +452,7 @@ class Runtime:
                     self.caches.choose(self.coordinator.memory_reports)
             self._pull_weights()
             self._validate(epoch, stats)
+            self.caches.partition_traffic()  # the epoch's reads by tier, per node
             epochs.append(stats)
             self._save_checkpoint(epoch)
             if self.on_epoch is not None:
