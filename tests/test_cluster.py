@@ -99,6 +99,35 @@ class DocCluster:
         names = json.loads(out.stdout.strip().splitlines()[-1])
         return {k: v for k, v in names.items() if re.match(r"fgnn-(sampler|trainer|standby)", k)}
 
+    def wait_alive_nodes(self, count: int, timeout: float = 180.0) -> None:
+        """Wait until the cluster counts ``count`` nodes alive (a killed raylet's node is marked
+        dead once the GCS has missed its heartbeats)."""
+        import time
+
+        code = ("import sys\nfrom ray.util.state import list_nodes\n"
+                "print(sum(n.state == 'ALIVE' for n in list_nodes(address=sys.argv[1])))")
+        deadline = time.monotonic() + timeout
+        while True:
+            out = subprocess.run([sys.executable, "-c", code, f"127.0.0.1:{self.gcs}"],
+                                 env=self.env, capture_output=True, text=True, timeout=120)
+            alive = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
+            if alive == [str(count)]:
+                return
+            assert time.monotonic() < deadline, f"nodes alive: {alive}; {out.stderr[-500:]}"
+            time.sleep(2.0)
+
+    def raylet(self, resource: str) -> int:
+        """The pid of this cluster's raylet that offers ``resource`` (e.g. ``fgnn_node1``)."""
+        for path in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(path, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"raylet/raylet" in cmd and self.temp.encode() in cmd and resource.encode() in cmd:
+                return int(path.split("/")[2])
+        raise AssertionError(f"no raylet of {self.temp} offers {resource}")
+
     def stop(self) -> None:
         """Kill the processes of this cluster only, and remove its temp dir."""
         mark = self.temp.encode()
@@ -152,3 +181,59 @@ def test_cluster_md_as_written_trains_cora_partitioned_on_two_raylets(planetoid_
     trainer_nodes = {m for name, m in part["trainers"].items() if name.startswith("fgnn-trainer")}
     assert all(n["rows"]["device"] > 0 for ep in steady[-3:] for n in ep
                if n["node"] in trainer_nodes)
+
+
+def _train_and_kill(cluster: DocCluster, line: str, kill_at: int, checkpoint: Path,
+                    timeout: float) -> tuple[int, list[str]]:
+    """Run the doc's job ``line`` with a checkpoint, SIGKILL the worker node's raylet once
+    epoch ``kill_at`` is printed; the exit status and output lines (a hang fails the test)."""
+    import signal
+    import time
+
+    argv = cluster.argv(line) + ["--checkpoint-dir", str(checkpoint)]
+    env = dict(cluster.env, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines, deadline = [], time.monotonic() + timeout
+    try:
+        for out in proc.stdout:
+            lines.append(out.rstrip())
+            if out.split("/")[0].split() == ["epoch", str(kill_at)]:
+                os.kill(cluster.raylet("fgnn_node1"), signal.SIGKILL)
+            assert time.monotonic() < deadline, "the job hung after the raylet was killed"
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic())), lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to clean up")
+def test_a_worker_raylet_killed_mid_run_ends_completed_or_in_one_line_and_resumes(
+        planetoid_root, tmp_path):
+    """docs/cluster.md's partitioned Cora job; the worker node's raylet SIGKILLed after epoch 3
+    (the partition in force since epoch 2). The job either completes on the head or exits with
+    one ``launch.py: error:`` line naming the checkpoint to resume from; resuming it on the
+    surviving node (one device) then trains to the end. Never a hang."""
+    head, worker, _, partitioned = doc_blocks()
+    cluster = DocCluster(planetoid_root, tmp_path / "r.json")
+    checkpoint = tmp_path / "ck"
+    try:
+        for line in head + worker:
+            cluster.run(line, timeout=180)
+        job = next(ln for ln in partitioned if "launch.py" in ln)
+        rc, lines = _train_and_kill(cluster, job, 3, checkpoint, timeout=420)
+        if rc != 0:
+            errors = [ln for ln in lines if ln.startswith("launch.py: error:")]
+            assert len(errors) == 1 and "--resume" in errors[0], lines[-20:]
+            done = int(re.search(r"\(epoch (\d+) finished\)", errors[0]).group(1))
+            resume = job.replace("--devices 2", "--devices 1") + f" --resume --epochs {done + 2}"
+            cluster.wait_alive_nodes(1)  # else Ray may still place an actor on the dead node
+            out = subprocess.run(cluster.argv(resume) + ["--checkpoint-dir", str(checkpoint)],
+                                 cwd=REPO, env=cluster.env, capture_output=True, text=True,
+                                 timeout=300)
+            assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        report = json.loads((tmp_path / "r.json").read_text())
+    finally:
+        cluster.stop()
+    assert report["final"]["test_acc"] >= 0.3, report["final"]  # 7 classes: chance is ~0.14
