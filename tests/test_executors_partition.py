@@ -85,3 +85,22 @@ def test_an_epochs_traffic_is_summed_per_node_by_tier():
     rep = part.report()
     assert rep["host_rows"] == [5, 5] and rep["traffic"] == [nodes] and rep["nodes"] == 2
     assert torch.equal(part.partition.owner, torch.arange(10) % 2)
+
+
+def test_the_report_prints_each_nodes_host_rows_and_mean_traffic_after_the_fill():
+    from fgnn.report import _partition_text
+
+    def rec(node, remote):
+        return {"node": node, "rows": {"device": 1, "local": 2, "remote": remote},
+                "bytes": {"device": 4, "local": 8, "remote": 4096 * remote},
+                "remote_wait_s": 0.5}
+
+    part = {"strategy": "hotness", "nodes": 2, "host_rows": [6, 7], "num_rows": 10,
+            "replicated_rows": 3, "trainers": {"t": 0},
+            "traffic": [[rec(0, 1000), rec(1, 1000)], [rec(0, 2), rec(1, 0)],
+                        [rec(0, 4), rec(1, 0)]]}
+    lines = _partition_text(part)
+    assert lines[0] == "nodes    hotness over 2 nodes: host rows 6, 7 of 10 (3 replicated)"
+    assert "node 0 per epoch: device 1 rows, local 2 (8 B), remote 3 (12.0 KiB)" in lines[1]
+    assert "remote 0 (0 B), remote wait 0.500s" in lines[2]
+    assert _partition_text(None) == []
