@@ -104,3 +104,12 @@ def test_the_report_prints_each_nodes_host_rows_and_mean_traffic_after_the_fill(
     assert "node 0 per epoch: device 1 rows, local 2 (8 B), remote 3 (12.0 KiB)" in lines[1]
     assert "remote 0 (0 B), remote wait 0.500s" in lines[2]
     assert _partition_text(None) == []
+
+
+def test_a_typed_job_refuses_a_partitioned_store_in_one_line():
+    from fgnn.executors._hetero import HeteroCachePlanner
+    from fgnn.executors._workers import Services
+
+    cfg = JobConfig(cache=CacheConfig(feature_partition="hotness"))
+    with pytest.raises(ValueError, match="feature_partition='hotness' is not supported on a typed"):
+        HeteroCachePlanner(cfg, None, None, 1, False, Services(), types.SimpleNamespace(), None)
