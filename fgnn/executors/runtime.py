@@ -85,6 +85,7 @@ from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.executors._actors import ARGS_ACTOR, ArgStore
+from fgnn.executors._partition import cluster_nodes
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._planners import planner_for
 from fgnn.executors._gradring import default_ring_dir, ring_rows
@@ -365,6 +366,8 @@ class Runtime:
         sv.pg = placement_group([{"GPU": sv.gpus_per_device}] * sv.num_devices, strategy="PACK")
         ray.get(sv.pg.ready())
         nodes = placement_group_table(sv.pg).get("bundles_to_node_id", {})
+        if self.caches.partitioning is not None:  # fail now, not after the warm-up
+            cluster_nodes(ray.cluster_resources())
         sv.one_node = len(set(nodes.values())) <= 1
         sv.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
         sv.args_store = ray.remote(num_cpus=0, max_restarts=0)(ArgStore).options(
