@@ -40,6 +40,8 @@ FEATURE_TIERS = ("memory", "disk")
 DISK_CACHES = ("window", "lru", "random")
 DISK_IO = ("direct", "buffered")
 PLACEMENTS = ("replicate", "algorithm1", "auto")
+#: Feature rows across a cluster's nodes (:mod:`fgnn.cache.node_partition`).
+FEATURE_PARTITIONS = ("replicate", "hotness", "hash")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
 FRONTIERS = ("all", "new")
 #: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
@@ -232,9 +234,31 @@ class CacheConfig:
         "first ids", choices=REORDERINGS)
     """``hot-first``: renumber graph, features, labels and splits by descending hotness at load
     (DataTiering Algorithm 2), so the cached rows are the ids ``[0, C)``; ``none`` keeps ids."""
+    feature_partition: str = flag(
+        "replicate", "feature rows across the cluster's nodes (named by fgnn_node<m> resources, "
+        "docs/cluster.md): replicate (every row on every node), hotness (the "
+        "--feature-replicate-ratio hottest rows of the cache policy on every node, every other "
+        "row on one node), hash (row mod M on one node each, as WholeGraph)",
+        choices=FEATURE_PARTITIONS)
+    """``replicate`` (every node holds every row), ``hotness`` or ``hash``: one feature server
+    per node holds its partition and Trainers read other nodes' rows from theirs."""
+    feature_replicate_ratio: float = flag(
+        0.05, "with --feature-partition hotness: share of rows replicated on every node",
+        type=float_in(0.0, 1.0), metavar="R")
+    """Rows replicated on every node under ``hotness``, as a share of all rows."""
 
     def __post_init__(self) -> None:
-        _finite(self, "cache_ratio", "device_memory_gib", "peer_cost")
+        _finite(self, "cache_ratio", "device_memory_gib", "peer_cost", "feature_replicate_ratio")
+        if self.feature_partition not in FEATURE_PARTITIONS:
+            _fail("CacheConfig", "feature_partition", self.feature_partition,
+                  f"must be one of {', '.join(FEATURE_PARTITIONS)}")
+        if not 0.0 <= self.feature_replicate_ratio <= 1.0:
+            _fail("CacheConfig", "feature_replicate_ratio", self.feature_replicate_ratio,
+                  "must lie in [0, 1]")
+        if self.feature_partition == "hotness" and self.policy == "none":
+            _fail("CacheConfig", "feature_partition", self.feature_partition,
+                  "replicates the hottest rows by the cache policy's hotness, so it needs a "
+                  "cache policy other than none")
         if self.policy not in CACHE_POLICIES:
             _fail("CacheConfig", "policy", self.policy, f"must be one of {', '.join(CACHE_POLICIES)}")
         if self.reorder not in REORDERINGS:
@@ -686,11 +710,30 @@ class JobConfig:
             _fail("DiskConfig", "cpu_buffer", d.cpu_buffer,
                   "keeps the hottest rows by the cache policy's hotness, so it needs a cache "
                   "policy other than none")
+        if self.cache.feature_partition != "replicate":
+            self._check_partition()
         if (self.sampler.kind == "locality" and self.cache.policy == "none"
                 and self.runtime.mode != "time-sharing"):
             _fail("SamplerConfig", "kind", self.sampler.kind,
                   "needs a feature cache: its local set is the vertices the Trainers cache "
                   "(set a cache policy other than none)")
+
+    def _check_partition(self) -> None:
+        """What a partitioned feature store does not support (yet): one line naming the field."""
+        why = f"is not supported with cache.feature_partition={self.cache.feature_partition!r}"
+        if self.disk.feature_tier != "memory":
+            _fail("DiskConfig", "feature_tier", self.disk.feature_tier, why)
+        if self.train.eval_mode != "sampled":
+            _fail("TrainConfig", "eval_mode", self.train.eval_mode, why)
+        if self.runtime.mode == "time-sharing":
+            _fail("RuntimeConfig", "mode", self.runtime.mode, why)
+        if self.task != "node":
+            _fail("JobConfig", "task", self.task, why)
+        if self.runtime.address is None:  # nodes are a cluster's (fgnn_node<m> resources)
+            _fail("RuntimeConfig", "address", None,
+                  f"cache.feature_partition={self.cache.feature_partition!r} partitions the "
+                  f"features over the nodes of a Ray cluster: join one with --address "
+                  f"(docs/cluster.md)")
 
     def _check_link(self) -> None:
         """What link prediction does not support (yet): one line naming the field."""

@@ -415,6 +415,7 @@ def format_report(report: Mapping[str, Any]) -> str:
     ledger = _ledger_text(report["epochs"])
     if ledger:
         lines.append(ledger)
+    lines += _partition_text(a.get("feature_partition"))
     if report.get("early_stop"):
         lines.append(early_stop_message(report["early_stop"], metric_name(report)))
     if cfg.get("task") in ("link", "recsys"):
@@ -423,6 +424,29 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(f"final    train {_fmt(fin['train_acc'], '.4f')}   "
                      f"val {_fmt(fin['val_acc'], '.4f')}   test {_fmt(fin['test_acc'], '.4f')}")
     return "\n".join(lines)
+
+
+def _partition_text(part: Optional[Mapping[str, Any]]) -> list[str]:
+    """The node partition (``allocation.feature_partition``): each node's host rows, and its
+    mean traffic per epoch by tier with its remote wait (the epochs after the first, whose
+    record holds the cache fill); no lines without a partition."""
+    if not part:
+        return []
+    hosts = ", ".join(str(h) for h in part["host_rows"])
+    lines = [f"nodes    {part['strategy']} over {part['nodes']} nodes: host rows {hosts} of "
+             f"{part['num_rows']} ({part['replicated_rows']} replicated)"]
+    epochs = part["traffic"][1:] or part["traffic"]
+    for m in range(part["nodes"]):
+        recs = [ep[m] for ep in epochs]
+        mean = {k: sum(r["rows"][k] for r in recs) / max(1, len(recs))
+                for k in ("device", "local", "remote")}
+        size = {k: sum(r["bytes"][k] for r in recs) / max(1, len(recs)) for k in ("local", "remote")}
+        wait = sum(r["remote_wait_s"] for r in recs) / max(1, len(recs))
+        lines.append(f"         node {m} per epoch: device {mean['device']:.0f} rows, local "
+                     f"{mean['local']:.0f} ({_bytes(int(size['local']))}), remote "
+                     f"{mean['remote']:.0f} ({_bytes(int(size['remote']))}), remote wait "
+                     f"{wait:.3f}s")
+    return lines
 
 
 def _val(epoch: Mapping[str, Any]) -> Any:

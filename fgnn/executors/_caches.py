@@ -25,6 +25,7 @@ import torch
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.executors._faults import Watchdog
+from fgnn.executors._partition import FeaturePartitioning
 from fgnn.executors._workers import Services, WorkerGroup, _Exec
 from fgnn.monitor.stats import EpochStats
 from fgnn.sampling.base import Sampler
@@ -78,6 +79,10 @@ class CachePlanner:
         """Whether the cache is chosen (before: executors train without one)."""
         self.counting = False
         """Whether the Samplers count visits (PreSC's warm-up epochs)."""
+        part = config.cache.feature_partition
+        self.partitioning = (None if part == "replicate" else
+                             FeaturePartitioning(part, config.cache.feature_replicate_ratio))
+        """The node-level feature partition (None: every row on every node)."""
         workers.reinstall = self.install
 
     def policy_hotness(self, presample: bool = False) -> None:
@@ -250,6 +255,8 @@ class CachePlanner:
         self.services.refs["hotness"] = (None if self.hotness is None
                                          else self.services.put(self.hotness.numpy()))
         self._place_caches()
+        if self.partitioning is not None:
+            self._partition_features()
         if self.reorder_info is not None:  # cached <=> id < C (DataTiering §3.2)
             cached = (torch.zeros(ds.num_nodes, dtype=torch.bool) if self.placement is None
                       else self.placement.holder_bits() != 0)
@@ -260,10 +267,35 @@ class CachePlanner:
         self.chosen = True
         self.fill(self.workers.execs)
 
+    def _partition_features(self) -> None:
+        """Plan the node partition from the hotness in force, start the feature servers and
+        assign the Trainers to nodes (:mod:`fgnn.executors._partition`); :meth:`install` then
+        gives every Trainer its node's host tier before its cache fill."""
+        from ray.util.placement_group import placement_group_table
+
+        bundles = placement_group_table(self.services.pg).get("bundles_to_node_id", {})
+        trainers = [e for e in self.workers.execs if e.alive and e.role != "sampler"]
+        self.partitioning.start(self.hotness, self.dataset.num_nodes,
+                                self.services.refs["features"],
+                                {int(k): v for k, v in bundles.items()}, trainers)
+
+    def partition_traffic(self) -> Optional[list[dict[str, Any]]]:
+        """Per node, the last epoch's feature traffic by tier and remote wait (None: no
+        partition, or before it starts)."""
+        part = self.partitioning
+        if part is None or part.partition is None:
+            return None
+        live = [e for e in self.workers.execs if e.alive and e.name in part.node_of]
+        got = self.watchdog.get([e.handle.take_traffic.remote() for e in live], "a Trainer")
+        return part.take_epoch({e.name: g for e, g in zip(live, got)})
+
     def extra_allocation(self) -> dict[str, Any]:
-        """What this planner adds to the report's ``allocation`` (nothing here; a typed
-        planner adds ``typed_cache``)."""
-        return {}
+        """What this planner adds to the report's ``allocation``: the node partition
+        (``feature_partition``) when there is one; a typed planner adds ``typed_cache``."""
+        part = self.partitioning
+        if part is None or part.partition is None:
+            return {}
+        return {"feature_partition": part.report()}
 
     def reorder(self) -> Dataset:
         """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
@@ -335,6 +367,8 @@ class CachePlanner:
             if e.role == "sampler":
                 out.append((e, e.handle.set_cache_map.remote(refs["cache_map"])))
             else:
+                if self.partitioning is not None and e.name in self.partitioning.node_of:
+                    out.append((e, self.partitioning.install(e)))
                 resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
                 alpha = self.alpha_resident if resident else self.alpha_full
                 out.append((e, e.handle.load_cache.remote(refs["placement"], refs["hotness"],

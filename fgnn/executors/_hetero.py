@@ -66,6 +66,10 @@ class HeteroCachePlanner(CachePlanner):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.partitioning is not None:
+            raise ValueError(f"cache.feature_partition={self.config.cache.feature_partition!r} "
+                             f"is not supported on a typed dataset (one feature matrix per node "
+                             f"type); use replicate")
         self.cached: Optional[dict[str, torch.Tensor]] = None
         self.resident_cached: Optional[dict[str, torch.Tensor]] = None
         self.typed_budget = {"full": 0, "resident": 0}

@@ -9,8 +9,8 @@ resource (``{prefix}{node}``, e.g. ``ray start --resources '{"fgnn_node0": 1}'``
 on the same node that is shared memory, no copy) and every other row from its owner's server
 by ``ray.get`` of the ``read`` calls, all issued before waiting on any -- no hand-written RPC.
 
-The runtime does not start servers yet (``--feature-partition`` is future work); this module is
-the building block and is tested on simulated nodes.
+A job with ``--feature-partition hotness|hash`` starts them after its warm-up epochs
+(:mod:`fgnn.executors._partition`); tests also run them on simulated nodes.
 """
 
 from __future__ import annotations

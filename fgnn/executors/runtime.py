@@ -92,6 +92,7 @@ from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.subsets import subset_ids, val_subset_size
 from fgnn.executors import host
 from fgnn.executors._actors import ARGS_ACTOR, QueueService
+from fgnn.executors._partition import cluster_nodes
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._planners import planner_for
 from fgnn.executors._gradring import default_ring_dir, ring_rows
@@ -389,6 +390,8 @@ class Runtime:
         sv.pg = placement_group([{"GPU": sv.gpus_per_device}] * sv.num_devices, strategy="PACK")
         ray.get(sv.pg.ready())
         nodes = placement_group_table(sv.pg).get("bundles_to_node_id", {})
+        if self.caches.partitioning is not None:  # fail now, not after the warm-up
+            cluster_nodes(ray.cluster_resources())
         sv.one_node = len(set(nodes.values())) <= 1
         sv.shared_gpu = trainers_share_gpu(rt.mode, ray.cluster_resources().get("GPU", 0))
         # the queue also keeps the executors' arguments: one service process fewer to start
@@ -506,6 +509,7 @@ class Runtime:
                     self._choose_caches()
             self._pull_weights()
             self._validate(epoch, stats)
+            self.caches.partition_traffic()  # the epoch's reads by tier, per node
             epochs.append(stats)
             self._save_checkpoint(epoch)
             if self.on_epoch is not None:

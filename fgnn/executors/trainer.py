@@ -187,6 +187,7 @@ class TrainerExecutor:
         self._features, self._disk = features, disk
         self._host = None if self._disk_tier else open_features(features)
         self.store, self.tiers, self.lookahead = None, None, 0
+        self._device_rows = 0  # device-cache rows since take_traffic (a partitioned host tier)
         self._ahead: deque[tuple[int, Sample, TaskRecord]] = deque()
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
@@ -247,6 +248,32 @@ class TrainerExecutor:
             self.local_sampler.set_cache_map(None if placement is None
                                              else placement.holder_bits())
         return self.cached_rows()
+
+    def use_partition(self, partition: Any, node: int, servers: list[Any]) -> int:
+        """Read host rows from node ``node`` of ``partition`` (its feature server's matrix, the
+        other rows from their owners' servers) instead of the whole matrix; the next
+        :meth:`load_cache` fills the cache from there. Returns the rows the node holds."""
+        from fgnn.cache.partitioned_source import PartitionedSource
+        from fgnn.executors.feature_server import node_source
+
+        if not isinstance(self._host, PartitionedSource) or self._host.node != node:
+            self._host = node_source(partition, int(node), servers)
+            self._features = None  # the whole matrix is no longer referenced here
+        self._device_rows = 0
+        return int(self._host.partition.holds(int(node)).sum())
+
+    def take_traffic(self) -> Optional[dict[str, Any]]:
+        """Rows and bytes read per tier (device cache, local host, remote node) and seconds
+        waited on remote rows since the last call; None without a partitioned host tier."""
+        from fgnn.cache.partitioned_source import PartitionedSource
+
+        if not isinstance(self._host, PartitionedSource):
+            return None
+        st = self._host.take_stats()
+        dev, self._device_rows = self._device_rows, 0
+        st["rows"]["device"] = dev
+        st["bytes"]["device"] = dev * self._host.row_bytes
+        return st
 
     @property
     def _disk_tier(self) -> bool:
@@ -350,6 +377,7 @@ class TrainerExecutor:
             # from pinned memory, overlapping the training of the previous batch.
             if self.tiers is None:
                 x, counts = self.kind.extract(self.store, sample)
+                self._device_rows += int(counts.get("tier_rows", {}).get("local", 0))
             else:
                 x = self.tiers.extract([sample.input_nodes]
                                        + [s.input_nodes for _, s, _ in self._ahead])
