@@ -52,6 +52,7 @@ def test_a_job_turns_sigterm_into_an_interrupt_after_ray_starts(monkeypatch):
 
     class Runtime:
         model = None
+        in_process = False  # a Ray job: the one whose handler Ray replaces
 
         def run(self):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -66,8 +67,11 @@ def test_a_job_turns_sigterm_into_an_interrupt_after_ray_starts(monkeypatch):
     monkeypatch.setattr(Job, "_init_ray", lambda self: False)  # Ray "already up"
     old = signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
     try:
+        from fgnn.monitor.timeline import Timeline
+        job = Job()
+        job.timeline = Timeline()  # as Job.run starts it
         with pytest.raises(Terminated):
-            Job()._train(Runtime(), Progress())
+            job._train(Runtime(), Progress())
         os.kill(os.getpid(), signal.SIGTERM)  # the job put Ray's handler back
         time.sleep(0.1)
         assert seen == [signal.SIGTERM]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import types
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,9 @@ class _FakeRuntime:
         self.identity = {"model": {"name": None, "class": "torch.nn.Linear"}}
         self.during = during
         self.in_process = False  # the test stubs Job._init_ray: the Ray path
+        # what the job reads of a runtime's settled config: the batch and its tasks per step
+        self.config = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=8))
+        self.step_tasks = 1
 
     def num_items(self, split: str) -> int:
         return 8

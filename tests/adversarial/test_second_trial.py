@@ -22,7 +22,7 @@ import torch
 
 import fgnn.data.memory as memory
 from fgnn.cli import main
-from fgnn.config import JobConfig
+from fgnn.config import JobConfig, RuntimeConfig
 from fgnn.data import load_dataset
 from fgnn.data.memory import MemoryLimit
 from fgnn.data.spec import check_spec_memory, estimate_spec_bytes
@@ -229,7 +229,8 @@ def test_a_second_job_on_the_same_report_is_refused_before_ray(tmp_path, no_ray,
         holder.wait()
     # the lock died with its process: the job now gets past the locks (to the Ray stub)
     assert main(["--dataset", TINY, "--epochs", "1", "--report", str(report),
-                 "--checkpoint-dir", str(ck), "--no-progress", "--dashboard-host", "off"]) == 1
+                 "--checkpoint-dir", str(ck), "--no-progress", "--dashboard-host", "off",
+                 "--ray"]) == 1
     assert "Ray would start" in capsys.readouterr().err
 
 
@@ -291,7 +292,8 @@ def test_cli_huge_hetero_spec_is_refused_before_ray(no_ray, capsys, tmp_path, mo
 def test_a_job_runs_once(no_ray, tmp_path, monkeypatch):
     """A second run() would start from the first run's weights and data: it is refused, even
     after a first run that failed once it had started."""
-    job = Job(JobConfig(dataset=TINY, report=str(tmp_path / "r.json")), progress=False)
+    job = Job(JobConfig(dataset=TINY, report=str(tmp_path / "r.json"),
+                        runtime=RuntimeConfig(ray=True)), progress=False)
     with pytest.raises(AssertionError, match="Ray would start"):
         job.run()
     with pytest.raises(RuntimeError, match=r"this Job has run already.*create a new fgnn\.Job"):
@@ -300,9 +302,11 @@ def test_a_job_runs_once(no_ray, tmp_path, monkeypatch):
 
 def test_a_refused_job_may_run_after_the_refusal(tmp_path, no_ray):
     """A refusal before anything ran (validation) changes nothing: the same Job may run."""
-    job = Job(JobConfig(dataset=TINY, report=str(tmp_path)), progress=False)  # a directory
+    job = Job(JobConfig(dataset=TINY, report=str(tmp_path), runtime=RuntimeConfig(ray=True)),
+              progress=False)  # the report path is a directory
     with pytest.raises(JobConfigError):
         job.run()
-    job.config = JobConfig(dataset=TINY, report=str(tmp_path / "r.json"))
+    job.config = JobConfig(dataset=TINY, report=str(tmp_path / "r.json"),
+                           runtime=RuntimeConfig(ray=True))
     with pytest.raises(AssertionError, match="Ray would start"):
         job.run()
