@@ -62,7 +62,7 @@ def test_the_flag_reaches_the_config():
 @pytest.mark.parametrize("flag", [False, True])
 def test_the_runtime_passes_the_flag_to_every_executor(flag, monkeypatch):
     """The WorkerGroup builds each Sampler and Trainer actor with ``train.deterministic``
-    (``make_actor`` recorded: the arguments the actor's constructor gets)."""
+    (``stash_args`` recorded: the arguments the actor's constructor gets)."""
     from types import SimpleNamespace
 
     from fgnn.config import JobConfig, TrainConfig
@@ -72,8 +72,8 @@ def test_the_runtime_passes_the_flag_to_every_executor(flag, monkeypatch):
     from fgnn.sampling import KHop
 
     built: dict[str, dict] = {}
-    monkeypatch.setattr(_workers, "make_actor",
-                        lambda cls, name, *args, **kwargs: built.setdefault(name, kwargs))
+    monkeypatch.setattr(_workers, "stash_args",
+                        lambda store, name, *args, **kwargs: built.setdefault(name, kwargs))
     spec = _workers.ExecutorSpec(JobConfig(train=TrainConfig(deterministic=flag)), KHop([2]),
                                  GraphSAGE(4, 2, num_layers=1, hidden=4), 1, False,
                                  FaultSpec())

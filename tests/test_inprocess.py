@@ -172,4 +172,7 @@ def test_an_executor_error_in_this_process_stops_the_job_and_its_threads(tmp_pat
 
 
 def _fgnn_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("fgnn-")]
+    """The job's threads (executors, prefetch); not the process's one shared host-gather pool
+    (``fgnn-gather``, made once per process and reused by every job, as torch's own pools)."""
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith("fgnn-") and not t.name.startswith("fgnn-gather")]

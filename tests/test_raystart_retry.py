@@ -6,6 +6,7 @@ during startup``). A local start is tried once more, saying so; a second timeout
 from __future__ import annotations
 
 import os
+import types
 
 import pytest
 
@@ -94,5 +95,12 @@ def test_the_cli_says_the_retry_and_the_second_failure(fake, monkeypatch, capsys
 
 
 class _FakeRuntime:
+    """What the job reads of a runtime before Ray starts: the settled batch, the tasks per
+    step, the items to train, and that it runs on Ray."""
+
+    config = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=10))
+    step_tasks = 1
+    in_process = False
+
     def num_items(self, split: str) -> int:
         return 100
