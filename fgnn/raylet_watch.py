@@ -68,14 +68,13 @@ class RayletDeath:
 def local_raylet_pid() -> Optional[int]:
     """Process id of the raylet of the Ray node this process started (``ray.init`` of a new
     local node); None when it joined a cluster or Ray is not started."""
-    try:
-        import ray._private.ray_constants as ray_constants
-        import ray._private.worker as ray_worker
-    except ImportError:
+    from fgnn.raystart import local_head_node
+
+    node = local_head_node()
+    if node is None:
         return None
-    node = getattr(ray_worker, "_global_node", None)
-    if node is None or not getattr(node, "head", False):
-        return None
+    import ray._private.ray_constants as ray_constants
+
     infos = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
     proc = getattr(infos[0], "process", None) if infos else None
     return None if proc is None else int(proc.pid)

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
            "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
            "local_system_config", "retry_startup", "startup_timed_out", "RayStartError",
-           "GCS_PORT_WAIT_S", "local_node_processes"]
+           "GCS_PORT_WAIT_S", "local_head_node", "local_node_processes"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
@@ -111,16 +111,23 @@ def token_hint() -> str:
             f"cluster prints it)")
 
 
-def local_node_processes() -> Optional[set[int]]:
-    """The processes of the Ray node this process started (``ray.init`` of a new local node):
-    its GCS, raylet, dashboard and the like; None when it joined a cluster or Ray is not
-    started."""
+def local_head_node() -> Any:
+    """Ray's node object of the node this process started (``ray.init`` of a new local node);
+    None when it joined a cluster or Ray is not started."""
     try:
         import ray._private.worker as ray_worker
     except ImportError:
         return None
     node = getattr(ray_worker, "_global_node", None)
-    if node is None or not getattr(node, "head", False):
+    return node if node is not None and getattr(node, "head", False) else None
+
+
+def local_node_processes() -> Optional[set[int]]:
+    """The processes of the Ray node this process started (``ray.init`` of a new local node):
+    its GCS, raylet, dashboard and the like; None when it joined a cluster or Ray is not
+    started."""
+    node = local_head_node()
+    if node is None:
         return None
     pids = {int(info.process.pid) for infos in node.all_processes.values() for info in infos
             if getattr(info, "process", None) is not None}
@@ -252,25 +259,31 @@ def retry_startup(start: Callable[[], T], say: Optional[Callable[[str], None]] =
         RayStartError: the retry timed out too, in one line with the machine's load.
         Exception: whatever else ``start`` raises.
     """
-    try:
-        return start()
-    except Exception as err:
-        if not startup_timed_out(err):
-            raise
-        _stop_timed_out(err)
+    started, value = _try_start(start)
+    if started:
+        return value
     load = _load_text()
     (say or _say_stdout)(f"fgnn: warning: Ray's node did not start in time"
                          f"{f' ({load})' if load else ''}; starting it once more")
+    started, value = _try_start(start)
+    if started:
+        return value
+    why = _load_text() or "Ray waits a fixed 30 s for its raylet"
+    raise RayStartError(f"Ray's local node did not start in time, twice ({why}); the machine "
+                        f"is too busy for Ray to start: try again when it is less "
+                        f"loaded") from value
+
+
+def _try_start(start: Callable[[], T]) -> tuple[bool, Any]:
+    """``(True, start())``; ``(False, error)`` when Ray's node start timed out, after stopping
+    what the try had started. Any other error is raised."""
     try:
-        return start()
+        return True, start()
     except Exception as err:
         if not startup_timed_out(err):
             raise
         _stop_timed_out(err)
-        why = _load_text() or "Ray waits a fixed 30 s for its raylet"
-        raise RayStartError(f"Ray's local node did not start in time, twice ({why}); the "
-                            f"machine is too busy for Ray to start: try again when it is less "
-                            f"loaded") from err
+        return False, err
 
 
 def _stop_timed_out(err: BaseException) -> None:
