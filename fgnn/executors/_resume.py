@@ -284,10 +284,14 @@ def check_task(path: Path, saved: Mapping[str, Any], now: Mapping[str, Any]) -> 
 
 
 def _resume_hint(path: Optional[Path], finished_epoch: int) -> str:
-    """``resume from the checkpoint PATH (epoch N finished) with ...`` for failure lines."""
+    """``resume from the checkpoint PATH (epoch N finished) with ...`` for failure lines; before
+    any epoch finished, a resume would start where a new run starts, so the hint says to run
+    the job again."""
     if path is None:
         return "no checkpoint was written"
-    done = ("no epoch finished" if finished_epoch < 0
-            else f"epoch {finished_epoch + 1} finished")
-    return (f"resume from the checkpoint {path} ({done}) with --resume --checkpoint-dir "
-            f"{path.parent} (train.resume=True, train.checkpoint_dir)")
+    if finished_epoch < 0:
+        return (f"no epoch finished, so a resume would start where a new run starts: run the "
+                f"job again (its start state is in {path})")
+    return (f"resume from the checkpoint {path} (epoch {finished_epoch + 1} finished) with "
+            f"--resume --checkpoint-dir {path.parent} (train.resume=True, "
+            f"train.checkpoint_dir)")

@@ -113,6 +113,9 @@ def test_failure_without_checkpoint_dir_writes_the_good_state(dataset):
     err = _fail_everything_died(rt, 0)
     payload = read_checkpoint(err.checkpoint)
     assert payload["extra"]["runtime"]["finished_epoch"] == -1  # no epoch finished
+    # a resume would start where a new run does: the line says to run the job again
+    assert "no epoch finished" in str(err) and "run the job again" in str(err), str(err)
+    assert "--resume" not in str(err), str(err)
     assert torch.equal(_weights(err.checkpoint), start)
     rt.ps.train_step(0.2)
     rt._save_checkpoint(0)  # no checkpoint_dir: kept in memory only
