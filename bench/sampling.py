@@ -7,8 +7,10 @@ remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--bat
   proportional k-hop; ``walk``: PinSAGE random walks, FGNN §7.1's 4 walks of length 3, top 5,
   3 layers; ``locality``: Song & Jiang's locality-aware k-hop with the ``--local-frac``
   highest-degree vertices as the local set and scale ``--scale``) at ``--threads`` torch threads
-  (default 1, as PyG's sampler runs one thread per loader). On CPU tensors this is the CPU twin
-  of the selection kernels (:mod:`fgnn.sampling.kernels`);
+  (default 1, as PyG's sampler runs one thread per loader). On CPU tensors this is the twin
+  :func:`fgnn.sampling.kernels.kernel_for` picks (``fgnn_kernel``): the compiled one (numba)
+  when it is installed, else the vectorised CPU twin;
+* ``fgnn_vectorised_twin``: the same with the vectorised CPU twin forced (``use_kernel("cpu")``);
 * ``fgnn_thread_curve``: the same at each thread count of ``--thread-curve`` (default 1,2; the
   count equal to all of torch's threads is also ``fgnn_max_threads``);
 * ``fgnn_cuda_twin``: the same sampler with the CUDA twin of the kernels forced on the CPU
@@ -21,7 +23,7 @@ remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--bat
   positions), every sampled edge needing at least one; fgnn's rate is reported as a fraction;
 * launches and host syncs (what bounds a sampler on a GPU), counted on one batch with
   :class:`fgnn.monitor.dispatch_count.DispatchCounter` for the CUDA twin (``dispatch``; budget
-  for k-hop 15,10,5: at most 300 ops and 2 syncs per hop) and the CPU twin
+  for k-hop 15,10,5: at most 300 ops and 2 syncs per hop) and the vectorised CPU twin
   (``dispatch_cpu_twin``);
 * ``fanout_1000_hop_s``: one uniform hop at fanout 1000 from the 100 highest-degree vertices,
   best of ``--rounds`` (budget 0.05 s on a 2-core CPU: the work per hop in Python must not
@@ -51,7 +53,7 @@ import torch
 from fgnn.data import load_dataset
 from fgnn.graph import CSRGraph
 from fgnn.sampling import KHop, LocalityAwareKHop, RandomWalk, Sampler
-from fgnn.sampling.kernels import use_kernel
+from fgnn.sampling.kernels import kernel_for, use_kernel
 
 DEFAULT_SPEC = "rmat:scale=20,edge_factor=16,feat_dim=1,seed=0"
 
@@ -286,13 +288,18 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         next(iter(loader))
     with use_kernel("cuda"):  # the CUDA twin's warm-up
         fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed, sampler)
-    ours, theirs, twin = [], [], []
+    if kernel_for(seeds, work=args.batch_size * fanouts[0]) == "compiled":
+        with use_kernel("compiled"):  # its warm-up: numba's import and compile (or cache load)
+            fgnn_epoch(graph, seeds[: args.batch_size], fanouts, args.batch_size, args.seed,
+                       sampler)
+    ours, theirs, twin, vec = [], [], [], []
     by_threads: dict[int, list[dict[str, float]]] = {n: [] for n in curve}
     for r in range(args.rounds):
         ours.append(run_fgnn(threads))
         for n in curve:
             by_threads[n].append(ours[-1] if n == threads else run_fgnn(n))
         twin.append(run_fgnn(threads, "cuda"))
+        vec.append(run_fgnn(threads, "cpu"))
         if loader is not None:
             prev = torch.get_num_threads()
             torch.set_num_threads(threads)  # same threads as the headline fgnn figure
@@ -303,6 +310,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"round {r}: fgnn {ours[-1]['edges_per_s'] / 1e6:.2f} M edges/s"
               + "".join(f", fgnn@{n} threads {v[-1]['edges_per_s'] / 1e6:.2f}"
                         for n, v in by_threads.items() if n != threads)
+              + f", vectorised CPU twin {vec[-1]['edges_per_s'] / 1e6:.2f}"
               + f", CUDA twin on CPU {twin[-1]['edges_per_s'] / 1e6:.2f}"
               + (f", PyG {theirs[-1]['edges_per_s'] / 1e6:.3f}" if theirs else ""), flush=True)
     prev = torch.get_num_threads()
@@ -317,6 +325,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     res_curve = {str(n): _best(v) for n, v in by_threads.items()}
     res_fgnn1 = res_curve.get(str(max_threads))
     res_twin = _best(twin)
+    res_vec = _best(vec)
+    kernel = kernel_for(seeds)  # the twin of the large hops (small ones: the vectorised one)
     res_pyg = _best(theirs) if theirs else None
     ratio = (res_fgnn["edges_per_s"] / res_pyg["edges_per_s"]) if res_pyg else None
     result: dict[str, Any] = {
@@ -334,7 +344,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "fgnn": res_fgnn,
         "fgnn_max_threads": res_fgnn1,
         "fgnn_thread_curve": res_curve,
+        "fgnn_kernel": kernel,
+        "fgnn_vectorised_twin": res_vec,
         "fgnn_cuda_twin": res_twin,
+        "fgnn_over_vectorised_twin": res_fgnn["edges_per_s"] / res_vec["edges_per_s"],
         "cpu_twin_over_cuda_twin": res_fgnn["edges_per_s"] / res_twin["edges_per_s"],
         "cpu_twin_over_cuda_twin_cpu_s": _per_cpu_s(res_fgnn) / _per_cpu_s(res_twin),
         "pyg": res_pyg,
@@ -354,7 +367,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     name = type(sampler).__name__
     rows = ([(f"fgnn {name} ({threads} thr)", res_fgnn)]
             + [(f"fgnn {name} ({n} thr)", res_curve[str(n)]) for n in curve if n != threads]
-            + [(f"fgnn {name}, CUDA twin ({threads} thr)", res_twin),
+            + [(f"fgnn {name}, vectorised CPU twin ({threads} thr)", res_vec),
+               (f"fgnn {name}, CUDA twin ({threads} thr)", res_twin),
                (f"PyG NeighborLoader ({backend or 'n/a'})", res_pyg)])
     nb = -(-args.num_seeds // args.batch_size)
     print(f"\n{'sampler':34s} {'edges':>12s} {'wall s':>8s} {'cpu s':>8s} {'M edges/s':>10s} "
@@ -373,9 +387,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
           "samples each vertex once, so its batches hold fewer edges)")
     print(f"random reads of indices: {reads / 1e6:.1f} M/s; fgnn at "
           f"{result['fgnn_fraction_of_random_reads']:.1%} of it")
-    print(f"CPU twin / CUDA twin on this CPU: {result['cpu_twin_over_cuda_twin']:.2f}x "
-          f"(edges/s), {result['cpu_twin_over_cuda_twin_cpu_s']:.2f}x (edges per CPU second)")
-    for twin_name, c in (("CUDA", counts), ("CPU", counts_cpu)):
+    print(f"fgnn ({kernel} twin) / CUDA twin on this CPU: "
+          f"{result['cpu_twin_over_cuda_twin']:.2f}x (edges/s), "
+          f"{result['cpu_twin_over_cuda_twin_cpu_s']:.2f}x (edges per CPU second); / vectorised "
+          f"CPU twin: {result['fgnn_over_vectorised_twin']:.2f}x")
+    for twin_name, c in (("CUDA", counts), ("vectorised CPU", counts_cpu)):
         print(f"{twin_name} twin, per sample of {c['seeds']} seeds: {c['ops']} aten ops, "
               f"{c['syncs']} host syncs ({c['ops_per_hop']:.0f} ops, {c['syncs_per_hop']:.1f} "
               f"syncs per hop: {c['sync_ops']})")

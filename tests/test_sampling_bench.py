@@ -32,6 +32,8 @@ def test_bench_sampling_smoke(tmp_path):
     assert saved["fgnn_thread_curve"]["1"]["edges"] == saved["fgnn"]["edges"]
     assert saved["fgnn_cuda_twin"]["edges"] > 0 and saved["cpu_twin_over_cuda_twin"] > 0
     assert saved["cpu_twin_over_cuda_twin_cpu_s"] > 0
+    assert saved["fgnn_vectorised_twin"]["edges"] > 0 and saved["fgnn_over_vectorised_twin"] > 0
+    assert saved["fgnn_kernel"] in ("compiled", "cpu")
     assert saved["dispatch_cpu_twin"]["hops"] == 2 and saved["dispatch_cpu_twin"]["ops"] > 0
 
 

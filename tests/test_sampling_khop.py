@@ -14,15 +14,26 @@ from fgnn.sampling import KHop, Sample
 from fgnn.sampling import khop as khop_module
 from fgnn.sampling.kernels import KERNELS, kernel_for, use_kernel
 from fgnn.sampling.khop import sample_uniform, sample_weighted
+from fgnn.sampling.khop_compiled import available as khop_compiled_available
 
 P_MIN = 1e-3  # fixed seeds: the tests are deterministic, the threshold guards a real bias
+
+
+def _forced(name: str):
+    """``use_kernel(name)``; the test is skipped where the compiled twin cannot run (no numba)."""
+    from fgnn.sampling import khop_compiled
+
+    if name == "compiled" and not khop_compiled.available():
+        pytest.skip("numba is not installed: no compiled twin")
+    return use_kernel(name)
 
 
 @pytest.fixture(params=KERNELS)
 def twin(request):
     """Each twin of the sampling kernels (fgnn.sampling.kernels), forced on CPU tensors: the
-    tests that take it hold the CPU and the CUDA twin to the same statistics."""
-    with use_kernel(request.param):
+    tests that take it hold the compiled, the vectorised CPU and the CUDA twin to the same
+    statistics."""
+    with _forced(request.param):
         yield request.param
 
 
@@ -287,21 +298,33 @@ def test_bad_frontier():
         KHop([5], frontier="old")
 
 
-def test_kernel_follows_the_device_unless_forced(monkeypatch):
+def test_kernel_follows_the_device_and_the_hop_size_unless_forced(monkeypatch):
+    """CPU rows: the compiled twin for hops of at least MIN_EDGES candidate edges (when numba
+    is there), the vectorised one below; other devices: the CUDA twin; a forced twin wins."""
+    from fgnn.sampling import khop_compiled
+
     calls = []
-    for name in ("uniform_cpu", "uniform_cuda"):
+    for name in ("uniform_cpu", "uniform_cuda", "uniform_compiled"):
         real = getattr(khop_module, name)
         monkeypatch.setattr(khop_module, name,
                             lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    monkeypatch.setattr(khop_compiled, "MIN_EDGES", 12)
     g = fan_graph(3, deg=10)
-    sample_uniform(g, torch.arange(3), 4)
+    sample_uniform(g, torch.arange(3), 3)  # 9 candidate edges: below the size rule
+    sample_uniform(g, torch.arange(3), 4)  # 12: at it
     with use_kernel("cuda"):
         sample_uniform(g, torch.arange(3), 4)
         assert kernel_for(torch.zeros(1)) == "cuda"
-    assert calls == ["uniform_cpu", "uniform_cuda"]
-    assert kernel_for(torch.zeros(1)) == "cpu"
+    big = "uniform_compiled" if khop_compiled.available() else "uniform_cpu"
+    assert calls == ["uniform_cpu", big, "uniform_cuda"]
+    assert kernel_for(torch.zeros(1), work=11) == "cpu"
     assert kernel_for(torch.zeros(1, device="meta")) == "cuda"
-    with pytest.raises(ValueError, match="kernel must be one of cpu, cuda"):
+    monkeypatch.setenv("FGNN_COMPILED", "0")
+    assert kernel_for(torch.zeros(1), work=10**9) == "cpu"
+    with pytest.raises(ValueError, match="needs numba"):
+        with use_kernel("compiled"):
+            pass
+    with pytest.raises(ValueError, match="kernel must be one of compiled, cpu, cuda"):
         with use_kernel("gpu"):
             pass
 
@@ -315,6 +338,8 @@ def test_twins_draw_the_same_law_at_fanout_15_of_40(weights):
     fn = sample_uniform if weights is None else sample_weighted
     counts = []
     for name in KERNELS:
+        if name == "compiled" and not khop_compiled_available():
+            continue
         with use_kernel(name):
             nbr, row = fn(g, torch.arange(copies), k, torch.Generator().manual_seed(11))
         assert torch.equal(torch.bincount(row, minlength=copies), torch.full((copies,), k))

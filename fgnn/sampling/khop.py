@@ -17,7 +17,9 @@ fallback for the rare rows the rejection proposals leave short.
 Both come in two twins (:mod:`fgnn.sampling.kernels`), picked by the device of the rows: the
 CUDA twin (:mod:`fgnn.sampling.khop_cuda`) keeps launches and host syncs (what bounds a sampler
 on a GPU) from growing with the fanout, a uniform hop syncing twice (its edge count, the remap's
-new vertices); the CPU twin (:mod:`fgnn.sampling.khop_cpu`) runs the fewest passes per edge.
+new vertices); the vectorised CPU twin (:mod:`fgnn.sampling.khop_cpu`) runs the fewest torch
+passes per edge; the compiled CPU twin (:mod:`fgnn.sampling.khop_compiled`, numba) runs uniform
+hops as one loop, and serves the large ones on a CPU where numba is installed.
 :class:`fgnn.monitor.dispatch_count.DispatchCounter` counts launches and syncs;
 ``bench/sampling.py`` reports them per sample, and both twins' throughput.
 
@@ -36,7 +38,8 @@ from fgnn.graph import CSRGraph
 from fgnn.sampling._util import check_fanouts, check_seeds, rand, row_bounds
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.kernels import kernel_for
-from fgnn.sampling.khop_cpu import uniform_cpu, weighted_cpu
+from fgnn.sampling.khop_compiled import uniform_compiled
+from fgnn.sampling.khop_cpu import LOOP_FANOUT, uniform_cpu, weighted_cpu
 from fgnn.sampling.khop_cuda import uniform_cuda, weighted_cuda
 from fgnn.sampling.remap import Remapper, sample_layers
 
@@ -51,7 +54,8 @@ def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     Floyd's algorithm: O(fanout) random numbers per row whatever its degree. Rows with
     ``deg <= fanout`` keep all their neighbours, in CSR order. The twin of the rows' device
     runs (:mod:`fgnn.sampling.kernels`): on a CPU :func:`~fgnn.sampling.khop_cpu.uniform_cpu`
-    (fewest passes per edge), elsewhere :func:`~fgnn.sampling.khop_cuda.uniform_cuda` (a
+    (fewest passes per edge) or, for large hops with numba installed,
+    :func:`~fgnn.sampling.khop_compiled.uniform_compiled` (one loop), elsewhere :func:`~fgnn.sampling.khop_cuda.uniform_cuda` (a
     constant number of launches, one host sync).
 
     Args:
@@ -63,10 +67,13 @@ def sample_uniform(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     Returns:
         ``(neighbours, row_index)``: ``(E,)`` int64 global neighbour ids and ``(E,)`` int64
         positions in ``rows`` of the vertex that sampled them (each row's edges contiguous;
-        the CUDA twin keeps row order, the CPU twin puts the rows with more than ``fanout``
-        neighbours first).
+        the CUDA and compiled twins keep row order, the vectorised CPU twin puts the rows with
+        more than ``fanout`` neighbours first).
     """
-    if kernel_for(rows) == "cpu":
+    kernel = kernel_for(rows, work=rows.numel() * fanout)
+    if kernel == "compiled" and fanout <= LOOP_FANOUT:
+        return uniform_compiled(graph.indptr, graph.indices, rows, fanout, generator)
+    if kernel != "cuda":
         return uniform_cpu(graph, rows, fanout, generator)
     return uniform_cuda(graph, rows, fanout, generator)
 
@@ -118,7 +125,7 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         return empty, empty
     if row_max is None:
         row_max = row_max_weights(graph)
-    if kernel_for(rows) == "cpu":
+    if kernel_for(rows) != "cuda":  # no compiled weighted twin: the vectorised one
         return weighted_cpu(graph, rows, fanout, generator, row_max, max_rounds)
     return weighted_cuda(graph, rows, fanout, generator, row_max, max_rounds)
 

@@ -133,6 +133,8 @@ class Remapper:
         Returns:
             ``(E,)`` int64 local ids.
         """
+        if kernel_for(cand, work=cand.numel()) == "compiled":
+            return self._add_compiled(cand)
         limit = self._empty - self._base - 1  # positions per pass that fit above base
         if cand.numel() > limit:
             return torch.cat([self.add(cand[lo:lo + limit])
@@ -157,6 +159,18 @@ class Remapper:
             self._size += count
         return s.index_select(0, cand).long()
 
+    def _add_compiled(self, cand: torch.Tensor) -> torch.Tensor:
+        """:meth:`add` as one compiled loop (:mod:`fgnn.sampling.khop_compiled`), same ids."""
+        from fgnn.sampling.khop_compiled import remap_compiled
+
+        if self._pending is not None:
+            self._raise_if_bad_seeds(bool(self._pending[1]))
+        local, new_vertices = remap_compiled(self._scratch, cand, self._size, self._empty)
+        if new_vertices.numel() > 0:
+            self._parts.append(new_vertices)
+            self._size += int(new_vertices.numel())
+        return local
+
     def _new_positions(self, first: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
         """The positions of ``first``'s set entries, through :meth:`add`'s one host sync.
 
@@ -172,7 +186,7 @@ class Remapper:
             if bad:  # the candidates' entries are not in the sample: reset them here
                 self._scratch.index_fill_(0, cand, self._empty)
             self._raise_if_bad_seeds(bool(bad))
-        elif kernel_for(cand) == "cpu":
+        elif kernel_for(cand) != "cuda":
             return torch.nonzero(first).squeeze(1)
         else:
             count = int(first.sum())
