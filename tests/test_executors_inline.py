@@ -185,3 +185,21 @@ def test_an_in_process_executor_fetches_its_arguments_from_the_store(actors):
     actors.append(keeper)
     args, kwargs = get(keeper.constructed.remote())
     assert args[0] is rows and args[1:] == (3,) and kwargs == {"flag": "on"}
+
+
+def test_the_inline_step_bench_reports_the_round_trip_and_the_copies(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "inline_step.py"
+    spec = importlib.util.spec_from_file_location("bench_inline_step", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    threads = torch.get_num_threads()
+    res = mod.main(["--in-dim", "3", "--hidden", "4", "--layers", "2", "--classes", "2",
+                    "--steps", "3", "--json", str(tmp_path / "b.json")])
+    assert json.loads((tmp_path / "b.json").read_text()) == res
+    assert res["params"] == 3 * 4 + 4 + 4 * 2 + 2 and res["steps"] == 3
+    assert res["round_trip"]["best_ms"] > 0 and res["copies_over_round_trip"] > 0
+    assert torch.get_num_threads() == threads
