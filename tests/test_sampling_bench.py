@@ -26,7 +26,10 @@ def test_bench_sampling_smoke(tmp_path):
     assert saved["threads"] == 1
     counts = saved["dispatch"]
     assert counts["hops"] == 2 and 0 < counts["syncs"] <= 2 * 2 + 1 and counts["ops"] > 0
-    assert saved["fanout_1000_hop_s"] > 0
+    assert saved["fanout_1000_hop_s"] > 0 and saved["fanout_1000_hop_over_budget"] > 0
+    huge = saved["huge_fanout"]
+    assert huge["fanouts"] == [100_000, 100_000] and huge["seeds"] == 140
+    assert huge["edges"] > 0 and huge["seconds"] > 0 and saved["huge_fanout_rate_over_fgnn"] > 0
     # issue 28: the CPU twin at 1 and 2 threads, the CUDA twin on the CPU, both twins' counts
     assert set(saved["fgnn_thread_curve"]) == {"1", "2"}
     assert saved["fgnn_thread_curve"]["1"]["edges"] == saved["fgnn"]["edges"]

@@ -4,40 +4,42 @@ time-sharing Trainer carries.
 Executors are plain classes (testable in-process); :func:`make_actor` turns one into a
 restartable Ray actor on a device of the job's placement group, or, for a job that runs without
 Ray (:func:`fgnn.executors.host.uses_ray`), an in-process
-:class:`~fgnn.executors.inline.InlineActor` of the driver. A Ray actor's constructor arguments
-wait in a store (the queue actor, :class:`QueueService`) that a restarted executor reads again,
-so no constructor argument lives in the object store where it could go out of scope
-(ray-project/ray#53727).
+:class:`~fgnn.executors.inline.InlineActor` of the driver. Either way an executor's constructor
+arguments wait in a store (the queue actor, :class:`QueueService`, a Ray actor or an in-process
+one) and the executor fetches them from there, with the same calls: a restarted Ray actor reads
+them again, and no constructor argument lives in the object store where it could go out of
+scope (ray-project/ray#53727).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from fgnn.evaluation import EvalPlan
+from fgnn.executors import host
 from fgnn.executors._argstore import ARGS_ACTOR, QueueService
 from fgnn.executors._faults import _MAX_RESTARTS
 from fgnn.executors.inline import InlineActor
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 
-__all__ = ["ARGS_ACTOR", "QueueService", "InlineArgs", "stash_args", "wait_stashed",
+__all__ = ["ARGS_ACTOR", "QueueService", "stash_args", "wait_stashed",
            "make_actor", "LocalSampling",
            "remote_options", "tensor_transport_supported"]
 
+
+@functools.lru_cache(maxsize=None)
 def _fetched(cls: type) -> type:
-    """``cls`` with a constructor that takes only the actor name and fetches the arguments of
-    ``cls.__init__`` from :class:`QueueService` (top-level ObjectRefs resolved, as Ray would)."""
+    """``cls`` with a constructor that takes the actor's name and the store's handle
+    (:class:`QueueService`) and fetches the arguments of ``cls.__init__`` from the store (top-level
+    refs resolved, as Ray would). Made once per class."""
 
-    def __init__(self: Any, name: str) -> None:
-        import ray
-
-        store = ray.get_actor(ARGS_ACTOR)
-        [ref] = ray.get(store.get_args.remote(name))
-        args, kwargs = ray.get(ref)
-        args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
-        kwargs = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in kwargs.items()}
+    def __init__(self: Any, name: str, store: Any) -> None:
+        [ref] = host.get(store.get_args.remote(name))
+        args, kwargs = host.get(ref)
+        args = [host.resolve(a) for a in args]
+        kwargs = {k: host.resolve(v) for k, v in kwargs.items()}
         cls.__init__(self, *args, **kwargs)
 
     return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
@@ -53,53 +55,39 @@ def _actor_class(cls: type, gpu: float, transport: Optional[str]) -> Any:
     return ray.remote(**remote_options(gpu, {"transport": transport}))(_fetched(cls))
 
 
-class InlineArgs(NamedTuple):
-    """The constructor arguments of an in-process executor (a job without Ray keeps them)."""
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
 def stash_args(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Send an executor's constructor arguments to the store (:class:`QueueService`);
-    returns the call's ref, to wait on (together with the others, :func:`wait_stashed`) before
-    :func:`make_actor`. In a job without Ray (an in-process store) the arguments stay here:
-    :class:`InlineArgs`."""
-    if isinstance(store, InlineActor):
-        return InlineArgs(args, kwargs)
-    import ray
-
-    return store.put_args.remote(name, [ray.put((args, kwargs))])
+    """Send an executor's constructor arguments to the store (:class:`QueueService`), boxed in
+    a ref of the store's kind (``ray.put``, or an in-process ref: :func:`host.put
+    <fgnn.executors.host.put>`); returns the call's ref, to wait on (together with the others,
+    :func:`wait_stashed`) before :func:`make_actor`."""
+    boxed = [host.put((args, kwargs), host.is_inline(store))]
+    return store.put_args.remote(name, boxed)
 
 
 def wait_stashed(stashed: list[Any]) -> None:
     """Wait until the store holds every stashed argument list (one wait for all)."""
-    refs = [s for s in stashed if not isinstance(s, InlineArgs)]
-    if refs:
-        import ray
-
-        ray.get(refs)
+    host.get(stashed)
 
 
-def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float,
-               transport: Optional[str] = None, stashed: Optional[InlineArgs] = None) -> Any:
+def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, store: Any,
+               transport: Optional[str] = None) -> Any:
     """The one place executors become actors: ``ray.remote(num_gpus=gpu)`` on device ``bundle``
     of the job's placement group ``pg``, named by role and device, restartable; with ``pg``
     None (a job without Ray), an in-process actor of the driver.
 
     ``cls(*args, **kwargs)`` runs inside the actor, with the arguments :func:`stash_args` left
-    (for a Ray actor in the store, which must have them before the actor starts: see
-    :func:`wait_stashed`); a Ray actor is created with its name alone, so a restart re-reads
-    them from there. Creation returns at once: the processes of several executors start
+    in ``store`` (which must have them before the actor starts: see :func:`wait_stashed`); the
+    actor is created with its name and the store's handle alone, so a restart re-reads them
+    from there. Creation returns at once: the processes of several executors start
     concurrently. ``transport`` is a Sampler's sample transport (:func:`remote_options`).
     """
     if pg is None:
-        return InlineActor(cls, name, *stashed.args, **stashed.kwargs)
+        return InlineActor(_fetched(cls), name, name, store)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
     actor_cls = _actor_class(cls, float(gpu), transport)
-    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
+    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name, store)
 
 
 def tensor_transport_supported() -> bool:

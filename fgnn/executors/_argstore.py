@@ -21,10 +21,12 @@ class QueueService(GlobalQueue):
     """The global queue actor, which also keeps each executor's constructor arguments, by actor
     name, for the job's lifetime.
 
-    An executor is created with its name as its only argument and fetches the rest from here,
-    in its constructor, so every restart Ray makes (``max_restarts``) finds them again, and no
-    constructor argument lives in the object store where it could go out of scope (the case
-    ray-project/ray#53727 warns about for actors created with ObjectRef arguments).
+    An executor is created with its name and this store's handle as its only arguments and
+    fetches the rest from here, in its constructor, so every restart Ray makes
+    (``max_restarts``) finds them again, and no constructor argument lives in the object store
+    where it could go out of scope (the case ray-project/ray#53727 warns about for actors
+    created with ObjectRef arguments). A job without Ray keeps its executors' arguments in an
+    in-process store, with the same calls.
     """
 
     def __init__(self, maxsize: int = 64) -> None:
@@ -32,8 +34,9 @@ class QueueService(GlobalQueue):
         self._stored_args: dict[str, list[Any]] = {}
 
     def put_args(self, name: str, boxed: list[Any]) -> None:
-        """Store ``[ref]``, ``ref`` an ObjectRef of ``(args, kwargs)`` (boxed: Ray passes a
-        nested ref through instead of resolving it)."""
+        """Store ``[ref]``, ``ref`` a ref of ``(args, kwargs)``: an ObjectRef, or an in-process
+        ref in a job without Ray (boxed: Ray passes a nested ref through instead of resolving
+        it, so this process never loads the arguments)."""
         self._stored_args[name] = boxed
 
     def get_args(self, name: str) -> list[Any]:

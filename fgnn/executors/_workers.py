@@ -153,7 +153,10 @@ class WorkerGroup:
     def _new_sampler(self, device: int) -> "_Pending":
         cfg, sv, sp = self.spec.config, self.services, self.spec
         name = f"fgnn-sampler-{device}"
-        stashed = stash_args(sv.queue, name, sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
+        # each executor samples with its own sampler (the driver's changes its scale, the
+        # executor's its local set), also in-process, where arguments are not copied
+        stashed = stash_args(sv.queue, name, sv.refs["graph"], copy.deepcopy(sp.sampler),
+                             sv.refs["train_idx"],
                              cfg.train.batch_size, cfg.train.seed, None, sv.queue, name,
                              sv.torch_device, eval_idx=sv.refs["eval_idx"],
                              transport=cfg.runtime.sample_transport, one_node=sv.one_node,
@@ -168,7 +171,8 @@ class WorkerGroup:
         name = f"fgnn-{role}-{device}"
         local = None
         if cfg.runtime.mode == "time-sharing":
-            local = LocalSampling(sv.refs["graph"], sp.sampler, sv.refs["train_idx"],
+            local = LocalSampling(sv.refs["graph"], copy.deepcopy(sp.sampler),
+                                  sv.refs["train_idx"],
                                   cfg.train.batch_size, cfg.train.seed, sv.torch_device,
                                   sv.refs["eval_idx"], sp.step_tasks, sv.refs.get("task"))
         stashed = stash_args(sv.queue, name, sv.refs["features"], sv.refs["labels"],
@@ -223,7 +227,7 @@ class WorkerGroup:
         sv = self.services
         for p in pending:
             p.exec.handle = make_actor(p.cls, p.exec.name, sv.pg, p.exec.device, p.gpu,
-                                       p.transport, p.stashed)
+                                       sv.queue, p.transport)
         self.execs = execs
         self._pending = [p.exec.handle.ready.remote() for p in pending]
         return [p.exec for p in pending]

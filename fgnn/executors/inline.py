@@ -8,18 +8,22 @@ parameter server) on a thread of its own with its own asyncio loop, and ``handle
 ``ObjectRef``. Calls of one actor run one at a time in submission order; coroutine methods
 interleave on the actor's loop (a Ray async actor); a blocking method blocks its own actor only.
 
-What Ray does to a call is kept: top-level ref arguments are resolved (waiting for them),
-other arguments and the result are copied (Ray serialises them), refs pass through copies
-untouched (Ray's object store shares them read-only), and an exception inside a call comes out
-of :func:`get` as Ray's ``RayTaskError`` of its cause, so the runtime's fault handling reads it
-the same way. :func:`get`, :func:`wait` and :func:`put` are the in-process ``ray.get``,
-``ray.wait`` and ``ray.put``; :mod:`fgnn.executors.host` picks between them and Ray's.
+What Ray does to a call is kept where the executors can tell: top-level ref arguments are
+resolved (waiting for them), and an exception inside a call comes out of :func:`get` as Ray's
+``RayTaskError`` of its cause, so the runtime's fault handling reads it the same way. Arguments
+and results are passed as they are, not copied as Ray's serialisation would (a gradient or the
+weights each step). That is safe because no executor changes an argument or a result the
+other side still holds; a value one side goes on changing is copied by its owner (the parameter
+server's optimizer state, in :meth:`~fgnn.executors.ps.ParameterServer.state` and its
+constructor; the sampler each executor is built with, in :mod:`fgnn.executors._workers`).
+
+:func:`get`, :func:`wait` and :func:`put` are the in-process ``ray.get``, ``ray.wait`` and
+``ray.put``; :mod:`fgnn.executors.host` picks between them and Ray's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 import threading
 import time
@@ -60,10 +64,8 @@ def put(value: Any) -> InlineRef:
 
 
 def _resolve(arg: Any) -> Any:
-    """A top-level ref argument's value (waiting for it), else a copy of the argument."""
-    if isinstance(arg, InlineRef):
-        return get(arg)
-    return copy.deepcopy(arg)
+    """A top-level ref argument's value (waiting for it), else the argument itself."""
+    return get(arg) if isinstance(arg, InlineRef) else arg
 
 
 class InlineActor:
@@ -72,7 +74,7 @@ class InlineActor:
     Args:
         cls: the class to serve (a plain or asyncio class).
         name: the actor's name (its thread's name).
-        *args, **kwargs: the constructor's arguments (refs resolved, the rest copied).
+        *args, **kwargs: the constructor's arguments (top-level refs resolved).
     """
 
     def __init__(self, cls: type, name: str, *args: Any, **kwargs: Any) -> None:
@@ -116,10 +118,7 @@ class InlineActor:
                                f"{self._build_error}") from self._build_error
         args = tuple(_resolve(a) for a in args)
         kwargs = {k: _resolve(v) for k, v in kwargs.items()}
-        out = getattr(self._obj, method)(*args, **kwargs)
-        if inspect.isawaitable(out):
-            return _copied(out)
-        return copy.deepcopy(out)
+        return getattr(self._obj, method)(*args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> InlineRef:
         """Submit ``method(*args, **kwargs)``; its ref at once."""
@@ -151,10 +150,6 @@ class InlineActor:
         self._loop.call_soon_threadsafe(self._loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(_JOIN_S)
-
-
-async def _copied(awaitable: Any) -> Any:
-    return copy.deepcopy(await awaitable)
 
 
 class _Method:

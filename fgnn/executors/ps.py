@@ -27,6 +27,7 @@ span epochs, so there is nothing half-summed to save).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import Counter
 from typing import Any, NamedTuple, Optional
@@ -126,7 +127,9 @@ class ParameterServer:
         model: the model (its parameters are copied).
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
-        optimizer_state: optional optimizer ``state_dict`` to resume from.
+        optimizer_state: optional optimizer ``state_dict`` to resume from (the server keeps a
+            copy: Adam's ``load_state_dict`` keeps the given tensors and its steps update them
+            in place, and an in-process caller still holds them).
     """
 
     def __init__(self, model: nn.Module, lr: float, weight_decay: float = 0.0,
@@ -136,7 +139,7 @@ class ParameterServer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self.params, lr=lr, weight_decay=weight_decay)
         if optimizer_state is not None:
-            self.optimizer.load_state_dict(optimizer_state)
+            self.optimizer.load_state_dict(copy.deepcopy(optimizer_state))
         self.version = 0
         self._flat = flatten(self.params)
         self._cond: Any = None  # asyncio.Condition of the actor's event loop, made on first use
@@ -182,7 +185,8 @@ class ParameterServer:
         self._notify()
 
     def weights(self) -> tuple[int, torch.Tensor]:
-        """``(version, flat weights)``."""
+        """``(version, flat weights)``. The flat weights are never changed once handed out (a
+        step makes new ones), so callers may keep them without a copy."""
         return self.version, self._flat
 
     # ------------------------------------------------------------------ claims
@@ -283,7 +287,8 @@ class ParameterServer:
             epoch: epoch of the task.
             task_id: the mini-batch task.
             grad: flat gradient, :func:`flatten` of the parameters' ``.grad``: the mean over the
-                task's seeds, computed from the weights of the claim.
+                task's seeds, computed from the weights of the claim; read during the call,
+                not kept.
             consumer: the Trainer's name, holder of the slot.
             seeds: the task's seed count, its weight in the step's mean.
             claim_next: the version the caller holds, to also :meth:`try_claim` a slot for its
@@ -367,6 +372,9 @@ class ParameterServer:
         return {**self._tasks.report(), "claim_s": self._wait_s}
 
     def state(self) -> dict[str, Any]:
-        """Model and optimizer state dicts (CPU), for checkpoints and the final model."""
+        """Model and optimizer state dicts (CPU), for checkpoints and the final model: copies,
+        which later steps leave as they are (an optimizer's ``state_dict`` holds the very
+        tensors its steps update in place)."""
         return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "version": self.version}
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "version": self.version}
