@@ -51,7 +51,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fgnn.cache import TrafficMeter, partition_rows  # noqa: E402
+from fgnn.cache import (ReadCounter, TrafficMeter, node_access_counts,  # noqa: E402
+                        partition_rows)
 from fgnn.data import load_dataset  # noqa: E402
 from fgnn.sampling import KHop, LocalityAwareKHop  # noqa: E402
 
@@ -76,14 +77,18 @@ def deal(train, num_nodes, tpn, mode, parts, batch_size, gen):
 
 
 def presc_counts(graph, train, sampler, args, num_nodes, mode, parts, gen):
-    """``(M, N)`` PreSC visit counts per node over ``--presc-epochs`` epochs."""
-    counts = torch.zeros(num_nodes, graph.num_nodes)
+    """``(M, N)`` PreSC visit counts per node per epoch over ``--presc-epochs`` epochs: each
+    Trainer counts its reads (:class:`fgnn.cache.ReadCounter`) and the counts are summed per
+    node (:func:`fgnn.cache.node_access_counts`), as the runtime does in its warm-up epochs."""
+    trainers = num_nodes * args.trainers_per_node
+    counters = [ReadCounter(graph.num_nodes) for _ in range(trainers)]
     for _ in range(args.presc_epochs):
-        for _, node, seeds in deal(train, num_nodes, args.trainers_per_node, mode, parts,
-                                   args.batch_size, gen):
-            ids = sampler.sample(graph, seeds, gen).input_nodes.long()
-            counts[node].index_add_(0, ids, torch.ones(ids.numel()))
-    return counts / args.presc_epochs
+        for t, _, seeds in deal(train, num_nodes, args.trainers_per_node, mode, parts,
+                                args.batch_size, gen):
+            counters[t].record(sampler.sample(graph, seeds, gen).input_nodes)
+    return node_access_counts({t: c.take() for t, c in enumerate(counters)},
+                              {t: t // args.trainers_per_node for t in range(trainers)},
+                              num_nodes, graph.num_nodes, args.presc_epochs)
 
 
 def build_meters(counts, n, num_nodes, args, row_bytes):

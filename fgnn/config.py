@@ -238,7 +238,7 @@ class CacheConfig:
         "replicate", "feature rows across the cluster's nodes (named by fgnn_node<m> resources, "
         "docs/cluster.md): replicate (every row on every node), hotness (the "
         "--feature-replicate-ratio hottest rows of the cache policy on every node, every other "
-        "row on one node), hash (row mod M on one node each, as WholeGraph)",
+        "row on the node whose Trainers read it most in the warm-up), hash (row mod M on one node each, as WholeGraph)",
         choices=FEATURE_PARTITIONS)
     """``replicate`` (every node holds every row), ``hotness`` or ``hash``: one feature server
     per node holds its partition and Trainers read other nodes' rows from theirs."""

@@ -435,6 +435,11 @@ def _partition_text(part: Optional[Mapping[str, Any]]) -> list[str]:
     hosts = ", ".join(str(h) for h in part["host_rows"])
     lines = [f"nodes    {part['strategy']} over {part['nodes']} nodes: host rows {hosts} of "
              f"{part['num_rows']} ({part['replicated_rows']} replicated)"]
+    if part.get("owners_from") == "measured":
+        reads = ", ".join(f"{r:.0f}" for r in part.get("node_reads") or [])
+        lines[0] += f"; owners by warm-up reads per node ({reads} per epoch)"
+    elif part.get("owners_from"):
+        lines[0] += "; owners row mod M (no warm-up reads counted)"
     epochs = part["traffic"][1:] or part["traffic"]
     for m in range(part["nodes"]):
         recs = [ep[m] for ep in epochs]

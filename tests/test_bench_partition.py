@@ -68,3 +68,44 @@ def test_bench_partition_locality_sampling_samples_per_layout(tmp_path):
     assert s["hash"]["remote_vs_hash"] == pytest.approx(1.0)
     for v in s.values():
         assert len(v["epochs"]) == 1 and sum(v["rows_per_epoch"].values()) > 0
+
+
+def test_the_bench_and_the_runtime_give_the_planner_the_same_input(monkeypatch):
+    """bench/partition.py's PreSC counts (here its partitioned-seeds mode) reach the planner as
+    the runtime's warm-up reads do: per-Trainer counts summed per node over the epochs, the
+    replicated rows the hottest of their sum (PreSC's visits) -- the same partition."""
+    import argparse
+
+    import torch
+
+    from fgnn.cache import partition_rows
+    from fgnn.data import load_dataset
+    from fgnn.executors._partition import FeaturePartitioning
+    from fgnn.sampling import KHop
+
+    mod = _load()
+    seen = {}
+    real = mod.node_access_counts
+
+    def spy(reads, node_of, num_nodes, num_rows, epochs):
+        seen.update(reads=dict(reads), node_of=dict(node_of), epochs=epochs)
+        return real(reads, node_of, num_nodes, num_rows, epochs)
+
+    monkeypatch.setattr(mod, "node_access_counts", spy)
+    ds = load_dataset("rmat:scale=9,edge_factor=8,feat_dim=4,train_frac=0.2,seed=0")
+    args = argparse.Namespace(presc_epochs=2, trainers_per_node=2, batch_size=16)
+    train, m, n = ds.train_idx.long(), 2, ds.num_nodes
+    parts = list(torch.tensor_split(train, m))
+    bench = mod.presc_counts(ds.graph, train, KHop((4, 4)), args, m, "partitioned", parts,
+                             torch.Generator().manual_seed(0))
+    assert seen["epochs"] == 2 and set(seen["node_of"].values()) == {0, 1}
+    runtime = FeaturePartitioning("hotness", 0.05)
+    first = {t: c // 2 for t, c in seen["reads"].items()}  # one warm-up epoch's reads, then
+    runtime.add_reads(first)                                 # the other's
+    runtime.add_reads({t: c - first[t] for t, c in seen["reads"].items()})
+    got = runtime.planner_input(bench.sum(0), n, m, seen["node_of"])
+    assert torch.equal(got, bench)
+    budget = int(0.05 * n)
+    a = partition_rows("hotness", n, m, counts=bench, budget=budget)  # the bench's call
+    b = partition_rows("hotness", n, m, counts=got, budget=budget, hotness=bench.sum(0))
+    assert torch.equal(a.owner, b.owner) and torch.equal(a.replicated, b.replicated)

@@ -181,3 +181,40 @@ def test_partitioned_source_rejects_bad_input():
         src.read(torch.tensor([8]))
     with pytest.raises(ValueError, match="returned rows"):
         src.read(torch.tensor([1, 3]))
+
+
+def test_read_counter_and_node_access_counts_sum_each_nodes_trainers_per_epoch():
+    from fgnn.cache.node_counts import ReadCounter, node_access_counts
+
+    a, b, c = ReadCounter(6), ReadCounter(6), ReadCounter(6)
+    a.record(torch.tensor([0, 1, 2]))
+    a.record(torch.tensor([1], dtype=torch.int32))  # a CUDA Sampler's narrowed ids
+    b.record(torch.tensor([1, 5]))
+    c.record(torch.tensor([4]))
+    reads = {"a": a.take(), "b": b.take(), "c": c.take(), "gone": torch.ones(6)}
+    assert reads["a"].tolist() == [1, 2, 1, 0, 0, 0] and reads["a"].dtype == torch.int32
+    assert a.take().tolist() == [0] * 6  # take starts again from zero
+    got = node_access_counts(reads, {"a": 0, "b": 1, "c": 0}, 2, 6, epochs=2)
+    # "gone" (no node: it trains no more) is left out; counts are per epoch
+    assert got.tolist() == [[0.5, 1.0, 0.5, 0, 0.5, 0], [0, 0.5, 0, 0, 0, 0.5]]
+    assert node_access_counts({"a": torch.zeros(6, dtype=torch.int32)}, {"a": 0}, 2, 6) is None
+    assert node_access_counts({}, {}, 2, 6) is None
+    with pytest.raises(ValueError, match="node_of"):
+        node_access_counts({"a": reads["a"]}, {"a": 2}, 2, 6)
+    with pytest.raises(ValueError, match=r"reads\['a'\]"):
+        node_access_counts({"a": torch.ones(5)}, {"a": 0}, 2, 6)
+
+
+def test_a_given_hotness_picks_the_replicated_rows_and_counts_the_owners():
+    # the even split of a hotness map (what the runtime falls back to) leaves the owners to
+    # row % M; measured counts move them, and the replicated set follows ``hotness``
+    hot = torch.tensor([0.0, 1, 9, 1, 1, 1])
+    even = hotness_partition((hot / 2).repeat(2, 1), 2, 1)
+    assert even.replicated.tolist() == [False, False, True, False, False, False]
+    assert even.owner[~even.replicated].tolist() == [0, 1, 1, 0, 1]
+    counts = torch.tensor([[0.0, 0, 0, 5, 5, 5], [1, 1, 9, 0, 0, 0]])
+    p = hotness_partition(counts, 2, 1, hotness=hot)
+    assert p.replicated.tolist() == even.replicated.tolist()
+    assert p.owner[[0, 1, 3, 4, 5]].tolist() == [1, 1, 0, 0, 0]
+    with pytest.raises(ValueError, match="hotness must be"):
+        hotness_partition(counts, 2, 1, hotness=torch.ones(5))

@@ -155,7 +155,8 @@ def test_cluster_md_as_written_trains_cora_partitioned_on_two_raylets(planetoid_
     """Head and worker raylet from docs/cluster.md, then its Cora GCN job with
     ``--feature-partition hotness`` through ``--address --devices 2``: executors on both nodes,
     the one-node accuracy within 1 point (and at least 0.78), each node holding fewer rows than
-    the graph, and rows read from the other node every epoch."""
+    the graph, the owners planned from the reads the Trainers counted in the warm-up, and rows
+    read from the other node every epoch."""
     head, worker, plain, partitioned = doc_blocks()
     assert any("ray start --head" in ln for ln in head)
     assert any("ray start --address" in ln for ln in worker)
@@ -179,6 +180,9 @@ def test_cluster_md_as_written_trains_cora_partitioned_on_two_raylets(planetoid_
     steady = part["traffic"][1:]  # the first record holds the cache fill
     assert steady and all(sum(n["rows"]["remote"] for n in ep) > 0 for ep in steady[-3:])
     trainer_nodes = {m for name, m in part["trainers"].items() if name.startswith("fgnn-trainer")}
+    # the per-node access counts came from the Trainers (a training Trainer reads every epoch)
+    assert part["owners_from"] == "measured", part["owners_from"]
+    assert all(part["node_reads"][m] > 0 for m in trainer_nodes), part["node_reads"]
     assert all(n["rows"]["device"] > 0 for ep in steady[-3:] for n in ep
                if n["node"] in trainer_nodes)
 

@@ -58,14 +58,111 @@ def _exec(name: str, device: int):
 
 
 def test_trainers_go_to_the_node_of_their_ray_node_and_take_turns_on_a_shared_one():
+    from fgnn.executors._partition import node_hosts
+
+    hosts = node_hosts([{"NodeID": "A", "Alive": True, "Resources": {"fgnn_node0": 1.0}},
+                        {"NodeID": "B", "Alive": True,
+                         "Resources": {"GPU": 2.0, "fgnn_node2": 1.0, "fgnn_node1": 1.0}},
+                        {"NodeID": "D", "Alive": False, "Resources": {"fgnn_node3": 1.0}},
+                        {"NodeID": "E", "Alive": True, "Resources": {"CPU": 1.0}}])
+    assert hosts == {"A": [0], "B": [1, 2]}
     part = FeaturePartitioning("hash", 0.0)
-    part.server_info = [{"node": 0, "ray_node_id": "A"}, {"node": 1, "ray_node_id": "B"},
-                        {"node": 2, "ray_node_id": "B"}]
     got = part._assign({0: "A", 1: "B", 2: "B"},
-                       [_exec("t0", 0), _exec("t1", 1), _exec("t2", 2)])
+                       [_exec("t2", 2), _exec("t0", 0), _exec("t1", 1)], hosts)
     assert got == {"t0": 0, "t1": 1, "t2": 2}
     with pytest.raises(ValueError, match="t9 runs on Ray node C"):
-        part._assign({9: "C"}, [_exec("t9", 9)])
+        part._assign({9: "C"}, [_exec("t9", 9)], hosts)
+
+
+def _reads(n: int, rows: list[int], times: int = 1) -> torch.Tensor:
+    out = torch.zeros(n, dtype=torch.int32)
+    out[rows] = times
+    return out
+
+
+def test_measured_reads_per_node_put_each_row_on_its_top_reader():
+    """The planner input of a hotness partition: the Trainers' warm-up reads summed per node by
+    the Trainer -> node assignment (device 0's standby and device 2 on node 0, device 1 on node
+    1); device 3's Trainer trains no more and is left out."""
+    from fgnn.cache.node_partition import partition_rows
+
+    n = 12
+    hot = torch.ones(n)
+    hot[11] = 50.0  # replicated (the policy's hottest row)
+    part = FeaturePartitioning("hotness", 1 / n)
+    part.add_reads({0: _reads(n, [0, 1, 2]), 1: _reads(n, [6, 7, 8, 9, 11], 2),
+                    2: _reads(n, [3, 4, 5]), 3: _reads(n, list(range(n)), 9)})
+    part.add_reads({0: _reads(n, [0]), 1: None, 2: None})
+    assert part.read_epochs == 2 and part.counts_reads
+    said: list[str] = []
+    counts = part.planner_input(hot, n, 2, {0: 0, 1: 1, 2: 0}, said.append)
+    assert said == [] and part.owners_from == "measured" and part.reads == {}
+    assert counts[0, :6].tolist() == [1.0, 0.5, 0.5, 0.5, 0.5, 0.5]
+    assert counts[1, 6:].tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    assert part.node_reads == [3.5, 5.0]
+    p = partition_rows("hotness", n, 2, counts=counts, budget=1, hotness=hot)
+    assert p.replicated.nonzero().flatten().tolist() == [11]
+    assert p.owner[:6].tolist() == [0] * 6 and p.owner[6:10].tolist() == [1] * 4
+    hash_like = partition_rows("hotness", n, 2, counts=(hot / 2).repeat(2, 1), budget=1,
+                               hotness=hot)
+    assert not torch.equal(p.owner[:10], hash_like.owner[:10])
+
+
+def test_no_reads_falls_back_to_the_even_split_and_says_so():
+    part = FeaturePartitioning("hotness", 0.1)
+    part.add_reads({1: None})
+    said: list[str] = []
+    hot = torch.arange(8, dtype=torch.float32)
+    counts = part.planner_input(hot, 8, 2, {1: 1}, said.append)
+    assert torch.equal(counts, (hot / 2).repeat(2, 1)) and part.owners_from == "even split"
+    assert len(said) == 1 and "no Trainer counted a read" in said[0]
+    assert part.read_epochs == 0
+    assert FeaturePartitioning("hash", 0.0).planner_input(None, 8, 2, {}) is None
+    assert not FeaturePartitioning("hash", 0.0).counts_reads
+
+
+def test_a_trainer_counts_the_rows_of_its_training_batches_only(monkeypatch):
+    """Between count_reads and use_partition a Trainer counts each training mini-batch's input
+    rows (never an evaluation chunk's); take_reads hands them over and counting goes on."""
+    from fgnn.config import ModelConfig
+    from fgnn.executors import trainer as trainer_mod
+    from fgnn.models import build_model
+    from fgnn.sampling.base import Sample
+
+    n = 16
+    model = build_model(ModelConfig("sage", hidden=4), 2, 2, 1)
+    threads = torch.get_num_threads()
+    try:
+        t = trainer_mod.TrainerExecutor(torch.zeros(n, 2), torch.zeros(n, dtype=torch.long),
+                                        model, None, 0, None, None)
+    finally:
+        torch.set_num_threads(threads)
+    inputs = {0: torch.tensor([1, 2, 3]), 1: torch.tensor([3, 4]), 2: torch.tensor([9])}
+
+    class _Get:
+        def remote(self, name, generation, timeout):
+            return ("item", types.SimpleNamespace(task_id=self.task, ref=None, producer="s",
+                                                  nbytes=0), 0.0)
+
+    class _Sampler:
+        def sample(self, epoch, task_id, plan):
+            ids = inputs[task_id]
+            return Sample(input_nodes=ids, seeds=ids[:1], blocks=[]), 0.0, 0.0
+
+    get = _Get()
+    t.queue, t.local_sampler = types.SimpleNamespace(get=get), _Sampler()
+    monkeypatch.setattr(trainer_mod.host, "get", lambda ref, timeout=None: ref)
+    assert t.take_reads() is None
+    get.task = 0
+    t._take(0, 0)  # not counting yet
+    t.count_reads(n)
+    for task, plan in ((0, None), (1, None), (2, object())):  # task 2: an evaluation chunk
+        get.task = task
+        assert t._take(0, 0, plan)[0] == task
+    assert t.take_reads().tolist() == _reads(n, [1, 2, 4]).add(_reads(n, [3], 2)).tolist()
+    assert t.take_reads().tolist() == [0] * n
+    t._reads = None  # what use_partition does
+    assert t.take_reads() is None
 
 
 def test_an_epochs_traffic_is_summed_per_node_by_tier():
@@ -108,6 +205,11 @@ def test_the_report_prints_each_nodes_host_rows_and_mean_traffic_after_the_fill(
     assert "node 0 per epoch: device 1 rows, local 2 (8 B), remote 3 (12.0 KiB)" in lines[1]
     assert "remote 0 (0 B), remote wait 0.500s" in lines[2]
     assert _partition_text(None) == []
+    measured = dict(part, owners_from="measured", node_reads=[1200.4, 800.0])
+    assert _partition_text(measured)[0].endswith(
+        "; owners by warm-up reads per node (1200, 800 per epoch)")
+    assert _partition_text(dict(part, owners_from="even split"))[0].endswith(
+        "; owners row mod M (no warm-up reads counted)")
 
 
 def test_a_typed_job_refuses_a_partitioned_store_in_one_line():

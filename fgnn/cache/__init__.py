@@ -15,6 +15,7 @@ from fgnn.cache.feature_store import (FeatureCache, FeatureStore, TensorSource, 
                                       as_source, load_cache, num_cached_rows)
 from fgnn.cache.hotness import (POLICIES, compute_hotness, degree_hotness, parse_policy,
                                 presample_counts, presc_hotness, random_hotness, wrpr_hotness)
+from fgnn.cache.node_counts import ReadCounter, node_access_counts
 from fgnn.cache.node_partition import (NODE_PARTITIONS, NodePartition, hash_partition,
                                        hotness_partition, partition_rows, replicate_partition)
 from fgnn.cache.node_traffic import TIERS, TrafficMeter
@@ -36,7 +37,8 @@ __all__ = [
     "PLACEMENTS", "Placement", "choose_placement", "clique_placement", "expected_cost",
     "hot_order", "interleaved_placement", "job_placement", "replicate_placement",
     "NODE_PARTITIONS", "NodePartition", "hash_partition", "hotness_partition", "partition_rows",
-    "replicate_partition", "TIERS", "TrafficMeter", "PartitionedSource", "RemoteFetch",
+    "replicate_partition", "ReadCounter", "node_access_counts", "TIERS", "TrafficMeter",
+    "PartitionedSource", "RemoteFetch",
     "Reordering", "hot_first_permutation", "reorder", "reorder_dataset", "reorder_graph",
     "reorder_rows",
     "FeatureSource",

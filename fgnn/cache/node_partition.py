@@ -5,13 +5,15 @@ memory; a Trainer reads the rows its node holds locally and the others from thei
 A :class:`NodePartition` says, for every row, whether it is replicated on every node and
 otherwise which node owns it. Three planners share one entry point, :func:`partition_rows`:
 
-* ``"hotness"`` (:func:`hotness_partition`) -- from the PreSC visit counts (FGNN §6.3) measured
-  per node (each node's Trainers' counts summed):
+* ``"hotness"`` (:func:`hotness_partition`) -- from the access counts measured per node in the
+  PreSC / warm-up epochs (FGNN §6.3; each node's Trainers' reads summed,
+  :mod:`fgnn.cache.node_counts`):
 
-  1. *Replicated set* -- the ``budget`` rows with the most visits over all nodes are held by
-     every node. This is Song & Jiang's Rule 1 (ICS 2022, §3.2): with no fast link between the
-     holders, each stores the rows with the highest sampling probability, which maximises
-     ``E[|S_i ∩ B_i|]`` of Eq. 5; a network link between hosts is the slow case.
+  1. *Replicated set* -- the ``budget`` rows with the most visits over all nodes (or the highest
+     scores of a given ``hotness``, the cache policy's) are held by every node. This is Song &
+     Jiang's Rule 1 (ICS 2022, §3.2): with no fast link between the holders, each stores the
+     rows with the highest sampling probability, which maximises ``E[|S_i ∩ B_i|]`` of Eq. 5;
+     a network link between hosts is the slow case.
   2. *Owners* -- every other row goes to the node whose Trainers read it most, with each node's
      owned rows capped at ``ceil((N - R) / M)`` (times ``1 + slack``) so host memory stays
      balanced. The cap and the per-node access counts as the input follow GraphLearn-for-PyTorch's
@@ -186,16 +188,19 @@ def _assign_owners(c: torch.Tensor, rows: torch.Tensor, cap: int) -> torch.Tenso
 
 
 def hotness_partition(counts: torch.Tensor, num_nodes: int, budget: int, *,
-                      slack: float = 0.0) -> NodePartition:
+                      slack: float = 0.0, hotness: Optional[torch.Tensor] = None
+                      ) -> NodePartition:
     """Replicate the ``budget`` globally hottest rows, give every other row to its top reader.
 
     Args:
-        counts: ``(M, N)`` access counts: row ``m`` is node ``m``'s PreSC visit counts (its
-            Trainers' counts summed).
+        counts: ``(M, N)`` access counts: row ``m`` is what node ``m``'s Trainers read (their
+            counts summed, :func:`~fgnn.cache.node_counts.node_access_counts`).
         num_nodes: M.
-        budget: rows replicated on every node (clipped to N); rows no node read are never
+        budget: rows replicated on every node (clipped to N); rows with zero hotness are never
             replicated.
         slack: owned rows per node may reach ``ceil((N - R) / M * (1 + slack))``.
+        hotness: ``(N,)`` scores that pick the replicated rows (a cache policy's hotness);
+            None: ``counts`` summed over the nodes.
 
     Returns:
         The :class:`NodePartition` (``strategy="hotness"``).
@@ -210,7 +215,9 @@ def hotness_partition(counts: torch.Tensor, num_nodes: int, budget: int, *,
     if not slack >= 0:
         raise ValueError(f"slack must be >= 0, got {slack!r}")
     n = c.shape[1]
-    total = c.sum(0)
+    total = c.sum(0) if hotness is None else torch.as_tensor(hotness).to(torch.float64)
+    if total.shape != (n,):
+        raise ValueError(f"hotness must be ({n},) scores, got {tuple(total.shape)}")
     hot = torch.argsort(-total, stable=True)[:min(budget, n)]
     hot = hot[total[hot] > 0]
     replicated = torch.zeros(n, dtype=torch.bool)
@@ -225,7 +232,8 @@ def hotness_partition(counts: torch.Tensor, num_nodes: int, budget: int, *,
 
 def partition_rows(strategy: str, num_rows: int, num_nodes: int, *,
                    counts: Optional[torch.Tensor] = None, budget: int = 0,
-                   slack: float = 0.0) -> NodePartition:
+                   slack: float = 0.0, hotness: Optional[torch.Tensor] = None
+                   ) -> NodePartition:
     """One entry point for the node partitions of :data:`NODE_PARTITIONS`.
 
     Args:
@@ -235,6 +243,8 @@ def partition_rows(strategy: str, num_rows: int, num_nodes: int, *,
         counts: ``(M, N)`` per-node access counts (``"hotness"`` only).
         budget: replicated rows per node (``"hotness"`` only).
         slack: owner balance slack (``"hotness"`` only).
+        hotness: ``(N,)`` scores of the replicated rows (``"hotness"`` only; None: ``counts``
+            summed).
 
     Raises:
         ValueError: on an unknown strategy, or ``"hotness"`` without counts of N rows.
@@ -251,4 +261,4 @@ def partition_rows(strategy: str, num_rows: int, num_nodes: int, *,
     if torch.as_tensor(counts).dim() != 2 or torch.as_tensor(counts).shape[1] != num_rows:
         raise ValueError(f"counts must be (num_nodes, num_rows={num_rows}), got shape "
                          f"{tuple(torch.as_tensor(counts).shape)}")
-    return hotness_partition(counts, num_nodes, budget, slack=slack)
+    return hotness_partition(counts, num_nodes, budget, slack=slack, hotness=hotness)

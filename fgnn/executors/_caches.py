@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -83,6 +83,8 @@ class CachePlanner:
         self.partitioning = (None if part == "replicate" else
                              FeaturePartitioning(part, config.cache.feature_replicate_ratio))
         """The node-level feature partition (None: every row on every node)."""
+        self.say: Callable[[str], None] = lambda line: None
+        """Prints one line of the job (the runtime sets its timeline's)."""
         workers.reinstall = self.install
 
     def policy_hotness(self, presample: bool = False) -> None:
@@ -277,7 +279,35 @@ class CachePlanner:
         trainers = [e for e in self.workers.execs if e.alive and e.role != "sampler"]
         self.partitioning.start(self.hotness, self.dataset.num_nodes,
                                 self.services.refs["features"],
-                                {int(k): v for k, v in bundles.items()}, trainers)
+                                {int(k): v for k, v in bundles.items()}, trainers, self.say)
+
+    @property
+    def _counting_reads(self) -> bool:
+        return self.partitioning is not None and self.partitioning.counts_reads
+
+    def count_reads(self) -> None:
+        """At the start of the warm-up: every Trainer counts the feature rows it reads until its
+        node's host tier is installed (a ``hotness`` partition's per-node access counts,
+        :mod:`fgnn.executors._partition`); nothing without one."""
+        if self._counting_reads:
+            n = self.dataset.num_nodes
+            self.watchdog.get([e.handle.count_reads.remote(n) for e in self.workers.execs
+                               if e.alive and e.role != "sampler"], "a Trainer")
+
+    def collect_reads(self) -> None:
+        """After each warm-up epoch's training (before a re-layout may stop a Trainer): take
+        every Trainer's counts into the partition's, by device."""
+        if not self._counting_reads:
+            return
+        import ray
+
+        got = {}
+        for e in [e for e in self.workers.execs if e.alive and e.role != "sampler"]:
+            try:  # a Trainer that died since keeps none (restarted, it counts again)
+                got[e.device] = self.watchdog.get(e.handle.take_reads.remote(), "a Trainer")
+            except ray.exceptions.RayActorError:
+                continue
+        self.partitioning.add_reads(got)
 
     def partition_traffic(self) -> Optional[list[dict[str, Any]]]:
         """Per node, the last epoch's feature traffic by tier and remote wait (None: no
@@ -358,10 +388,13 @@ class CachePlanner:
         """Send the chosen cache to ``execs`` (Trainers fill theirs, Samplers mark against the
         map); returns ``(executor, ref)`` of the calls (none before the cache is chosen). Also
         used after an executor restarts, and a restarted Sampler counts visits again during the
-        warm-up."""
+        warm-up (a Trainer its reads, for a ``hotness`` partition)."""
         if not self.chosen:
-            return [(e, e.handle.count_visits.remote()) for e in execs
-                    if e.role == "sampler" and self.counting]
+            n = self.dataset.num_nodes
+            return ([(e, e.handle.count_visits.remote()) for e in execs
+                     if e.role == "sampler" and self.counting]
+                    + [(e, e.handle.count_reads.remote(n)) for e in execs
+                       if e.role != "sampler" and self._counting_reads])
         out, refs = [], self.services.refs
         for e in execs:
             if e.role == "sampler":

@@ -213,6 +213,7 @@ class Runtime:
         planner = planner_for(self.task, self.kind)
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
+        self.caches.say = self.timeline.say
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
 
@@ -569,6 +570,7 @@ class Runtime:
         if self.caches.counting:
             self.watchdog.get([e.handle.count_visits.remote()
                                for e in self.workers.alive("sampler")], "a Sampler")
+        self.caches.count_reads()  # a hotness partition's per-node counts
 
     def _starting(self) -> str:
         """What the executors' start waits for, in one line."""
@@ -596,6 +598,7 @@ class Runtime:
                                   self.step_tasks))
         with self.timeline.phase("training"):
             stats = self.coordinator.run(epoch, total, measure=first)
+        self.caches.collect_reads()  # before a re-layout stops a Trainer
         self.caches.adapt_locality(stats)
         if first and self.config.runtime.mode == "factored" and stats.sample.total > 0:
             self._allocate(stats)

@@ -188,6 +188,7 @@ class TrainerExecutor:
         self._host = None if self._disk_tier else open_features(features)
         self.store, self.tiers, self.lookahead = None, None, 0
         self._device_rows = 0  # device-cache rows since take_traffic (a partitioned host tier)
+        self._reads: Any = None  # a ReadCounter while a hotness partition is pending
         self._ahead: deque[tuple[int, Sample, TaskRecord]] = deque()
         self.copies = CopyStream(self.device)
         self.model = model.to(self.device)
@@ -259,8 +260,21 @@ class TrainerExecutor:
         if not isinstance(self._host, PartitionedSource) or self._host.node != node:
             self._host = node_source(partition, int(node), servers)
             self._features = None  # the whole matrix is no longer referenced here
-        self._device_rows = 0
+        self._device_rows, self._reads = 0, None
         return int(self._host.partition.holds(int(node)).sum())
+
+    def count_reads(self, num_rows: int) -> None:
+        """Count from now on the feature rows each training mini-batch reads, until the node's
+        host tier is installed (:meth:`use_partition`): the per-node access counts of a
+        ``hotness`` partition (:class:`~fgnn.cache.node_counts.ReadCounter`)."""
+        from fgnn.cache.node_counts import ReadCounter
+
+        self._reads = ReadCounter(int(num_rows))
+
+    def take_reads(self) -> Optional[torch.Tensor]:
+        """The ``(N,)`` int32 read counts since :meth:`count_reads` or the last call (counting
+        goes on); None when not counting."""
+        return None if self._reads is None else self._reads.take()
 
     def take_traffic(self) -> Optional[dict[str, Any]]:
         """Rows and bytes read per tier (device cache, local host, remote node) and seconds
@@ -336,6 +350,8 @@ class TrainerExecutor:
                 else:  # time-sharing: sample (S) and mark (M) on this device
                     sample, s, m = self.local_sampler.sample(epoch, item.task_id, plan)
                     rec.S, rec.M, rec.fetch_s = s, m, 0.0
+                if self._reads is not None and plan is None:  # a training mini-batch's rows
+                    self._reads.record(sample.input_nodes)
             return item.task_id, sample, rec
         return None
 
