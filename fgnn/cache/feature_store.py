@@ -100,6 +100,20 @@ def _row_chunks(k: int, row_bytes: int, threads: int) -> list[slice]:
     return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
+def _gather_rows(rows: torch.Tensor, pos: torch.Tensor, threads: int) -> torch.Tensor:
+    """``rows[pos]`` of a CPU matrix; a large gather split into row chunks on the shared pool
+    (``index_select`` releases the GIL)."""
+    k = int(pos.numel())
+    out = torch.empty(k, rows.shape[1], dtype=rows.dtype)
+    parts = _row_chunks(k, rows.shape[1] * rows.element_size(), threads)
+    if len(parts) == 1:
+        torch.index_select(rows, 0, pos, out=out)
+    else:
+        list(_pool(int(threads)).map(
+            lambda s: torch.index_select(rows, 0, pos[s], out=out[s]), parts))
+    return out
+
+
 def upload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``t`` on ``device``: from pinned memory and non-blocking when ``device`` is CUDA (the
     caching host allocator keeps a pinned copy alive until its transfer is done), a plain move
@@ -655,14 +669,18 @@ class FeatureStore:
             if not k:
                 continue
             p = buf_pos.index_select(0, idx.index_select(0, sel))
-            if d == self.local:
+            if buf.device != self.device:  # a buffer on another device: gathered there, its
+                # copy queued, not waited for (non-blocking)
+                rows = buf.index_select(0, upload(p, buf.device)).to(self.device,
+                                                                      non_blocking=True)
+            elif buf.device.type == "cpu":  # host memory (a CPU cache, a peer's shared-memory
+                # segment): gathered by the pool, as host rows are
+                rows = _gather_rows(buf, p, self.threads)
+            else:  # this device: its own cache, or a peer's mapped over CUDA IPC
                 rows = buf.index_select(0, to_out(p))
+            if d == self.local:
                 n_local += k
-            else:  # a peer's buffer: a mapping on this device (CUDA IPC, shared memory) is
-                # gathered like the local one; a buffer on another device is gathered there and
-                # its copy queued, not waited for (non-blocking)
-                pos = to_out(p) if buf.device == self.device else upload(p, buf.device)
-                rows = buf.index_select(0, pos).to(self.device, non_blocking=True)
+            else:
                 n_peer += k
             out.index_copy_(0, to_out(sel), rows.to(out.dtype))
         return n_local, n_peer

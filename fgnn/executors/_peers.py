@@ -21,6 +21,7 @@ shared-memory mapping stays valid, holding the same rows.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any, Optional, Union
 
 import torch
@@ -69,6 +70,7 @@ class TrainerPeers:
         self.mode, self.name = mode, name
         self._own: Optional[torch.Tensor] = None
         self._handle: Optional[BufferHandle] = None
+        self._finalizer: Optional[weakref.finalize] = None
         self._why = "no cache buffer yet"
         self.sources: dict[int, str] = {}
         self.reasons: dict[int, str] = {}
@@ -84,6 +86,8 @@ class TrainerPeers:
         else:
             try:
                 self._own = shared_empty(shape, dtype, device)
+                # a Trainer dropped without close (in-process use) stops sharing it too
+                self._finalizer = weakref.finalize(self, release, self._own)
                 return self._own
             except PeerShareError as err:
                 self._why = str(err)
@@ -131,9 +135,9 @@ class TrainerPeers:
     def close(self) -> None:
         """Stop sharing this Trainer's buffer (its segment's name is removed; readers keep
         their mappings)."""
-        if self._own is not None:
-            release(self._own)
-        self._own = self._handle = None
+        if self._finalizer is not None:
+            self._finalizer()  # release(self._own), once
+        self._own = self._handle = self._finalizer = None
         self._why = "no cache buffer yet"
 
 
