@@ -102,8 +102,8 @@ class TrainerPeers:
         if self._handle is None:  # once per buffer (CUDA IPC counts every export)
             try:
                 self._handle = export_buffer(self._own)
-            except PeerShareError as err:
-                return {"handle": None, "node": node, "why": str(err)}
+            except Exception as err:  # noqa: BLE001 - no export: the peers read the host
+                return {"handle": None, "node": node, "why": _reason(err)}
         return {"handle": self._handle, "node": node, "why": None}
 
     def open(self, store: Any, offers: dict[int, Offer]) -> dict[str, Any]:
@@ -123,8 +123,8 @@ class TrainerPeers:
                     store.set_peer(d, rows, alive)
                     sources[d] = "ipc" if offer.kind == "ipc" else "shm"
                     continue
-                except (PeerShareError, ValueError) as err:
-                    why = str(err)
+                except Exception as err:  # noqa: BLE001 - never a crash: the host copy
+                    why = _reason(err)
             else:
                 why = str(offer)
             store.set_peer(d, None)
@@ -139,6 +139,14 @@ class TrainerPeers:
             self._finalizer()  # release(self._own), once
         self._own = self._handle = self._finalizer = None
         self._why = "no cache buffer yet"
+
+
+def _reason(err: BaseException) -> str:
+    """The reason of a refusal for the log and the report: the message of ours, else the
+    error's type with it."""
+    if isinstance(err, (PeerShareError, ValueError)):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
 
 
 def offers_for(me: int, exports: dict[int, dict[str, Any]], peer_rows: list[int],
