@@ -10,10 +10,14 @@ On a GPU host (one H100 or H200, Python 3.12, torch with CUDA, no Ray needed), i
    random-gather rate of ``indices`` (the limit; the goal is 25% of it);
 3. ``extract``: feature extraction GB/s for cache hits and misses, each timed apart from the
    host-side split (:func:`fgnn.gpucheck.check_extract`);
-4. ``nccl``: a probe with 1 and 2 ranks, each rank its own process: a raw NCCL all-reduce (2 ranks
+4. ``peer``: the feature cache's peer tier across two processes
+   (:func:`fgnn.gpucheck.check_peer`): one exports a buffer (CUDA IPC; on the CPU a
+   shared-memory segment), a spawned one opens it (on a second GPU when there is one: NVLink)
+   and gathers random rows: GB/s beside a host-to-device gather of the same rows;
+5. ``nccl``: a probe with 1 and 2 ranks, each rank its own process: a raw NCCL all-reduce (2 ranks
    on one GPU is what NCCL refuses: the refusal is the expected result there), and fgnn's own
    group (:func:`fgnn.executors._groups.new_group`: NCCL on distinct GPUs, gloo on a shared one);
-5. ``epochs``: where Ray is importable, or a slim Ray is found in ``--wheels`` (with any other
+6. ``epochs``: where Ray is importable, or a slim Ray is found in ``--wheels`` (with any other
    wheel there, e.g. pytest's, installed into ``DIR/site`` with ``pip --no-index --no-deps``
    when Ray or pytest is missing; ``ray-slim.tar.xz`` extracted there, :func:`prepare_site`),
    ``launch.py`` on ``rmat:scale=20,edge_factor=16,feat_dim=128`` in the single, time-sharing
@@ -55,9 +59,10 @@ MODES = ("single", "time-sharing", "factored")
 TRANSPORTS = ("object_store", "cuda_ipc")
 GOAL = 0.25  # sampled edges/s as a share of the device's random-gather rate of indices
 SIZES = {"cuda": {"scale": 20, "feat_dim": 128, "batches_of": (1000, 8000, 32000),
-                  "batches": 8, "reads": 20_000_000},
+                  "batches": 8, "reads": 20_000_000,
+                  "peer": {"rows": 2_000_000, "dim": 128, "batch": 250_000}},
          "cpu": {"scale": 12, "feat_dim": 32, "batches_of": (64, 256, 512), "batches": 2,
-                 "reads": 100_000}}
+                 "reads": 100_000, "peer": {"rows": 20_000, "dim": 32, "batch": 2000}}}
 
 
 # ------------------------------------------------------------------ parts
@@ -305,6 +310,15 @@ def _rank_text(rank: int, r: dict[str, Any]) -> str:
             f"{r['seconds']:.2f} s")
 
 
+def _peer_text(r: dict[str, Any]) -> str:
+    where = f"{r['kind']} from {r['exporter']} to {r.get('reader', '?')}"
+    if "refused" in r:
+        return f"{where}: refused, peers read from the host: {r['refused']}"
+    return (f"{where}: peer {r['peer_gb_per_s']:.3g}, host-to-device {r['host_gb_per_s']:.3g}, "
+            f"local copy {r['local_gb_per_s']:.3g} ({r['batch']} rows of {r['dim']} float32); "
+            f"{'same bytes' if r['same_bytes'] else 'WRONG BYTES'}")
+
+
 def _summary_rows(res: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     parts = res["parts"]
@@ -327,6 +341,8 @@ def _summary_rows(res: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{r['random_reads_per_s'] / 1e6:.4g} M random reads/s (goal {GOAL:.0%}: "
                      f"{'met' if r['goal_met'] else 'not met'}); seeds from {r['seed_pool']}, "
                      f"min {min(r['edges_per_batch'])} edges a batch"))
+    pr = parts.get("peer", {})
+    rows.append(("peer tier GB/s (2 processes)", _state(pr) or _peer_text(pr)))
     e = parts.get("extract", {})
     rows.append(("extract GB/s", _state(e) or
                  f"hit {e['hit_gb_per_s']:.3g}, miss {e['miss_gb_per_s']:.3g}; split apart "
@@ -425,6 +441,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     inputs = [gpucheck._batch_inputs(graph, ds.train_idx, size["batches_of"][0], i)
               for i in range(3)]
     _run(res, "extract", lambda: gpucheck.check_extract(ds.features, inputs, device))
+    _run(res, "peer", lambda: gpucheck.check_peer(device, **size["peer"]))
     _run(res, "nccl", lambda: part_nccl(device))
     _run(res, "epochs", lambda: part_epochs(device, spec, out, env, deadline))
     res["seconds"] = time.perf_counter() - t0

@@ -40,6 +40,8 @@ FEATURE_TIERS = ("memory", "disk")
 DISK_CACHES = ("window", "lru", "random")
 DISK_IO = ("direct", "buffered")
 PLACEMENTS = ("replicate", "algorithm1", "auto")
+#: Where a Trainer reads the rows its peers cache (:mod:`fgnn.executors._peers`).
+PEER_TIERS = ("auto", "host")
 #: Feature rows across a cluster's nodes (:mod:`fgnn.cache.node_partition`).
 FEATURE_PARTITIONS = ("replicate", "hotness", "hash")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
@@ -228,6 +230,14 @@ class CacheConfig:
         "Song & Jiang Eq. 7); >= 1 means no fast link", type=float_in(0.0, None), metavar="C")
     """``C_gpu / C_cpu``: the cost of a peer-device read relative to a host read (the ``α`` of
     Song & Jiang Eq. 7); ``>= 1`` means no fast link between devices."""
+    peer_tier: str = flag(
+        "auto", "where a Trainer reads the rows other Trainers cache: auto (their buffers, "
+        "mapped from the Trainers on its Ray node: CUDA IPC between GPU processes, shared "
+        "memory on CPU; host copy for the others) or host (the host copy for every peer)",
+        choices=PEER_TIERS)
+    """Peer rows: ``auto`` reads them from the peers' buffers mapped into the Trainer's process
+    (CUDA IPC, shared memory) where the peer runs on the same Ray node, ``host`` from the host
+    copy of the features (:mod:`fgnn.executors._peers`)."""
     reorder: str = flag(
         "none", "hot-first: renumber graph, features, labels and splits by descending hotness "
         "of the cache policy at load (DataTiering Algorithm 2), so the cached rows are the "
@@ -278,6 +288,9 @@ class CacheConfig:
                   f"must be one of {', '.join(PLACEMENTS)}")
         if not self.peer_cost >= 0.0:
             _fail("CacheConfig", "peer_cost", self.peer_cost, "must be >= 0")
+        if self.peer_tier not in PEER_TIERS:
+            _fail("CacheConfig", "peer_tier", self.peer_tier,
+                  f"must be one of {', '.join(PEER_TIERS)}")
 
 
 @dataclass

@@ -47,7 +47,8 @@ import torch
 if TYPE_CHECKING:
     from fgnn.executors.task_record import TaskRecord
 
-__all__ = ["batch_seeds", "check_extract", "check_sampler", "main", "seed_pool"]
+__all__ = ["batch_seeds", "check_extract", "check_peer", "check_sampler", "main",
+           "seed_pool"]
 
 REPO = Path(__file__).resolve().parents[1]
 FANOUTS = (15, 10, 5)
@@ -208,6 +209,89 @@ def check_extract(features: torch.Tensor, inputs: list[torch.Tensor],
             "gather_miss_gb_per_s": gb / times["gather_miss"],
             "seconds": times, "batches": len(inputs),
             "hit_rate": (st.hits + st.peer) / total if total else None}
+
+
+def _peer_reader(handle: Any, spec: dict[str, Any], conn: Any) -> None:
+    """The reading side of :func:`check_peer`, in a spawned process: open the exported buffer
+    on ``spec["device"]``, check its bytes, and time random-row gathers from it beside the
+    same gathers from a host matrix (the miss path: host gather, pinned upload) and from a
+    copy on this device (a local hit)."""
+    from fgnn.cache.feature_store import FeatureStore
+    from fgnn.cache.peer_share import PeerShareError, open_buffer
+
+    try:
+        dev = torch.device(spec["device"])
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        t = time.perf_counter()
+        try:
+            buf = open_buffer(handle)
+        except PeerShareError as err:
+            conn.send({"refused": str(err)})
+            return
+        opened_s = time.perf_counter() - t
+        rows, batch = buf.shape[0], spec["batch"]
+        ids = torch.randint(0, rows, (batch,), generator=torch.Generator().manual_seed(3))
+        pos = ids.to(buf.device)
+        same = bool(torch.equal(buf.index_select(0, pos[:1000])[:, 0].cpu(),
+                                ids[:1000].to(buf.dtype)))
+        host = torch.zeros(rows, buf.shape[1], dtype=buf.dtype)
+        miss = FeatureStore.single(host, None, dev)
+        local = buf.to(dev, copy=True)
+        gb = batch * buf.shape[1] * buf.element_size() / 1e9
+        fns = {"peer": lambda: buf.index_select(0, pos), "host": lambda: miss._read_host(ids),
+               "local": lambda: local.index_select(0, pos)}
+        for fn in fns.values():  # warm up (thread pools, allocator, first page faults)
+            _best_seconds(fn, dev, 2)
+        times = {k: float("inf") for k in fns}
+        for _ in range(5):  # the three take turns: a loaded host's drift hits them alike
+            for k, fn in fns.items():
+                times[k] = min(times[k], _best_seconds(fn, dev, 1))
+        conn.send({"same_bytes": same, "open_s": opened_s, "reader": str(dev),
+                   "mapped_on": str(buf.device), "seconds": times,
+                   **{f"{k}_gb_per_s": gb / v for k, v in times.items()}})
+    except Exception as err:  # noqa: BLE001 - reported by the exporter
+        conn.send({"error": f"{type(err).__name__}: {err}"})
+
+
+def check_peer(device: torch.device, rows: int, dim: int, batch: int,
+               timeout_s: float = 120.0) -> dict[str, Any]:
+    """The peer tier across two processes (:mod:`fgnn.cache.peer_share`): this process
+    exports a ``(rows, dim)`` float32 buffer on ``device`` (CUDA IPC; on the CPU a
+    shared-memory segment), a spawned process opens it (on a second GPU when there is one:
+    NVLink or PCIe peer access, else on the same GPU) and gathers ``batch`` random rows: GB/s
+    beside the same gather from host memory with its upload (the miss path) and from a local
+    copy. A refused open is the result, with its reason."""
+    import multiprocessing as mp
+
+    from fgnn.cache.peer_share import export_buffer, release, shared_empty
+
+    buf = shared_empty((rows, dim), torch.float32, device)
+    buf.copy_(torch.arange(rows, dtype=torch.float32, device=device)[:, None].expand(rows, dim))
+    _sync(device)
+    handle = export_buffer(buf)
+    reader = device
+    if device.type == "cuda" and torch.cuda.device_count() > 1:
+        reader = torch.device("cuda", (device.index or 0) + 1 if (device.index or 0) + 1
+                              < torch.cuda.device_count() else 0)
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_peer_reader, args=(handle, {"device": str(reader),
+                                                           "batch": batch}, theirs))
+    t = time.perf_counter()
+    proc.start()
+    try:
+        got = (ours.recv() if ours.poll(timeout_s) else
+               {"error": f"the reader did not answer in {timeout_s:.0f} s"})
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+        release(handle)
+    got.update({"kind": handle.kind, "exporter": str(device), "rows": rows, "dim": dim,
+                "batch": batch, "same_gpu": reader == device,
+                "wall_s": time.perf_counter() - t})
+    return got
 
 
 def _overlap_seconds(events: list[Any]) -> Optional[float]:

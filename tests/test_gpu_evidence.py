@@ -34,13 +34,17 @@ def test_the_cpu_dry_run_writes_every_part_under_one_folder(tmp_path, capsys):
         assert s["random_reads_per_s"] > 0 and 0 < s["fraction_of_random_reads"]
     e = parts["extract"]
     assert e["hit_gb_per_s"] > 0 and e["miss_gb_per_s"] > 0 and e["split_rows_per_s"] > 0
+    peer = parts["peer"]  # the shared-memory twin of the peer tier, across two processes
+    assert peer["kind"] == "shm" and peer["same_bytes"], peer
+    assert peer["peer_gb_per_s"] > 0 and peer["host_gb_per_s"] > 0
     assert "skipped" in parts["nccl"]["nccl 1 rank"]
     group = parts["nccl"]["fgnn group 2 ranks"]  # two processes sum through fgnn's group
     assert group["ok"] and [r["backend"] for r in group["ranks"]] == ["gloo", "gloo"]
     table = (out / "summary.md").read_text()
     assert table in capsys.readouterr().out
     for row in ("| tests gpu_marker | skipped: --device cpu", "| sampler edges/s, batch 64 |",
-                "| extract GB/s |", "| nccl 2 ranks | skipped:",
+                "| extract GB/s |", "| peer tier GB/s (2 processes) | shm from cpu to cpu:",
+                "| nccl 2 ranks | skipped:",
                 "| launch.py epochs | skipped: --device cpu"):
         assert row in table, table
 

@@ -49,10 +49,30 @@ def test_placement_flags_put_tiers_in_the_report(ray_cluster, tmp_path):
     # 1 Sampler and 3 Trainers caching 10% of the rows each; the second epoch (after the
     # uncached warm-up) is compared. No standby: its smaller buffer reads the rest from the
     # Trainers' buffers by design (job_placement), and whether it trains depends on timing.
+    # The replicate run reads its peers from the host copy (--peer-tier host), the spread one
+    # maps the other Trainers' buffers (shared memory: one Ray node of logical GPUs).
+    from fgnn.cache.peer_share import segments
+
+    before = set(segments())
     common = ("--devices", "4", "--samplers", "1", "--cache-ratio", "0.1", "--epochs", "2",
               "--no-switching")
-    rep = launch(tmp_path, "replicate", *common, "--placement", "replicate")
+    rep = launch(tmp_path, "replicate", *common, "--placement", "replicate",
+                 "--peer-tier", "host")
     spread = launch(tmp_path, "auto", *common, "--placement", "auto")
+    assert set(segments()) <= before  # every Trainer's segment is gone with its job
+    trainers = {f"fgnn-trainer-{d}" for d in (1, 2, 3)}
+    for r, source in ((rep, "host"), (spread, "shm")):
+        tier = r["allocation"]["peer_tier"]
+        assert set(tier["peer_source"]) == trainers
+        for name, peers in tier["peer_source"].items():
+            others = {str(d) for d in (1, 2, 3)} - {name[-1]}
+            assert peers == {d: source for d in others}, tier
+    assert spread["allocation"]["peer_tier"]["fallbacks"] == []
+    assert {f["reason"] for f in rep["allocation"]["peer_tier"]["fallbacks"]} == {
+        "cache.peer_tier is host"}
+    # every peer row of the spread run came from a peer's mapped buffer, none from the host
+    assert spread["epochs"][1]["tier_rows"]["peer"] > 0
+    assert spread["epochs"][1]["peer_host_rows"] == 0
     for r in (rep, spread):
         check_tiers(r)
         assert r["epochs"][1]["sample_bytes"] > 0  # factored: samples cross host -> device
@@ -141,7 +161,8 @@ def test_standby_trainer_extracts_from_the_samplers_marks(ray_cluster):
     assert n_local > 0 and n_any > n_local
     rec = batch.rec
     assert rec.tier_rows == {"local": n_local, "peer": n_any - n_local,
-                             "host": ids.numel() - n_any}
+                             "host": ids.numel() - n_any,
+                             "peer_host": n_any - n_local}  # no peer buffer opened here
     assert rec.tier_bytes["host"] == rec.host_bytes == (ids.numel() - n_any) * ROW_BYTES
     assert (rec.hits, rec.misses) == (n_any, ids.numel() - n_any) and rec.role == "standby"
     assert standby._fetch(0, 0) is None                                # the queue is done

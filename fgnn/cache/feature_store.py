@@ -19,11 +19,13 @@ read from the host without any lookup. Only the rows marked cached are looked up
 position), and that lookup also checks the marks against this store's own placement, so a
 consumer with a smaller cache (a standby Trainer) splits correctly from the same marks.
 
-Peers served from the host copy: a store built with ``peers_from_host=True`` keeps only its own
-buffer; a row it would read from a peer is read from the host source instead (the same bytes;
-the Ray executors of fgnn are separate processes, and on CPU the "peer device" is host memory
-anyway) and is still counted in the ``peer`` tier, so the counters give the traffic per tier of
-the placement.
+Peers of another process: a store built with ``peers_from_host=True`` keeps only its own buffer
+(allocated by ``alloc``, e.g. :func:`fgnn.cache.peer_share.shared_empty` so that it can be
+exported); a row it would read from a peer is read from the host source (the same bytes) until
+:meth:`FeatureStore.set_peer` hands it that peer's buffer, mapped from the peer's process
+(:mod:`fgnn.cache.peer_share`: CUDA IPC, or shared memory on the CPU). Either way the row is
+counted in the ``peer`` tier, so the counters give the traffic per tier of the placement; the
+peer rows read from the host copy are counted apart too (``TierStats.peer_host``).
 
 Host-side extraction (what a GPU Trainer's prefetch thread does while the GPU trains): host rows
 are gathered by a small pool of threads over row chunks (:func:`extract_threads`; ``np.take`` and
@@ -96,6 +98,20 @@ def _row_chunks(k: int, row_bytes: int, threads: int) -> list[slice]:
     parts = max(1, min(int(threads), k * int(row_bytes) // GATHER_CHUNK_BYTES))
     bounds = [k * i // parts for i in range(parts + 1)]
     return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _gather_rows(rows: torch.Tensor, pos: torch.Tensor, threads: int) -> torch.Tensor:
+    """``rows[pos]`` of a CPU matrix; a large gather split into row chunks on the shared pool
+    (``index_select`` releases the GIL)."""
+    k = int(pos.numel())
+    out = torch.empty(k, rows.shape[1], dtype=rows.dtype)
+    parts = _row_chunks(k, rows.shape[1] * rows.element_size(), threads)
+    if len(parts) == 1:
+        torch.index_select(rows, 0, pos, out=out)
+    else:
+        list(_pool(int(threads)).map(
+            lambda s: torch.index_select(rows, 0, pos[s], out=out[s]), parts))
+    return out
 
 
 def upload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -261,13 +277,15 @@ class FeatureCache:
 
 
 def fill_rows(host: HostLike, ids: torch.Tensor, device: torch.device | str = "cpu",
-              threads: int = 1) -> torch.Tensor:
+              threads: int = 1, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``(len(ids), F)`` rows of ``host`` on ``device``, filled in chunks of
     :data:`FILL_CHUNK_BYTES`: host memory beyond the result is one chunk (pinned with CUDA),
-    never the whole cache.
+    never the whole cache. ``out``: the ``(len(ids), F)`` tensor on ``device`` to fill (e.g. a
+    shareable buffer), else a new one.
 
     Raises:
-        ValueError: if an id is outside ``[0, N)``.
+        ValueError: if an id is outside ``[0, N)``, or ``out`` has another shape, dtype or
+            device.
     """
     src, dev = as_source(host), torch.device(device)
     idx = torch.as_tensor(ids).long().cpu()
@@ -275,7 +293,14 @@ def fill_rows(host: HostLike, ids: torch.Tensor, device: torch.device | str = "c
     if bad is not None:
         raise ValueError(f"ids holds {bad}, outside [0, {src.num_rows})")
     k, dense = int(idx.numel()), isinstance(src, TensorSource)
-    rows = torch.empty(k, src.dim, dtype=src.dtype, device=dev)
+    if out is None:
+        rows = torch.empty(k, src.dim, dtype=src.dtype, device=dev)
+    elif (tuple(out.shape) != (k, src.dim) or out.dtype != src.dtype
+          or out.device.type != dev.type):
+        raise ValueError(f"out must be a ({k}, {src.dim}) {src.dtype} tensor on {dev}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    else:
+        rows = out
     step = max(1, FILL_CHUNK_BYTES // _row_bytes(src))
     if dev.type == "cpu" and dense:  # the result is host memory: read straight into it
         for a in range(0, k, step):
@@ -332,6 +357,9 @@ class TierStats:
     peer: int = 0
     misses: int = 0
     bytes: dict = field(default_factory=lambda: {t: 0 for t in TIERS})
+    peer_host: int = 0
+    """Rows of the ``peer`` tier read from the host copy (a peer whose buffer this store does
+    not hold)."""
 
     @property
     def lookups(self) -> int:
@@ -347,7 +375,7 @@ class TierStats:
         """A JSON-serialisable view."""
         return {"hits": self.hits, "peer": self.peer, "misses": self.misses,
                 "lookups": self.lookups, "hit_rate": self.hit_rate,
-                "bytes": dict(self.bytes)}
+                "bytes": dict(self.bytes), "peer_host": self.peer_host}
 
 
 class FeatureStore:
@@ -418,6 +446,12 @@ class FeatureStore:
         self._staging: Optional[torch.Tensor] = None
         self._staging_done: Any = None
         self._staging_lock = threading.Lock()
+        #: rows the placement gives each device (set by :meth:`from_placement`; checks
+        #: :meth:`set_peer`)
+        self.peer_rows: Optional[list[int]] = None
+        self._peer_alive: dict[int, Callable[[], bool]] = {}
+        #: peers dropped to host reads because their owner was gone (:meth:`set_peer`)
+        self.peers_lost: list[int] = []
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -444,7 +478,8 @@ class FeatureStore:
                        device: torch.device | str = "cpu",
                        peers_from_host: bool = False,
                        h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                       threads: Optional[int] = None) -> "FeatureStore":
+                       threads: Optional[int] = None,
+                       alloc: Optional[Callable[..., torch.Tensor]] = None) -> "FeatureStore":
         """The store of device ``local`` in a group sharing ``placement``.
 
         Args:
@@ -456,8 +491,13 @@ class FeatureStore:
                 :func:`fill_rows`; on CPU peers are plain tensors).
             device: this store's device.
             peers_from_host: keep only this device's buffer and read peer rows from ``host``
-                (same bytes, counted in the ``peer`` tier); ignores ``buffers``.
+                (same bytes, counted in the ``peer`` tier) until :meth:`set_peer` gives a peer's
+                buffer; ignores ``buffers``.
             h2d, threads: see :class:`FeatureStore`.
+            alloc: with ``peers_from_host``, ``alloc(shape, dtype, device)`` makes this
+                device's buffer before it is filled (e.g.
+                :func:`fgnn.cache.peer_share.shared_empty`, to export it); default a plain
+                tensor.
         """
         src = as_source(host)
         if placement.num_nodes != src.num_rows:
@@ -467,14 +507,57 @@ class FeatureStore:
         if peers_from_host:
             if not isinstance(local, int) or not 0 <= local < placement.num_devices:
                 raise ValueError(f"local must be in [0, {placement.num_devices}), got {local!r}")
-            buffers = [fill_rows(src, b, device, nthreads) if d == local else None
-                       for d, b in enumerate(placement.buffers)]
+            own = placement.buffers[local]
+            out = (None if alloc is None else
+                   alloc((int(own.numel()), src.dim), src.dtype, torch.device(device)))
+            buffers = [None] * placement.num_devices
+            buffers[local] = fill_rows(src, own, device, nthreads, out=out)
         elif buffers is None:
             buffers = [fill_rows(src, b, device, nthreads) for b in placement.buffers]
         if len(buffers) != placement.num_devices:
             raise ValueError(f"got {len(buffers)} buffers for {placement.num_devices} devices")
         dev_num, buf_pos = placement.lookup(local)
-        return cls(src, buffers, dev_num, buf_pos, local, device, h2d, threads)
+        store = cls(src, buffers, dev_num, buf_pos, local, device, h2d, threads)
+        store.peer_rows = [int(b.numel()) for b in placement.buffers]
+        return store
+
+    # ------------------------------------------------------------------ peers
+    def set_peer(self, d: int, rows: Optional[torch.Tensor],
+                 alive: Optional[Callable[[], bool]] = None) -> None:
+        """Read the rows that peer device ``d`` caches from ``rows`` (its buffer, e.g. mapped
+        from the peer's process), or from the host copy (``None``). ``alive``: checked before
+        each :meth:`gather`; once it says False the peer's rows are read from the host again
+        (a buffer that must not be read after its owner exits: CUDA IPC).
+
+        Raises:
+            ValueError: for ``d`` this store's own device or outside the group, or ``rows``
+                not shaped ``(C_d, F)`` for the ``C_d`` rows the placement gives ``d``, of
+                another dtype than the host's, or on another kind of device than the store.
+        """
+        if not isinstance(d, int) or not 0 <= d < len(self.buffers) or d == self.local:
+            raise ValueError(f"peer must be another device of the group [0, "
+                             f"{len(self.buffers)}) than {self.local}, got {d!r}")
+        if rows is not None:
+            want = (self.peer_rows[d] if self.peer_rows is not None else
+                    int(rows.shape[0]), self.host.dim)
+            if tuple(rows.shape) != want or rows.dtype != self.host.dtype:
+                raise ValueError(f"peer {d}'s buffer is {tuple(rows.shape)} {rows.dtype}, the "
+                                 f"placement gives it {want} {self.host.dtype}")
+            if rows.device.type != self.device.type:
+                raise ValueError(f"peer {d}'s buffer is on {rows.device}, this store on "
+                                 f"{self.device}")
+        self.buffers[d] = rows
+        self._peer_alive.pop(d, None)
+        if rows is not None and alive is not None:
+            self._peer_alive[d] = alive
+
+    def _check_peers(self) -> None:
+        """Peers whose owner is gone go back to host reads."""
+        for d, alive in list(self._peer_alive.items()):
+            if not alive():
+                self.buffers[d] = None
+                del self._peer_alive[d]
+                self.peers_lost.append(d)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -523,7 +606,8 @@ class FeatureStore:
         """``(M, F)`` feature rows of ``input_nodes`` on this store's device, in order.
 
         Rows in the local cache are copied on the device, rows on peers are read from the peer
-        buffer (or the host copy, ``peers_from_host``), and the rest are read from the host
+        buffer (or the host copy, for a peer without one: ``peers_from_host``, :meth:`set_peer`),
+        and the rest are read from the host
         source (through pinned memory with CUDA). Counters in :attr:`stats` advance per tier.
 
         Args:
@@ -546,6 +630,8 @@ class FeatureStore:
         m = idx.numel()
         if not m:
             return torch.empty(0, self.dim, dtype=self.host.dtype, device=self.device)
+        if self._peer_alive:
+            self._check_peers()
         dev_num, buf_pos = self._lookup(where)
         dev = self._tiers(idx, marks, dev_num, on_device)
         # rows read from the host copy: the misses and the peers served from it, in one read
@@ -558,7 +644,7 @@ class FeatureStore:
         n_host = int(host_sel.numel())
         n_peer = n_host - n_miss
         if n_host == m:  # every row comes from the host: the gathered rows are the result
-            self._count(0, n_peer, n_miss)
+            self._count(0, n_peer, n_miss, n_peer)
             return self._read_host(idx.cpu())
         to_out = self._h2d if where.type == "cpu" else (lambda t: t)
         out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
@@ -566,7 +652,7 @@ class FeatureStore:
             rows = self._read_host(idx.index_select(0, host_sel).cpu())
             out.index_copy_(0, to_out(host_sel), rows)
         n_local, from_peers = self._gather_buffers(out, idx, dev, buf_pos, to_out)
-        self._count(n_local, n_peer + from_peers, n_miss)
+        self._count(n_local, n_peer + from_peers, n_miss, n_peer)
         return out
 
     def _gather_buffers(self, out: torch.Tensor, idx: torch.Tensor, dev: torch.Tensor,
@@ -583,12 +669,18 @@ class FeatureStore:
             if not k:
                 continue
             p = buf_pos.index_select(0, idx.index_select(0, sel))
-            if d == self.local:
-                rows = buf.index_select(0, to_out(p))
-                n_local += k
-            else:  # a peer device: its copy is queued, not waited for (non-blocking)
+            if buf.device != self.device:  # a buffer on another device: gathered there, its
+                # copy queued, not waited for (non-blocking)
                 rows = buf.index_select(0, upload(p, buf.device)).to(self.device,
                                                                       non_blocking=True)
+            elif buf.device.type == "cpu":  # host memory (a CPU cache, a peer's shared-memory
+                # segment): gathered by the pool, as host rows are
+                rows = _gather_rows(buf, p, self.threads)
+            else:  # this device: its own cache, or a peer's mapped over CUDA IPC
+                rows = buf.index_select(0, to_out(p))
+            if d == self.local:
+                n_local += k
+            else:
                 n_peer += k
             out.index_copy_(0, to_out(sel), rows.to(out.dtype))
         return n_local, n_peer
@@ -670,11 +762,12 @@ class FeatureStore:
             self._staging_done.record()
         return rows
 
-    def _count(self, n_local: int, n_peer: int, n_host: int) -> None:
+    def _count(self, n_local: int, n_peer: int, n_host: int, n_peer_host: int = 0) -> None:
         s = self.stats
         s.hits += n_local
         s.peer += n_peer
         s.misses += n_host
+        s.peer_host += n_peer_host
         s.bytes["device"] += n_local * self.row_bytes
         s.bytes["peer"] += n_peer * self.row_bytes
         s.bytes["host"] += n_host * self.row_bytes
@@ -686,7 +779,9 @@ class FeatureStore:
         dev = self._tiers(idx, marks)
         n_host = int((dev < 0).sum())
         n_local = int((dev == self.local).sum()) if self.buffers else 0
-        self._count(n_local, idx.numel() - n_host - n_local, n_host)
+        n_peer_host = sum(int((dev == d).sum()) for d, b in enumerate(self.buffers)
+                          if b is None and d != self.local)
+        self._count(n_local, idx.numel() - n_host - n_local, n_host, n_peer_host)
 
     def reset_stats(self) -> TierStats:
         """Start a new epoch's counters; returns the finished ones."""

@@ -7,13 +7,15 @@ sampling-free hotness map on the driver while the executors start (or PreSC's vi
 the warm-up epochs, FGNN §6.3); after the warm-up, each device's cache plan from the
 Trainers' measured steps (FGNN §6.1, :func:`fgnn.cache.budget.plan_device_cache`), the placement
 over the final layout (Song & Jiang §3.2) and its holder bits for the Samplers' M step; then every
-executor fills its cache, again after a restart. Hot-first reordering (DataTiering Algorithm 2)
+executor fills its cache, again after a restart, and the Trainers map each other's buffers as
+their peer tier (:mod:`fgnn.executors._peers`). Hot-first reordering (DataTiering Algorithm 2)
 happens before anything ships; the locality sampler's scale is adapted once per epoch (Song &
 Jiang Algorithm 2).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -32,6 +34,8 @@ from fgnn.sampling.base import Sampler
 from fgnn.sampling.locality import LocalityAwareKHop
 
 __all__ = ["CachePlanner"]
+
+log = logging.getLogger(__name__)
 
 
 class CachePlanner:
@@ -57,6 +61,9 @@ class CachePlanner:
         reordering, reorder_info: the hot-first renumbering and its report (None without).
         hotness_s, sizing_s, cache_fill_s: seconds of the hotness map, sizing and placement,
             and cache filling.
+        peer_exports: device -> its Trainer's last buffer export (``handle``, ``node``,
+            ``why``: :meth:`TrainerExecutor.export_cache`).
+        peer_opened: Trainer name -> where it reads each peer from (``sources``, ``reasons``).
     """
 
     def __init__(self, config: JobConfig, dataset: Dataset, sampler: Sampler, step_tasks: int,
@@ -85,6 +92,9 @@ class CachePlanner:
         """The node-level feature partition (None: every row on every node)."""
         self.say: Callable[[str], None] = lambda line: None
         """Prints one line of the job (the runtime sets its timeline's)."""
+        self.peer_exports: dict[int, dict[str, Any]] = {}
+        self.peer_opened: dict[str, dict[str, Any]] = {}
+        self._peers_stale = False
         workers.reinstall = self.install
 
     def policy_hotness(self, presample: bool = False) -> None:
@@ -320,12 +330,17 @@ class CachePlanner:
         return part.take_epoch({e.name: g for e, g in zip(live, got)})
 
     def extra_allocation(self) -> dict[str, Any]:
-        """What this planner adds to the report's ``allocation``: the node partition
-        (``feature_partition``) when there is one; a typed planner adds ``typed_cache``."""
+        """What this planner adds to the report's ``allocation``: the peer tier
+        (``peer_tier``) and the node partition (``feature_partition``) when there are; a typed
+        planner adds ``typed_cache``."""
+        out: dict[str, Any] = {}
+        peers = self.peer_report()
+        if peers is not None:
+            out["peer_tier"] = peers
         part = self.partitioning
-        if part is None or part.partition is None:
-            return {}
-        return {"feature_partition": part.report()}
+        if part is not None and part.partition is not None:
+            out["feature_partition"] = part.report()
+        return out
 
     def reorder(self) -> Dataset:
         """Hot-first renumbering at load (DataTiering Algorithm 2), before anything is shipped:
@@ -404,8 +419,10 @@ class CachePlanner:
                     out.append((e, self.partitioning.install(e)))
                 resident = e.role == "standby" or self.config.runtime.mode == "time-sharing"
                 alpha = self.alpha_resident if resident else self.alpha_full
+                peers = self._offers(e.device) if self.peer_exports else None
+                self._peers_stale |= bool(self.peer_exports)  # its peers map it next epoch
                 out.append((e, e.handle.load_cache.remote(refs["placement"], refs["hotness"],
-                                                          alpha)))
+                                                          alpha, peers)))
         return out
 
     def fill(self, execs: list[_Exec]) -> None:
@@ -423,7 +440,91 @@ class CachePlanner:
                 # again once back; gone for good: the job goes on without it
                 if self.workers.failed(e, err):
                     pending += [(e2, r) for e2, r in self.workers.last_reinstall]
+        self.share_peers()
         self.cache_fill_s += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ the peer tier
+    def _peer_rows(self) -> list[int]:
+        """Rows the placement gives each device ([] without a shared placement)."""
+        if self.placement is None or self.disk_tier:
+            return []
+        return [int(b.numel()) for b in self.placement.buffers]
+
+    def _trainers(self) -> list[_Exec]:
+        return [e for e in self.workers.execs if e.alive and e.role != "sampler"]
+
+    def _offers(self, device: int) -> dict[int, Any]:
+        """What the Trainer on ``device`` is offered from the last exports
+        (:func:`~fgnn.executors._peers.offers_for`)."""
+        from fgnn.executors._peers import offers_for
+
+        names = {e.device: e.name for e in self._trainers()}
+        return offers_for(device, self.peer_exports, self._peer_rows(), names)
+
+    def share_peers(self) -> None:
+        """The Trainers' peer tier (:mod:`fgnn.executors._peers`): each Trainer exports its
+        buffer, then opens those of the others on its Ray node; what each reads from where is
+        the report's ``allocation.peer_tier``. With ``cache.peer_tier = "host"`` nothing is
+        exchanged: every peer is read from the host copy."""
+        from fgnn.executors._peers import host_reads
+
+        rows, trainers = self._peer_rows(), self._trainers()
+        self._peers_stale = False
+        if sum(1 for r in rows if r) < 2 or len(trainers) < 2:
+            return  # no Trainer has a peer to read from
+        if self.config.cache.peer_tier == "host":
+            self.peer_opened = {e.name: host_reads(rows, e.device, "cache.peer_tier is host")
+                                for e in trainers}
+            return
+        import ray
+
+        exports, opened = {}, {}
+        calls = [(e, e.handle.export_cache.remote()) for e in trainers]
+        for e, ref in calls:
+            try:
+                exports[e.device] = {**self.watchdog.get(ref, f"the executor {e.name}"),
+                                     "name": e.name}
+            except ray.exceptions.RayActorError as err:
+                self._peers_stale = True  # offered again at the next epoch's start
+                self.workers.failed(e, err)
+        self.peer_exports = exports
+        calls = [(e, e.handle.open_peers.remote(self._offers(e.device))) for e in trainers
+                 if e.device in exports]
+        for e, ref in calls:
+            try:
+                opened[e.name] = self.watchdog.get(ref, f"the executor {e.name}")
+            except ray.exceptions.RayActorError as err:
+                self._peers_stale = True
+                self.workers.failed(e, err)
+        self.peer_opened = opened
+        for name, r in sorted(opened.items()):
+            for d, why in sorted(r["reasons"].items()):
+                log.warning("%s reads peer device %d's cached rows from the host copy: %s",
+                            name, d, why)
+
+    def refresh_peers(self) -> None:
+        """At an epoch's start: offer the buffers again when a Trainer restarted since the
+        last exchange (its peers still map its old buffer)."""
+        if self._peers_stale:
+            self.share_peers()
+
+    def release_peers(self) -> None:
+        """After the executors are gone: remove the shared-memory segments they exported on
+        this host (a Trainer killed at the job's end cannot)."""
+        from fgnn.cache.peer_share import discard
+
+        for x in self.peer_exports.values():
+            if x.get("handle") is not None:
+                discard(x["handle"])
+        self.peer_exports = {}
+
+    def peer_report(self) -> Optional[dict[str, Any]]:
+        """The report's ``allocation.peer_tier`` (None when no Trainer has a peer)."""
+        from fgnn.executors._peers import peer_report
+
+        if not self.peer_opened:
+            return None
+        return peer_report(self.config.cache.peer_tier, self.peer_opened)
 
     def adapt_locality(self, stats: EpochStats) -> None:
         """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled

@@ -478,6 +478,7 @@ class EpochCoordinator:
             hit_rate=hits / (hits + misses) if hits + misses else 0.0,
             bytes_host_to_device=int(sum(r.host_bytes for r in recs)) + sample_bytes,
             sample_bytes=sample_bytes, tier_rows=tier_rows, tier_bytes=tier_bytes,
+            peer_host_rows=int(sum(r.tier_rows.get("peer_host", 0) for r in recs)),
             load_ratio=extract_s / (extract_s + train_s) if extract_s + train_s > 0 else 0.0,
             switches=len(ep.switched), batches=len(recs),
             loss=float(np.mean(losses)) if losses else float("nan"),

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import socket
-from pathlib import Path
 from typing import Optional
 
 import torch
+
+from fgnn.cache.peer_share import host_key
 
 __all__ = ["GradientRing", "default_ring_dir", "host_key", "ring_bytes", "ring_rows"]
 
@@ -45,15 +45,6 @@ def ring_rows(step_tasks: int) -> int:
 def ring_bytes(rows: int, width: int) -> int:
     """File size of a ring of ``rows`` rows of ``width`` float32 values."""
     return _HEADER + 4 * rows * width
-
-
-def host_key() -> str:
-    """This host's identity (name and boot id): members with the same key share ``/dev/shm``."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = ""
-    return f"{socket.gethostname()}/{boot}"
 
 
 def default_ring_dir() -> Optional[str]:

@@ -28,16 +28,18 @@ __all__ = ["GraphKind", "HOMOGENEOUS", "TYPED", "graph_kind", "build_store"]
 
 
 def build_store(features: Any, placement: Any, device_index: int,
-                device: str = "cpu", h2d: Any = None) -> Any:
+                device: str = "cpu", h2d: Any = None, alloc: Any = None) -> Any:
     """A Trainer's feature store: the rows ``placement`` puts on device ``device_index``
-    cached on ``device`` (FGNN §6.1 ``load_cache``), rows other devices cache in the peer tier
-    (served from the host copy, counted as peer reads), the rest read from host memory.
-    ``placement=None``: no cache. ``h2d``: the copy stream's upload (pinned, non-blocking),
-    which every upload of the store's ``gather`` goes through."""
+    cached on ``device`` (FGNN §6.1 ``load_cache``) in a buffer ``alloc`` makes (shareable:
+    :class:`~fgnn.executors._peers.TrainerPeers`), rows other devices cache in the peer tier
+    (served from the host copy, counted as peer reads, until the peers' buffers are opened
+    into it), the rest read from host memory. ``placement=None``: no cache. ``h2d``: the copy
+    stream's upload (pinned, non-blocking), which every upload of the store's ``gather`` goes
+    through."""
     if placement is None:
         return FeatureStore.single(features, None, device, h2d)
     return FeatureStore.from_placement(features, placement, int(device_index), device=device,
-                                       peers_from_host=True, h2d=h2d)
+                                       peers_from_host=True, h2d=h2d, alloc=alloc)
 
 
 class GraphKind:
@@ -66,9 +68,9 @@ class GraphKind:
         return torch.zeros(graph.num_nodes, dtype=torch.int32, device=device)
 
     def build_store(self, host: Any, placement: Any, device_index: int, device: str,
-                    h2d: Any) -> Any:
+                    h2d: Any, alloc: Any = None) -> Any:
         """The Trainer's :class:`~fgnn.cache.feature_store.FeatureStore` (:func:`build_store`)."""
-        return build_store(host, placement, device_index, device, h2d)
+        return build_store(host, placement, device_index, device, h2d, alloc)
 
     def extract(self, store: Any, sample: Sample) -> tuple[Any, dict[str, Any]]:
         """The sample's input rows split by its marks, and the counters of its
@@ -77,7 +79,8 @@ class GraphKind:
         st = store.reset_stats()
         return x, {"hits": st.hits + st.peer, "misses": st.misses,
                    "host_bytes": st.bytes["host"],
-                   "tier_rows": {"local": st.hits, "peer": st.peer, "host": st.misses},
+                   "tier_rows": {"local": st.hits, "peer": st.peer, "host": st.misses,
+                                 "peer_host": st.peer_host},
                    "tier_bytes": {"local": st.bytes["device"], "peer": st.bytes["peer"],
                                   "host": st.bytes["host"]}}
 
@@ -116,7 +119,7 @@ class TypedKind(GraphKind):
         return _typed.new_visits(graph, device)
 
     def build_store(self, host: Any, placement: Any, device_index: int, device: str,
-                    h2d: Any) -> Any:  # noqa: D102
+                    h2d: Any, alloc: Any = None) -> Any:  # noqa: D102 - replicated: no peers
         return _typed.build_store(host, placement, device)
 
     def extract(self, store: Any, sample: Sample) -> tuple[Any, dict[str, Any]]:  # noqa: D102

@@ -181,7 +181,7 @@ class WorkerGroup:
                              faults=sp.faults.for_trainer(index, role),
                              disk=cfg.disk if sp.disk_tier else None, seed=cfg.train.seed,
                              exchange=sv.exchange, deterministic=cfg.train.deterministic,
-                             step=sp.step)
+                             step=sp.step, peer_tier=cfg.cache.peer_tier)
         share = (0.5 if standby else 1.0) * sv.gpus_per_device
         return _Pending(_Exec(name, role, device, None), TrainerExecutor, share, stashed)
 

@@ -473,6 +473,7 @@ class Runtime:
         if sv.in_process and sv.queue is not None:  # blocked in-process calls return
             self.watchdog.abort(sv.queue, "the job ended")
         self.workers.kill_all()
+        self.caches.release_peers()  # the killed Trainers' shared-memory segments
         for h in (sv.queue, sv.ps):
             if h is not None:
                 try:
@@ -596,6 +597,7 @@ class Runtime:
         tc = self.config.train
         total = len(epoch_batches(self._items("train"), tc.batch_size, tc.seed, epoch,
                                   self.step_tasks))
+        self.caches.refresh_peers()  # a Trainer restarted: its peers map its new buffer
         with self.timeline.phase("training"):
             stats = self.coordinator.run(epoch, total, measure=first)
         self.caches.collect_reads()  # before a re-layout stops a Trainer

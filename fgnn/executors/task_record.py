@@ -34,7 +34,8 @@ class TaskRecord:
         hits: input rows served from device caches (own and peers').
         misses: input rows read from host memory (or the disk tiers' CPU buffer and storage).
         host_bytes: bytes of the rows that crossed host -> device.
-        tier_rows: rows by tier (``local``, ``peer``, ``host``); empty with the disk tier.
+        tier_rows: rows by tier (``local``, ``peer``, ``host``), and ``peer_host``: the
+            ``peer`` rows read from the host copy; empty with the disk tier.
         tier_bytes: bytes by tier (``local``, ``peer``, ``host``); empty with the disk tier.
         typed: a typed dataset: node type -> ``[hits, misses]``; None otherwise.
         disk: the disk tiers' counters of the task

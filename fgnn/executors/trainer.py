@@ -46,12 +46,14 @@ from fgnn.executors import host
 from fgnn.executors._graph_kind import graph_kind
 from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
+from fgnn.executors._peers import TrainerPeers
 from fgnn.executors._streams import CopyStream
 from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample, widen
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.executors.task_record import TaskRecord
+from fgnn.cache.feature_store import FeatureStore
 from fgnn.cache.placement import Placement
 from fgnn.sampling.base import Sample, per_type_tensors
 from fgnn.models.step import forward_backward
@@ -164,6 +166,9 @@ class TrainerExecutor:
         step: the job task's :class:`~fgnn.tasks.base.StepRule` (labels, loss, evaluation
             record; :attr:`Task.step <fgnn.tasks.base.Task.step>`); None: node
             classification.
+        peer_tier: ``cache.peer_tier``: ``auto`` keeps the cache in a shareable buffer and
+            reads peers' rows from their buffers once :meth:`open_peers` maps them, ``host``
+            reads them from the host copy (:mod:`fgnn.executors._peers`).
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
@@ -172,7 +177,7 @@ class TrainerExecutor:
                  local_sampler: Any = None, faults: Optional[TrainerFaults] = None,
                  disk: Any = None, seed: int = 0,
                  exchange: Any = None, deterministic: bool = False,
-                 step: Optional[StepRule] = None) -> None:
+                 step: Optional[StepRule] = None, peer_tier: str = "auto") -> None:
         # one compute thread (executors share the host's cores); host gathers run on the
         # feature store's own pool (fgnn.cache.feature_store.extract_threads)
         configure_torch(deterministic)
@@ -195,6 +200,7 @@ class TrainerExecutor:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ps, self.queue = ps, queue
         self.local_sampler = local_sampler
+        self.peers = TrainerPeers(peer_tier, name)
         self.load_cache(placement)
         if faults is not None and not isinstance(faults, TrainerFaults):
             raise TypeError(f"faults must be a TrainerFaults, got {faults!r}")
@@ -218,7 +224,7 @@ class TrainerExecutor:
         return time.time(), str(self.device)
 
     def load_cache(self, placement: Optional[Placement], hotness: Optional[Any] = None,
-                   alpha: float = 0.0) -> int:
+                   alpha: float = 0.0, peers: Optional[dict[int, Any]] = None) -> int:
         """Fill the cache once the runtime has chosen it (after the warm-up epochs, and again
         after a restart); returns the rows this device caches.
 
@@ -227,6 +233,8 @@ class TrainerExecutor:
             hotness: with the disk tier, the ``(N,)`` hotness ranking its CPU buffer and device
                 software cache (GIDS); ignored otherwise.
             alpha: with the disk tier, the share of rows of the device software cache.
+            peers: the peers' buffers to read from at once (:meth:`open_peers`; a restarted
+                Trainer); None: every peer from the host copy until :meth:`open_peers`.
 
         Raises:
             ValueError: for ``alpha`` outside ``[0, 1]``.
@@ -243,12 +251,29 @@ class TrainerExecutor:
             ahead = self._disk.cache == "window" or self._disk.accumulator
             self.lookahead = self._disk.window if ahead and self.role != "standby" else 0
             return int(alpha * self.labels.numel())
+        self.peers.close()  # the buffer being replaced is no longer shared
         self.store = self.kind.build_store(self._host, placement, self.device_index,
-                                           str(self.device), self.copies.h2d)
+                                           str(self.device), self.copies.h2d, self.peers.alloc)
+        if peers:
+            self.open_peers(peers)
         if self.local_sampler is not None:  # time-sharing: this device marks its own samples
             self.local_sampler.set_cache_map(None if placement is None
                                              else placement.holder_bits())
         return self.cached_rows()
+
+    def export_cache(self) -> dict[str, Any]:
+        """This Trainer's cache buffer for its peers: ``{"handle", "node", "why"}``
+        (:meth:`TrainerPeers.export <fgnn.executors._peers.TrainerPeers.export>`; no handle,
+        with the reason, without a shareable buffer)."""
+        return self.peers.export()
+
+    def open_peers(self, offers: dict[int, Any]) -> dict[str, Any]:
+        """Read the peers' rows from their buffers: ``offers`` maps a peer device to its
+        handle (opened into the store) or to the reason there is none (that peer stays on the
+        host copy, one log line). Returns ``{"sources", "reasons"}`` per peer device."""
+        if not isinstance(self.store, FeatureStore) or self.store.peer_rows is None:
+            return {"sources": {}, "reasons": {}}
+        return self.peers.open(self.store, offers)
 
     def use_partition(self, partition: Any, node: int, servers: list[Any]) -> int:
         """Read host rows from node ``node`` of ``partition`` (its feature server's matrix, the

@@ -62,6 +62,10 @@ class EpochStats:
     cache, host memory."""
     tier_bytes: dict = field(default_factory=lambda: {"local": 0, "peer": 0, "host": 0})
     """Feature bytes by tier (``host`` = the feature part of ``bytes_host_to_device``)."""
+    peer_host_rows: int = 0
+    """Rows of the ``peer`` tier read from the host copy of the features, not from the peer's
+    buffer: peers a Trainer could not map (another node, ``cache.peer_tier = "host"``, an open
+    refused; the report's ``allocation.peer_tier`` says which and why)."""
     load_ratio: float = 0.0
     """Data-loading share of the Trainers' time, Extract / (Extract + Train) (the ``r`` of
     Song & Jiang Algorithm 2)."""
