@@ -34,6 +34,7 @@ from fgnn.outputs import (check_inputs, check_outputs, lock_outputs, output_path
                           write_outputs)
 from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
                            local_system_config, token_auth_enabled, token_hint)
+from fgnn.raystart import shutdown as shutdown_ray
 from fgnn.sampling import Sampler
 from fgnn.sigterm import interrupt_on_sigterm
 
@@ -403,9 +404,7 @@ class Job:
                     watch.stop()  # ray.shutdown ends the raylet too
                 progress.close()
                 if started:
-                    import ray
-
-                    ray.shutdown()
+                    shutdown_ray()
                 if reaper is not None:
                     reaper.stop()
                 restore_sigterm()
