@@ -400,6 +400,9 @@ class Job:
             raise
         finally:
             with self.timeline.phase("shutdown"):
+                if self.config.report:  # the plot's imports, while Ray shuts down
+                    from fgnn.monitor.plot import preload
+                    preload()
                 if watch is not None:
                     watch.stop()  # ray.shutdown ends the raylet too
                 progress.close()
