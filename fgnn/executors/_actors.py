@@ -62,8 +62,9 @@ class InlineArgs(NamedTuple):
 
 def stash_args(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Send an executor's constructor arguments to the store (:class:`QueueService`);
-    returns the call's ref, to wait on (together with the others, :func:`wait_stashed`) before
-    :func:`make_actor`. In a job without Ray (an in-process store) the arguments stay here:
+    returns the call's ref, to wait on (together with the others, :func:`wait_stashed`). The
+    actor may be created before they arrive (:func:`make_actor`): it waits for them in the
+    store. In a job without Ray (an in-process store) the arguments stay here:
     :class:`InlineArgs`."""
     if isinstance(store, InlineActor):
         return InlineArgs(args, kwargs)
@@ -88,10 +89,11 @@ def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float,
     None (a job without Ray), an in-process actor of the driver.
 
     ``cls(*args, **kwargs)`` runs inside the actor, with the arguments :func:`stash_args` left
-    (for a Ray actor in the store, which must have them before the actor starts: see
-    :func:`wait_stashed`); a Ray actor is created with its name alone, so a restart re-reads
+    (for a Ray actor in the store, where the actor waits for them should its process start
+    before they arrive); a Ray actor is created with its name alone, so a restart re-reads
     them from there. Creation returns at once: the processes of several executors start
-    concurrently. ``transport`` is a Sampler's sample transport (:func:`remote_options`).
+    concurrently, while their arguments travel. ``transport`` is a Sampler's sample transport
+    (:func:`remote_options`).
     """
     if pg is None:
         return InlineActor(cls, name, *stashed.args, **stashed.kwargs)
