@@ -34,6 +34,7 @@ from fgnn.outputs import (check_inputs, check_outputs, lock_outputs, output_path
                           write_outputs)
 from fgnn.raystart import (explicit_token_auth, init_local, init_with_dashboard, join_errors,
                            local_system_config, token_auth_enabled, token_hint)
+from fgnn.raystart import shutdown as shutdown_ray
 from fgnn.sampling import Sampler
 from fgnn.sigterm import interrupt_on_sigterm
 
@@ -399,13 +400,14 @@ class Job:
             raise
         finally:
             with self.timeline.phase("shutdown"):
+                if self.config.report:  # the plot's imports, while Ray shuts down
+                    from fgnn.monitor.plot import preload
+                    preload()
                 if watch is not None:
                     watch.stop()  # ray.shutdown ends the raylet too
                 progress.close()
                 if started:
-                    import ray
-
-                    ray.shutdown()
+                    shutdown_ray()
                 if reaper is not None:
                     reaper.stop()
                 restore_sigterm()

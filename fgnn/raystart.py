@@ -1,7 +1,7 @@
 """Starting a local Ray for a job: token authentication stated explicitly, an optional dashboard,
 and larger inline objects.
 
-Four things Ray does on a plain ``ray.init()`` that a training job should not inherit:
+Five things Ray does on a plain ``ray.init()`` that a training job should not inherit:
 
 * With ``RAY_AUTH_MODE`` unset, Ray turns token authentication on for a new local cluster and
   logs a WARNING saying so on every run. :func:`explicit_token_auth` turns it on the same way
@@ -25,19 +25,31 @@ Four things Ray does on a plain ``ray.init()`` that a training job should not in
   :func:`init_local` starts a local node on :data:`LOOPBACK` instead, so every port of the job
   listens on loopback only (``tests/adversarial/test_ray_endpoints.py`` checks each one); only
   the dashboard itself follows ``--dashboard-host``.
+* A plain ``ray.init`` starts a node's processes one after the other, on the critical path of
+  every job: the API server (the dashboard) is started and waited for before the raylet, the
+  driver imports the dashboard's whole dependency tree (aiohttp, opentelemetry, pydantic) only
+  to learn that it is installed, and a log monitor starts that forwards worker output to
+  drivers which, in fgnn, ask for none. :func:`init_local` starts the API server alongside the
+  raylet unless the machine is busy (waited for before ``ray.init``'s return is handed on),
+  checks the dependencies by looking them up, and leaves the log monitor out
+  (:func:`_lean_node`); :func:`shutdown` does not wait a second for the autoscaler monitor.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
            "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
-           "local_system_config", "retry_startup", "startup_timed_out", "RayStartError",
-           "GCS_PORT_WAIT_S", "local_head_node", "local_node_processes"]
+           "local_system_config", "retry_startup", "shutdown", "startup_timed_out",
+           "RayStartError",
+           "GCS_PORT_WAIT_S", "ALONGSIDE_LOAD_PER_CORE", "local_head_node",
+           "local_node_processes"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
@@ -49,6 +61,10 @@ LOOPBACK = "127.0.0.1"
 #: Environment variable that selects Ray's authentication mode (``token`` or ``disabled``).
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
+#: A local node's API server starts alongside its raylet below this 1-minute load average per
+#: core (on a first try; above it, and on the retry, Ray starts it first and waits for it).
+ALONGSIDE_LOAD_PER_CORE = 2.0
+
 #: Seconds a local start waits for the GCS to come up (Ray's default is 30).
 GCS_PORT_WAIT_S = 120
 #: Ray's variable for that wait (a value the user set is left as it is).
@@ -57,6 +73,9 @@ GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
 _STARTUP_TIMEOUTS = ("timed out during startup", "while waiting for node to startup")
 
 T = TypeVar("T")
+
+# Ray's name of a node's autoscaler monitor process (ray_constants.PROCESS_TYPE_MONITOR).
+_MONITOR = "monitor"
 
 # Ray's loggers whose records about a failed dashboard start are replaced by one fgnn line.
 _DASHBOARD_LOGGER = "ray._private.services"
@@ -132,6 +151,23 @@ def local_node_processes() -> Optional[set[int]]:
     pids = {int(info.process.pid) for infos in node.all_processes.values() for info in infos
             if getattr(info, "process", None) is not None}
     return pids
+
+
+def shutdown() -> None:
+    """``ray.shutdown()``, with the autoscaler monitor of the local node this process started
+    killed first: it does not exit on Ray's SIGTERM, and Ray waits a whole second for it
+    before it kills it (a second of every job's shutdown; the monitor keeps no state)."""
+    import ray
+
+    node = local_head_node()
+    for info in (node.all_processes.get(_MONITOR, ()) if node is not None else ()):
+        process = getattr(info, "process", None)
+        if process is not None and process.poll() is None:
+            try:
+                process.kill()
+            except OSError:
+                pass
+    ray.shutdown()
 
 
 def token_auth_enabled() -> bool:
@@ -313,11 +349,137 @@ def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> An
     """
     import ray
 
+    tries: list[int] = []
+
     def start() -> Any:
-        with _loopback_node(), _patient_gcs():
-            return ray.init(_node_ip_address=LOOPBACK, **kwargs)
+        # the API server alongside the raylet on a first try on a machine not too busy only:
+        # else it would take the CPU the raylet needs to register within Ray's fixed 30 s
+        alongside = not tries and _cpu_to_spare()
+        tries.append(1)
+        with _loopback_node(), _patient_gcs(), _lean_node(alongside) as api_server:
+            try:
+                ctx = ray.init(_node_ip_address=LOOPBACK, **kwargs)
+            except BaseException:
+                api_server.join()  # its process is the node's before the node is stopped
+                raise
+        api_server.join(raise_error=True)
+        if getattr(ctx, "dashboard_url", None) is None and api_server.url:
+            ctx.dashboard_url = api_server.url  # known once the API server is up
+        return ctx
 
     return retry_startup(start, say)
+
+
+#: The modules ``ray.dashboard.optional_deps`` imports to learn that the dashboard can start.
+_DASHBOARD_MODULES = ("aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry",
+                      "opentelemetry.exporter.prometheus", "opentelemetry.proto",
+                      "prometheus_client", "pydantic")
+
+
+def dashboard_dependency_error() -> Optional[ImportError]:
+    """Ray's ``get_dashboard_dependency_error`` by looking the modules up instead of importing
+    them (an import of aiohttp, opentelemetry and pydantic in the driver, about a second of CPU,
+    only to learn that they are installed): None when every module the dashboard needs is
+    found, else the ImportError naming the first one missing."""
+    for name in _DASHBOARD_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return ImportError(f"No module named {name!r}", name=name)
+    return None
+
+
+class _ApiServerStart:
+    """The node's API server (the dashboard) starting in a thread of its own, alongside the
+    raylet, while ``ray.init`` goes on (:func:`_lean_node`)."""
+
+    def __init__(self) -> None:
+        self.thread: Optional[threading.Thread] = None
+        self.node: Any = None
+        self.error: Optional[BaseException] = None
+
+    def start(self, start: Callable[[], Any], node: Any) -> None:
+        """Run ``start()`` (Ray's ``Node.start_api_server``) in a thread."""
+        def run() -> None:
+            try:
+                start()
+            except BaseException as err:  # handed to the caller of ray.init by join
+                self.error = err
+
+        self.node = node
+        self.thread = threading.Thread(target=run, name="fgnn-api-server-start", daemon=True)
+        self.thread.start()
+
+    def join(self, raise_error: bool = False) -> None:
+        """Wait until the API server is up or has failed (Ray gives it
+        ``RAY_DASHBOARD_STARTUP_TIMEOUT_S``); with ``raise_error``, raise its failure."""
+        if self.thread is not None:
+            self.thread.join()
+        if raise_error and self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    @property
+    def url(self) -> Optional[str]:
+        """The dashboard URL Ray recorded (None before it is up, or without a dashboard)."""
+        return getattr(self.node, "webui_url", None) or None
+
+
+def _cpu_to_spare() -> bool:
+    """Whether the machine is not too busy to start the API server alongside the raylet: a
+    1-minute load average below :data:`ALONGSIDE_LOAD_PER_CORE` per core (True where the system
+    does not say)."""
+    try:
+        return os.getloadavg()[0] < ALONGSIDE_LOAD_PER_CORE * (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return True
+
+
+@contextmanager
+def _lean_node(alongside: bool = True) -> Iterator[_ApiServerStart]:
+    """While ``ray.init`` starts a local node: with ``alongside``, start its API server in a
+    thread alongside the raylet (the caller joins the yielded :class:`_ApiServerStart` after
+    ``ray.init``; without, Ray starts it before the raylet and waits for it), check the
+    dashboard's dependencies by lookup (:func:`dashboard_dependency_error`), and leave out the
+    log monitor (it forwards worker output to drivers, and fgnn's drivers ask for none:
+    ``log_to_driver=False``; the dashboard reads the log files through its agent).
+
+    A Ray whose private hooks moved is left as it is (each hook is checked on its own).
+    """
+    api = _ApiServerStart()
+    patches: list[tuple[Any, str, Any]] = []
+    try:
+        import ray._private.utils as ray_utils
+        from ray._private.node import Node
+    except ImportError:
+        yield api
+        return
+    if hasattr(ray_utils, "get_dashboard_dependency_error"):
+        patches.append((ray_utils, "get_dashboard_dependency_error",
+                        dashboard_dependency_error))
+    start_api_server = getattr(Node, "start_api_server", None)
+    if alongside and start_api_server is not None:
+        def start_alongside(node: Any, *args: Any, **kwargs: Any) -> None:
+            api.start(lambda: start_api_server(node, *args, **kwargs), node)
+        patches.append((Node, "start_api_server", start_alongside))
+    node_init = Node.__init__
+
+    def lean_init(node: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("head", args[0] if args else False) and \
+                hasattr(ray_params, "include_log_monitor"):
+            ray_params.include_log_monitor = False
+        node_init(node, ray_params, *args, **kwargs)
+    patches.append((Node, "__init__", lean_init))
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    for obj, name, value in patches:
+        setattr(obj, name, value)
+    try:
+        yield api
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
 
 
 @contextmanager

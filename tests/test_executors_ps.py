@@ -226,6 +226,44 @@ def test_a_push_may_claim_the_next_slot_in_the_same_call():
     assert ps.ledger()["applied"] == {0: 1, 1: 1, 2: 1}
 
 
+def test_a_trainer_asks_for_its_next_slot_once_its_prefetch_brought_the_task():
+    """The pipelined Trainer asks, at the push, whether it holds its next task: the prefetch
+    runs during the forward and backward passes, so the answer is taken then, not when the
+    prefetch was just submitted (then it was always no, and every task paid a claim call)."""
+    import threading
+    import time
+    import types
+
+    from fgnn.executors.trainer import TrainerExecutor
+
+    tasks = iter(range(3))
+    computing, fetched = threading.Event(), threading.Event()
+
+    def fetch(epoch, generation, plan):
+        computing.wait(5)  # the next task arrives while the current one computes
+        computing.clear()
+        fetched.set()
+        task = next(tasks, None)
+        return None if task is None else types.SimpleNamespace(task_id=task)
+
+    asked = []
+
+    def step(batch, has_next=lambda: False):
+        fetched.clear()
+        computing.set()
+        fetched.wait(5)  # forward and backward, during which the prefetch returns
+        time.sleep(0.05)
+        asked.append(has_next())
+        return types.SimpleNamespace(stall_s=0.0)
+
+    trainer = types.SimpleNamespace(name="t", device=torch.device("cpu"), exchange=None,
+                                    _fetch=fetch, _ack=lambda task, rec: None,
+                                    _stop=threading.Event())
+    computing.set()  # the first fetch does not wait
+    batches, _ = TrainerExecutor._run_pipelined(trainer, step, 0, 0, None)
+    assert batches == 3 and asked == [True, True, False]  # the last has no next task
+
+
 @pytest.mark.parametrize("checked", [True, False])
 def test_a_claim_from_a_dead_incarnation_cannot_block_the_step(monkeypatch, checked):
     """A Trainer dies while its claim call waits on the server; the runtime releases its slots;

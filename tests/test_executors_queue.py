@@ -138,6 +138,25 @@ def _lin() -> torch.nn.Module:
     return torch.nn.Linear(3, 2)
 
 
+def test_an_executor_waits_in_the_store_for_arguments_still_on_their_way():
+    """The driver creates an executor's actor without waiting for its arguments to reach the
+    store: the executor's ``get_args`` waits for them (and names what never came)."""
+    from fgnn.executors._argstore import QueueService
+
+    async def body():
+        store = QueueService()
+        early = asyncio.ensure_future(store.get_args("fgnn-trainer-1", timeout_s=5.0))
+        await asyncio.sleep(0.05)
+        assert not early.done()  # the process is up before its arguments
+        await store.put_args("fgnn-trainer-1", ["ref"])
+        assert await early == ["ref"]
+        assert await store.get_args("fgnn-trainer-1", timeout_s=0.0) == ["ref"]  # a restart
+        with pytest.raises(KeyError, match="fgnn-sampler-0"):
+            await store.get_args("fgnn-sampler-0", timeout_s=0.05)
+
+    run(body())
+
+
 def test_flatten_roundtrip():
     m = _lin()
     ps = list(m.parameters())

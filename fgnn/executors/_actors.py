@@ -59,7 +59,8 @@ def stash_args(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Send an executor's constructor arguments to the store (:class:`QueueService`), boxed in
     a ref of the store's kind (``ray.put``, or an in-process ref: :func:`host.put
     <fgnn.executors.host.put>`); returns the call's ref, to wait on (together with the others,
-    :func:`wait_stashed`) before :func:`make_actor`."""
+    :func:`wait_stashed`). The actor may be created before they arrive (:func:`make_actor`):
+    it waits for them in the store."""
     boxed = [host.put((args, kwargs), host.is_inline(store))]
     return store.put_args.remote(name, boxed)
 
@@ -76,10 +77,11 @@ def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, store: An
     None (a job without Ray), an in-process actor of the driver.
 
     ``cls(*args, **kwargs)`` runs inside the actor, with the arguments :func:`stash_args` left
-    in ``store`` (which must have them before the actor starts: see :func:`wait_stashed`); the
+    in ``store`` (where the actor waits for them should it start before they arrive); the
     actor is created with its name and the store's handle alone, so a restart re-reads them
     from there. Creation returns at once: the processes of several executors start
-    concurrently. ``transport`` is a Sampler's sample transport (:func:`remote_options`).
+    concurrently, while their arguments travel. ``transport`` is a Sampler's sample transport
+    (:func:`remote_options`).
     """
     if pg is None:
         return InlineActor(_fetched(cls), name, name, store)

@@ -7,14 +7,17 @@ torch, so that actor process starts without it.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fgnn.executors.queue import GlobalQueue
 
-__all__ = ["ARGS_ACTOR", "QueueService"]
+__all__ = ["ARGS_ACTOR", "ARGS_WAIT_S", "QueueService"]
 
 #: Name of the actor that keeps the executors' constructor arguments: the global queue.
 ARGS_ACTOR = "fgnn-queue"
+#: Seconds an executor waits in the store for its arguments (sent before its actor is created).
+ARGS_WAIT_S = 300.0
 
 
 class QueueService(GlobalQueue):
@@ -33,12 +36,28 @@ class QueueService(GlobalQueue):
         super().__init__(maxsize)
         self._stored_args: dict[str, list[Any]] = {}
 
-    def put_args(self, name: str, boxed: list[Any]) -> None:
+    async def put_args(self, name: str, boxed: list[Any]) -> None:
         """Store ``[ref]``, ``ref`` a ref of ``(args, kwargs)``: an ObjectRef, or an in-process
         ref in a job without Ray (boxed: Ray passes a nested ref through instead of resolving
         it, so this process never loads the arguments)."""
         self._stored_args[name] = boxed
+        await self._notify()
 
-    def get_args(self, name: str) -> list[Any]:
-        """The boxed ref stored under ``name``."""
+    async def get_args(self, name: str, timeout_s: float = ARGS_WAIT_S) -> list[Any]:
+        """The boxed ref stored under ``name``, waiting up to ``timeout_s`` for it: the driver
+        creates an executor's actor without waiting for its :meth:`put_args` to arrive, so the
+        executor's process starts while the arguments travel.
+
+        Raises:
+            KeyError: nothing was stored under ``name`` within ``timeout_s``.
+        """
+        if name not in self._stored_args:
+            cond = self._condition()
+            async with cond:
+                try:
+                    await asyncio.wait_for(cond.wait_for(lambda: name in self._stored_args),
+                                           timeout_s)
+                except asyncio.TimeoutError:
+                    raise KeyError(f"no constructor arguments for {name!r} reached the store "
+                                   f"within {timeout_s:g}s") from None
         return self._stored_args[name]

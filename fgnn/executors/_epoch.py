@@ -213,10 +213,12 @@ class EpochCoordinator:
         ready = []
         if refs:
             ready, _ = host.wait(refs, num_returns=1, timeout=_POLL_S)
+        returned = False  # a Trainer's run_epoch: most often the pass is complete
         for r in ready:
+            returned = returned or r in ep.running
             self._collect(ep, r)
         now = time.perf_counter()
-        if now - ep.last_poll < _POLL_S and ready:
+        if now - ep.last_poll < _POLL_S and ready and not returned:
             return False
         ep.last_poll = now
         return self._poll(ep, now)

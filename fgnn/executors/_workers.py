@@ -221,13 +221,14 @@ class WorkerGroup:
                 p = self._new_trainer(d, sum(1 for r, _ in want[:i] if r == "trainer"), role)
             execs.append(p.exec)
             pending.append(p)
-        # every executor's arguments are in the store (one wait for all), then every actor is
-        # created at once: their processes start concurrently
-        wait_stashed([p.stashed for p in pending])
+        # every actor is created at once, while the arguments travel to the store (an executor
+        # whose process is up first waits for them there): their processes start concurrently;
+        # then one wait for all the arguments, which raises a failed send here
         sv = self.services
         for p in pending:
             p.exec.handle = make_actor(p.cls, p.exec.name, sv.pg, p.exec.device, p.gpu,
                                        sv.queue, p.transport)
+        wait_stashed([p.stashed for p in pending])
         self.execs = execs
         self._pending = [p.exec.handle.ready.remote() for p in pending]
         return [p.exec for p in pending]

@@ -310,9 +310,9 @@ class Runtime:
                 self._teardown()
                 torch.set_num_threads(threads)
                 if self._started_ray:
-                    import ray
+                    from fgnn.raystart import shutdown as shutdown_ray
 
-                    ray.shutdown()
+                    shutdown_ray()
 
     def load_resume(self) -> int:
         """With ``train.resume``, read and check the checkpoint; returns the first epoch to run

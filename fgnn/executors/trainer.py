@@ -25,6 +25,7 @@ leases back in the queue.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -100,6 +101,16 @@ def checked_step(loss: torch.Tensor, grads: list[torch.Tensor], epoch: int, task
     if not ok:
         raise NonFiniteLoss(epoch, task_id, value)
     return grad, value
+
+
+def _no_next() -> bool:
+    return False
+
+
+def _holds_task(fetch: Future) -> bool:
+    """Whether the prefetch ``fetch`` has brought a next task by now (done, with a batch; a
+    failed fetch raises where its result is taken, not here)."""
+    return fetch.done() and fetch.exception() is None and fetch.result() is not None
 
 
 def _first_line(err: BaseException) -> str:
@@ -484,16 +495,17 @@ class TrainerExecutor:
         grad, value = checked_step(loss, grads, epoch, batch.task_id, to_host)
         return torch.tensor(value), grad
 
-    def _train(self, epoch: int, batch: _Batch, has_next: bool = False
+    def _train(self, epoch: int, batch: _Batch, has_next: Callable[[], bool] = _no_next
                ) -> Optional[TaskRecord]:
         """Claim a slot, forward, backward, push the gradient (None: stopped before a slot).
 
-        ``has_next``: this Trainer already holds its next task, so the push may also claim a
-        slot for it."""
+        ``has_next()``: whether this Trainer holds its next task by now, so the push may also
+        claim a slot for it (one round trip less per task). It is asked just before the push,
+        after the forward and backward passes, which its prefetch had to fetch the task in."""
         if self.exchange is not None:
             return self.exchange.train(epoch, batch.task_id, int(batch.labels.numel()),
                                        batch.rec, lambda: self._backward(epoch, batch)[0],
-                                       self._stop, self.faults.delay_s, has_next)
+                                       self._stop, self.faults.delay_s, has_next())
         t0 = time.perf_counter()
         waited = self._claim()
         if waited is None:
@@ -505,7 +517,7 @@ class TrainerExecutor:
         t2 = time.perf_counter()
         reply = host.get(self.ps.step.remote(epoch, batch.task_id, grad, self.name,
                                             int(batch.labels.numel()),
-                                            self._version if has_next else None,
+                                            self._version if has_next() else None,
                                             self._incarnation, time.time()))
         applied, self._next_claim = reply.applied, reply.claim
         if applied and self.faults.crash_after_apply and not _reconstructed():
@@ -583,7 +595,7 @@ class TrainerExecutor:
         generation, saved = self._begin_run(epoch, plan, weights)
         meter = StepMemoryMeter(self.model, self.device, policy is None) if measure else None
 
-        def step(b: _Batch, has_next: bool = False) -> Optional[TaskRecord]:
+        def step(b: _Batch, has_next: Callable[[], bool] = _no_next) -> Optional[TaskRecord]:
             run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
                    else (lambda x: self._score(x, plan)))
             return run(b) if meter is None else meter.run(run, b)
@@ -631,7 +643,7 @@ class TrainerExecutor:
                 nxt = pool.submit(self._fetch, epoch, generation, plan)
                 if self.exchange is not None and plan is None:  # its slot, while this computes
                     nxt.add_done_callback(self.exchange.prefetched)
-                rec = step(batch, nxt.done() and nxt.result() is not None)
+                rec = step(batch, functools.partial(_holds_task, nxt))
                 if rec is None:
                     break
                 rec.stall_s = stall

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -27,7 +28,7 @@ from fgnn.atomic import atomic_open
 from fgnn.monitor.stats import early_stop_message
 from fgnn.monitor.summary import cache_policy, metric_name, plural, timing_text
 
-__all__ = ["plot_report", "report_figure", "report_title"]
+__all__ = ["plot_report", "preload", "report_figure", "report_title"]
 
 _STAGES = (  # (label, getter, colour)
     ("Sample: S", lambda e: e["sample_s"]["S"], "#1f77b4"),
@@ -249,6 +250,23 @@ def report_figure(report: Mapping[str, Any]) -> Any:
     return fig
 
 
+def preload() -> threading.Thread:
+    """Import matplotlib's figure and Agg canvas in a background thread (about a second of CPU):
+    a job starts it while it waits for something else (Ray's shutdown), so that the plot it
+    draws next does not wait for the import. Returns the started daemon thread."""
+    def load() -> None:
+        try:
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
+            import matplotlib.ticker  # noqa: F401
+        except ImportError:  # the plot says so when it is drawn
+            pass
+
+    thread = threading.Thread(target=load, name="fgnn-plot-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 def plot_report(report: Mapping[str, Any], path: Union[str, os.PathLike]) -> Path:
     """Draw ``report`` (see :func:`report_figure`) to a PNG at ``path`` (atomically).
 
@@ -260,6 +278,7 @@ def plot_report(report: Mapping[str, Any], path: Union[str, os.PathLike]) -> Pat
         The PNG path.
     """
     fig = report_figure(report)
+    fig.set_layout_engine("none")  # laid out above: the render keeps it (no second layout)
     path = Path(path)
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format="png")
