@@ -35,7 +35,11 @@ def _fetched(cls: type) -> type:
     (:class:`QueueService`) and fetches the arguments of ``cls.__init__`` from the store (top-level
     refs resolved, as Ray would). Made once per class."""
 
-    def __init__(self: Any, name: str, store: Any) -> None:
+    def __init__(self: Any, name: str, store: Any = None) -> None:
+        if store is None:  # a Ray actor: created with its name alone, it looks the store up
+            import ray
+
+            store = ray.get_actor(ARGS_ACTOR)
         [ref] = host.get(store.get_args.remote(name))
         args, kwargs = host.get(ref)
         args = [host.resolve(a) for a in args]
@@ -89,7 +93,9 @@ def make_actor(cls: type, name: str, pg: Any, bundle: int, gpu: float, store: An
 
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
     actor_cls = _actor_class(cls, float(gpu), transport)
-    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name, store)
+    # the name alone: a handle among an actor's creation arguments makes Ray warn that a
+    # restart may fail (ray-project/ray#53727); the actor looks the store up by name
+    return actor_cls.options(name=name, scheduling_strategy=strategy).remote(name)
 
 
 def tensor_transport_supported() -> bool:
