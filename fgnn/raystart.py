@@ -29,7 +29,7 @@ Five things Ray does on a plain ``ray.init()`` that a training job should not in
   every job: the API server (the dashboard) is started and waited for before the raylet, the
   driver imports the dashboard's whole dependency tree (aiohttp, opentelemetry, pydantic) only
   to learn that it is installed, and a log monitor starts that forwards worker output to
-  drivers which, in fgnn, ask for none. :func:`init_local` starts the API server alongside the
+  drivers, which in fgnn ask for none (``log_to_driver=False``). :func:`init_local` starts the API server alongside the
   raylet unless the machine is busy (waited for before ``ray.init``'s return is handed on),
   checks the dependencies by looking them up, and leaves the log monitor out
   (:func:`_lean_node`); :func:`shutdown` does not wait a second for the autoscaler monitor.
@@ -334,7 +334,10 @@ def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> An
     """``ray.init(**kwargs)`` of a new local node on :data:`LOOPBACK`: Ray's processes listen
     on loopback only (the dashboard on its ``dashboard_host``). A start that times out on a
     loaded machine is tried once more (:func:`retry_startup`), and the GCS gets
-    :data:`GCS_PORT_WAIT_S` to come up unless ``RAY_gcs_server_port_wait_time_s`` says.
+    :data:`GCS_PORT_WAIT_S` to come up unless ``RAY_gcs_server_port_wait_time_s`` says. The
+    node is a lean one (:func:`_lean_node`): its API server starts alongside the raylet on a
+    first try below :data:`ALONGSIDE_LOAD_PER_CORE`, and without ``log_to_driver`` it has no
+    log monitor.
 
     Args:
         say: prints the retry's line (default: standard output).
@@ -356,7 +359,9 @@ def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> An
         # else it would take the CPU the raylet needs to register within Ray's fixed 30 s
         alongside = not tries and _cpu_to_spare()
         tries.append(1)
-        with _loopback_node(), _patient_gcs(), _lean_node(alongside) as api_server:
+        # the log monitor only for a driver that asks for its executors' output
+        log_monitor = bool(kwargs.get("log_to_driver", True))
+        with _loopback_node(), _patient_gcs(), _lean_node(alongside, log_monitor) as api_server:
             try:
                 ctx = ray.init(_node_ip_address=LOOPBACK, **kwargs)
             except BaseException:
@@ -438,13 +443,15 @@ def _cpu_to_spare() -> bool:
 
 
 @contextmanager
-def _lean_node(alongside: bool = True) -> Iterator[_ApiServerStart]:
+def _lean_node(alongside: bool = True, log_monitor: bool = False
+               ) -> Iterator[_ApiServerStart]:
     """While ``ray.init`` starts a local node: with ``alongside``, start its API server in a
     thread alongside the raylet (the caller joins the yielded :class:`_ApiServerStart` after
     ``ray.init``; without, Ray starts it before the raylet and waits for it), check the
-    dashboard's dependencies by lookup (:func:`dashboard_dependency_error`), and leave out the
-    log monitor (it forwards worker output to drivers, and fgnn's drivers ask for none:
-    ``log_to_driver=False``; the dashboard reads the log files through its agent).
+    dashboard's dependencies by lookup (:func:`dashboard_dependency_error`), and, without
+    ``log_monitor``, leave out the log monitor (it forwards worker output to drivers, and
+    fgnn's drivers ask for none: ``log_to_driver=False``; the dashboard reads the log files
+    through its agent).
 
     A Ray whose private hooks moved is left as it is (each hook is checked on its own).
     """
@@ -467,7 +474,7 @@ def _lean_node(alongside: bool = True) -> Iterator[_ApiServerStart]:
     node_init = Node.__init__
 
     def lean_init(node: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("head", args[0] if args else False) and \
+        if not log_monitor and kwargs.get("head", args[0] if args else False) and \
                 hasattr(ray_params, "include_log_monitor"):
             ray_params.include_log_monitor = False
         node_init(node, ray_params, *args, **kwargs)

@@ -90,14 +90,16 @@ def test_a_dashboard_that_fails_alongside_is_left_out_of_a_restart(monkeypatch):
     assert ctx.dashboard_url is None
 
 
-def test_the_log_monitor_is_left_out_of_a_head_node(monkeypatch):
+def test_the_log_monitor_is_left_out_of_a_head_node_whose_driver_takes_no_output(monkeypatch):
     built = []
     monkeypatch.setattr(Node, "__init__", lambda self, ray_params, head=False, **kw:
                         built.append((head, ray_params.include_log_monitor)))
     with raystart._lean_node():
         Node(ray_params=types.SimpleNamespace(include_log_monitor=None), head=True)
         Node(types.SimpleNamespace(include_log_monitor=None), head=False)
-    assert built == [(True, False), (False, None)]
+    with raystart._lean_node(log_monitor=True):
+        Node(ray_params=types.SimpleNamespace(include_log_monitor=None), head=True)
+    assert built == [(True, False), (False, None), (True, None)]
 
 
 def test_dashboard_dependencies_are_looked_up_not_imported(monkeypatch):
