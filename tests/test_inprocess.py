@@ -172,7 +172,8 @@ def test_an_executor_error_in_this_process_stops_the_job_and_its_threads(tmp_pat
 
 
 def _fgnn_threads() -> list[str]:
-    """The job's threads (executors, prefetch); not the process's one shared host-gather pool
-    (``fgnn-gather``, made once per process and reused by every job, as torch's own pools)."""
-    return [t.name for t in threading.enumerate()
-            if t.name.startswith("fgnn-") and not t.name.startswith("fgnn-gather")]
+    """The job's threads (executors, prefetch); not the process's shared pools of
+    :mod:`fgnn.threads` (``fgnn-gather``, ``fgnn-sample``: made once per process and reused by
+    every job, as torch's own pools)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("fgnn-")
+            and not t.name.startswith(("fgnn-gather", "fgnn-sample"))]

@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "cache", "sampling"),
     ("data",),                              # loaders, converters, on-disk; homogeneous, typed
     ("graph", "config", "flags", "atomic", "raystart", "raylet_watch", "_lazy", "causes",
-     "sigterm", "reaper", "subsets"),
+     "sigterm", "reaper", "subsets", "threads"),
 )
 
 #: Imports (importer, imported) allowed against the rules (none: an exception is named here

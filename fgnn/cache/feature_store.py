@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -51,6 +50,7 @@ import torch
 from fgnn.cache.placement import Placement, bits_dtype, hot_order
 from fgnn.cache.source import FeatureSource
 from fgnn.sampling.base import Sample
+from fgnn.threads import shared_pool
 
 __all__ = ["FeatureCache", "FeatureStore", "TensorSource", "TierStats", "load_cache",
            "num_cached_rows", "as_source", "extract_threads", "fill_rows", "upload",
@@ -67,9 +67,6 @@ FILL_CHUNK_BYTES = 64 << 20
 #: Most threads a host gather uses.
 MAX_EXTRACT_THREADS = 8
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
 
 def extract_threads() -> int:
     """Threads for host-side gathers: the CPUs this process may use, at most
@@ -80,16 +77,6 @@ def extract_threads() -> int:
     except AttributeError:  # not on Linux
         cpus = os.cpu_count() or 1
     return max(1, min(MAX_EXTRACT_THREADS, cpus))
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """The process's shared gather pool of ``threads`` workers (made once per size)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(threads)
-        if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(threads,
-                                                        thread_name_prefix="fgnn-gather")
-        return pool
 
 
 def _row_chunks(k: int, row_bytes: int, threads: int) -> list[slice]:
@@ -109,7 +96,7 @@ def _gather_rows(rows: torch.Tensor, pos: torch.Tensor, threads: int) -> torch.T
     if len(parts) == 1:
         torch.index_select(rows, 0, pos, out=out)
     else:
-        list(_pool(int(threads)).map(
+        list(shared_pool("gather", int(threads)).map(
             lambda s: torch.index_select(rows, 0, pos[s], out=out[s]), parts))
     return out
 
@@ -197,7 +184,7 @@ class TensorSource:
         if len(parts) == 1:
             self._take(idx, out)
         else:
-            list(_pool(int(threads)).map(lambda s: self._take(idx[s], out[s]), parts))
+            list(shared_pool("gather", int(threads)).map(lambda s: self._take(idx[s], out[s]), parts))
         return out
 
     def _take(self, idx: torch.Tensor, out: torch.Tensor) -> None:

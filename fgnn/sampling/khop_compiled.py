@@ -32,11 +32,12 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import numpy as np
 import torch
+
+from fgnn.threads import shared_pool
 
 __all__ = ["MIN_EDGES", "available", "remap_compiled", "uniform_compiled"]
 
@@ -51,7 +52,6 @@ _lock = threading.Lock()
 _kernels: Optional[dict[str, Any]] = None
 _failed: Optional[str] = None
 _found: Optional[bool] = None
-_pool: Optional[ThreadPoolExecutor] = None
 
 
 def available() -> bool:
@@ -132,11 +132,8 @@ def _pool_map(fill: Any, indices: np.ndarray, start: np.ndarray, deg: np.ndarray
               cnt: np.ndarray, k: int, seeds: list[int], parts: list[tuple[int, int]],
               nbr: np.ndarray, dst: np.ndarray) -> None:
     """Run ``fill`` over the row ranges ``parts`` on the shared thread pool (GIL released)."""
-    global _pool
-    with _lock:
-        if _pool is None or _pool._max_workers < len(parts):  # noqa: SLF001 - grow once
-            _pool = ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="fgnn-sample")
-    futures = [_pool.submit(fill, indices, start, deg, cnt, k, s, lo, hi, nbr, dst)
+    pool = shared_pool("sample", len(parts))
+    futures = [pool.submit(fill, indices, start, deg, cnt, k, s, lo, hi, nbr, dst)
                for s, (lo, hi) in zip(seeds, parts)]
     for f in futures:
         f.result()
