@@ -295,3 +295,37 @@ def test_a_claim_from_a_dead_incarnation_cannot_block_the_step(monkeypatch, chec
         assert ps.try_claim("b", incarnation=1) is None   # ...so b gets none
         ps.step(0, 0, g, "a", incarnation=2)
         assert ps.ledger()["steps"] == 0              # and the step waits for a dead caller
+
+
+def test_the_server_answers_before_its_optimizer_is_built_and_its_first_step_waits(monkeypatch):
+    """Adam's first construction imports torch._dynamo (seconds): the server is built without
+    waiting for it, and its first step uses it once it exists, the same step as ever."""
+    import threading
+
+    from fgnn.executors import ps as ps_module
+
+    release, started = threading.Event(), threading.Event()
+    real = ps_module._adam
+
+    def slow_adam(*args):
+        started.set()
+        assert release.wait(10), "the test never released the optimizer"
+        return real(*args)
+
+    monkeypatch.setattr(ps_module, "_adam", slow_adam)
+    x, y = _data(6)
+    ps = ParameterServer(_model(), lr=0.05)            # returns while Adam is being built
+    assert started.wait(10) and not ps._optimizer.done()
+    ps.begin_epoch(0, tasks=1, group=1)
+    claim = ps.try_claim("t")
+    assert claim.version == 0
+    grad = _grad(_model(), claim.weights, x, y)
+    threading.Timer(0.2, release.set).start()
+    assert ps.step(0, 0, grad, "t", seeds=6).applied  # waits for the optimizer, then steps
+    assert torch.allclose(ps.weights()[1], _single_step(x, y, lr=0.05), atol=1e-6)
+
+
+def test_a_resumed_optimizer_state_that_does_not_fit_fails_the_constructor():
+    other = torch.optim.Adam(nn.Linear(2, 2).parameters())
+    with pytest.raises(ValueError, match="parameter group"):
+        ParameterServer(_model(), lr=0.05, optimizer_state=other.state_dict())

@@ -26,6 +26,7 @@ from fgnn.config import JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, Tr
 from fgnn.executors.host import uses_ray
 from fgnn.job import Job
 from fgnn.report import ReportError, load_report, validate_report
+from fgnn.threads import THREAD_PREFIX
 from test_training import toy_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,7 +174,7 @@ def test_an_executor_error_in_this_process_stops_the_job_and_its_threads(tmp_pat
 
 def _fgnn_threads() -> list[str]:
     """The job's threads (executors, prefetch); not the process's shared pools of
-    :mod:`fgnn.threads` (``fgnn-gather``, ``fgnn-sample``: made once per process and reused by
-    every job, as torch's own pools)."""
+    :mod:`fgnn.threads` (made once per process and reused by every job, as torch's own
+    pools)."""
     return [t.name for t in threading.enumerate() if t.name.startswith("fgnn-")
-            and not t.name.startswith(("fgnn-gather", "fgnn-sample"))]
+            and not t.name.startswith(THREAD_PREFIX)]

@@ -15,7 +15,7 @@ def test_a_pool_is_made_once_per_purpose_and_size_and_names_its_threads():
     assert shared_pool("test-b", 2) is not a
     assert shared_pool("test-a", 3) is not a
     names = set(a.map(lambda _: threading.current_thread().name, range(8)))
-    assert names and all(n.startswith("fgnn-test-a") for n in names)
+    assert names and all(n.startswith("fgnn-pool-test-a") for n in names)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])

@@ -30,12 +30,14 @@ from __future__ import annotations
 import copy
 import time
 from collections import Counter
+from concurrent.futures import Future
 from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from fgnn.executors.exactly_once import TaskLedger
+from fgnn.threads import shared_pool
 
 __all__ = ["ParameterServer", "Claim", "StepReply", "flatten", "step_wait", "unflatten_into"]
 
@@ -137,9 +139,18 @@ class ParameterServer:
         torch.set_num_threads(1)
         self.model = model.cpu()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, weight_decay=weight_decay)
-        if optimizer_state is not None:
-            self.optimizer.load_state_dict(copy.deepcopy(optimizer_state))
+        # Adam's first construction in a process imports torch._dynamo (about 2 CPU-s), which
+        # would keep the server from answering ready until then: a fresh one is built on a
+        # thread while the job starts, and the first step (or state) waits for it. A resumed
+        # one is built here, so a state that does not fit the model fails the constructor.
+        self._optimizer: Future[torch.optim.Adam]
+        if optimizer_state is None:
+            self._optimizer = shared_pool("optimizer", 1).submit(
+                _adam, self.params, lr, weight_decay, None)
+        else:
+            self._optimizer = Future()
+            self._optimizer.set_result(
+                _adam(self.params, lr, weight_decay, copy.deepcopy(optimizer_state)))
         self.version = 0
         self._flat = flatten(self.params)
         self._cond: Any = None  # asyncio.Condition of the actor's event loop, made on first use
@@ -151,6 +162,12 @@ class ParameterServer:
         # applied > 1 means a gradient was applied twice.
         self._tasks = TaskLedger()
         self._reset_step()
+
+    @property
+    def optimizer(self) -> torch.optim.Adam:
+        """The server's Adam (waits for its construction on the first call; raises what the
+        construction raised, e.g. an optimizer state that does not fit the model)."""
+        return self._optimizer.result()
 
     @property
     def epoch(self) -> int:
@@ -378,3 +395,12 @@ class ParameterServer:
         return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()),
                 "version": self.version}
+
+
+def _adam(params: list[nn.Parameter], lr: float, weight_decay: float,
+          state: Optional[dict]) -> torch.optim.Adam:
+    """Adam over ``params``, resumed from ``state`` when given (a copy the server owns)."""
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if state is not None:
+        opt.load_state_dict(state)
+    return opt
