@@ -177,6 +177,29 @@ def test_weighted_pairs_without_replacement(twin, w, max_rounds):
     assert stats.chisquare(counts, exp).pvalue > P_MIN
 
 
+def test_weighted_rows_of_different_scales_draw_the_same_law(twin):
+    """Rows whose weights differ by a factor (each row's rejection bound is its own largest
+    weight), sampled in an order other than their ids: every row draws the same pair law."""
+    w = [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]
+    copies, deg = 8000, len(w)
+    g = fan_graph(copies, weights=w, deg=deg)
+    scale = torch.where(torch.arange(copies) % 2 == 1, 100.0, 1.0)
+    g = CSRGraph(g.indptr, g.indices, g.weights * scale.repeat_interleave(deg))
+    rows = torch.arange(copies).flip(0)
+    nbr, pos = sample_weighted(g, rows, 2, torch.Generator().manual_seed(8))
+    pairs = (nbr[torch.argsort(pos * 100 + nbr)] - copies).view(copies, 2)
+    subsets = list(itertools.combinations(range(deg), 2))
+    tot = sum(w)
+    expected = [w[i] / tot * w[j] / (tot - w[i]) + w[j] / tot * w[i] / (tot - w[j])
+                for i, j in subsets]
+    for odd in (0, 1):  # the two scales, each against the law
+        counts = [0] * len(subsets)
+        for a, b in pairs[rows % 2 == odd].tolist():
+            counts[subsets.index((a, b))] += 1
+        exp = [e * copies / 2 for e in expected]
+        assert stats.chisquare(counts, exp).pvalue > P_MIN
+
+
 @pytest.mark.parametrize("deg", [6, 20])  # the compiled twin: keys; rejection, then keys
 def test_weighted_fewer_positive_than_fanout(twin, deg):
     w = [1.0] + [0.0] * (deg - 2) + [2.0]
