@@ -25,6 +25,12 @@ remap to local ids) for one epoch of ``--num-seeds`` seeds in batches of ``--bat
   :class:`fgnn.monitor.dispatch_count.DispatchCounter` for the CUDA twin (``dispatch``; budget
   for k-hop 15,10,5: at most 300 ops and 2 syncs per hop) and the vectorised CPU twin
   (``dispatch_cpu_twin``);
+* ``weighted_selection``: the weighted neighbour selection alone
+  (:func:`fgnn.sampling.khop.sample_weighted`) with the compiled twin and with the vectorised
+  CPU twin forced, at ``--threads``, on the rows and fanouts of every hop of weighted k-hop
+  samples of the first ``WEIGHTED_BATCHES`` batches, alternating for ``--rounds`` rounds: edges
+  per second of each (best round) and ``compiled_over_vectorised``; ``null`` with the reason
+  when the graph has no edge weights or numba is not installed;
 * ``fanout_1000_hop_s``: one uniform hop at fanout 1000 from the 100 highest-degree vertices,
   best of ``--rounds`` (budget 0.05 s on a 2-core CPU, ``fanout_1000_hop_over_budget``: the
   work per hop in Python must not grow with the fanout);
@@ -201,6 +207,51 @@ def fanout_hop_seconds(graph: CSRGraph, fanout: int = 1000, rows: int = 100,
     return best
 
 
+#: Batches whose hops ``weighted_selection`` replays.
+WEIGHTED_BATCHES = 4
+
+
+def weighted_selection(graph: CSRGraph, seeds: torch.Tensor, fanouts: list[int],
+                       batch_size: int, seed: int, rounds: int) -> dict[str, Any]:
+    """Edges per second of :func:`~fgnn.sampling.khop.sample_weighted` alone with the
+    compiled and the vectorised CPU twin, on the ``(rows, fanout)`` of every hop of weighted
+    k-hop samples of the first :data:`WEIGHTED_BATCHES` batches of ``seeds`` (best of
+    ``rounds``, the twins alternating); ``{"skipped": why}`` when it cannot run."""
+    from fgnn.sampling import khop_compiled
+    from fgnn.sampling.khop import row_max_weights, sample_weighted
+
+    if graph.weights is None:
+        return {"skipped": "the graph has no edge weights"}
+    if not khop_compiled.available():
+        return {"skipped": "numba is not installed (or FGNN_COMPILED=0): no compiled twin"}
+    gen = torch.Generator().manual_seed(seed)
+    sampler = KHop(fanouts, weighted=True)
+    hops = []
+    for lo in range(0, min(seeds.numel(), WEIGHTED_BATCHES * batch_size), batch_size):
+        sample = sampler.sample(graph, seeds[lo:lo + batch_size], gen)
+        for block, k in zip(sample.blocks, reversed(fanouts)):  # blocks[0]: the last hop
+            hops.append((sample.input_nodes[: block.num_dst].clone(), k))
+    row_max = row_max_weights(graph)
+
+    def epoch() -> int:
+        return sum(int(sample_weighted(graph, rows, k, torch.Generator().manual_seed(i),
+                                       row_max)[0].numel())
+                   for i, (rows, k) in enumerate(hops))
+
+    runs: dict[str, list[dict[str, float]]] = {"compiled": [], "cpu": []}
+    for r in range(rounds + 1):  # round 0 warms up (numba's compile or cache load)
+        for kernel, out in runs.items():
+            with use_kernel(kernel):
+                res = _timed(epoch)
+            if r:
+                out.append(res)
+    best = {k: _best(v) for k, v in runs.items()}
+    return {"hops": len(hops), "rows": int(sum(h[0].numel() for h in hops)),
+            "compiled": best["compiled"], "vectorised": best["cpu"],
+            "compiled_over_vectorised": (best["compiled"]["edges_per_s"]
+                                         / best["cpu"]["edges_per_s"])}
+
+
 #: The ``fanout_1000_hop_s`` budget on a 2-core CPU (seconds).
 FANOUT_1000_HOP_BUDGET_S = 0.05
 
@@ -342,6 +393,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     counts = dispatch_counts(sampler, graph, seeds[: args.batch_size], args.seed)
     counts_cpu = dispatch_counts(sampler, graph, seeds[: args.batch_size], args.seed, "cpu")
     hop_1000 = fanout_hop_seconds(graph, rounds=args.rounds)
+    weighted = weighted_selection(graph, seeds, fanouts, args.batch_size, args.seed,
+                                  args.rounds)
     huge = huge_fanout_sample(graph, seeds[:140], rounds=args.rounds)
     torch.set_num_threads(prev)
 
@@ -383,6 +436,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "fgnn_fraction_of_random_reads": res_fgnn["edges_per_s"] / reads,
         "dispatch": counts,
         "dispatch_cpu_twin": counts_cpu,
+        "weighted_selection": None if "skipped" in weighted else weighted,
+        "weighted_selection_skipped": weighted.get("skipped"),
         "fanout_1000_hop_s": hop_1000,
         "fanout_1000_hop_over_budget": hop_1000 / FANOUT_1000_HOP_BUDGET_S,
         "huge_fanout": huge,
@@ -422,6 +477,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"{twin_name} twin, per sample of {c['seeds']} seeds: {c['ops']} aten ops, "
               f"{c['syncs']} host syncs ({c['ops_per_hop']:.0f} ops, {c['syncs_per_hop']:.1f} "
               f"syncs per hop: {c['sync_ops']})")
+    if "skipped" in weighted:
+        print(f"weighted selection, compiled vs vectorised twin: skipped ({weighted['skipped']})")
+    else:
+        wc, wv = weighted["compiled"], weighted["vectorised"]
+        print(f"weighted selection alone ({weighted['hops']} hops, {weighted['rows']} rows, "
+              f"{wc['edges']} edges): compiled twin {wc['edges_per_s'] / 1e6:.2f} M edges/s, "
+              f"vectorised CPU twin {wv['edges_per_s'] / 1e6:.2f}: "
+              f"{weighted['compiled_over_vectorised']:.2f}x")
     print(f"one hop at fanout 1000 from the 100 highest-degree vertices: {hop_1000:.4f} s "
           f"({result['fanout_1000_hop_over_budget']:.2f}x the {FANOUT_1000_HOP_BUDGET_S} s "
           f"budget)")

@@ -38,6 +38,13 @@ def test_bench_sampling_smoke(tmp_path):
     assert saved["fgnn_vectorised_twin"]["edges"] > 0 and saved["fgnn_over_vectorised_twin"] > 0
     assert saved["fgnn_kernel"] in ("compiled", "cpu")
     assert saved["dispatch_cpu_twin"]["hops"] == 2 and saved["dispatch_cpu_twin"]["ops"] > 0
+    # the weighted selection alone, compiled twin against the vectorised one (same edge count)
+    ws = saved["weighted_selection"]
+    if saved["weighted_selection_skipped"] is None:
+        assert ws["hops"] == 2 * 4 and ws["compiled_over_vectorised"] > 0
+        assert ws["compiled"]["edges"] == ws["vectorised"]["edges"] > 0
+    else:
+        assert ws is None and "numba" in saved["weighted_selection_skipped"]
 
 
 def _bench():

@@ -150,19 +150,22 @@ def test_weighted_follows_weights(twin):
 
 
 @pytest.mark.parametrize("w,max_rounds", [
-    ([1.0, 2.0, 3.0, 4.0], 4),       # rejection path
+    ([1.0, 2.0, 3.0, 4.0], 4),       # rejection path (compiled twin: keys, deg <= 2 fanout)
     ([1.0, 2.0, 3.0, 4.0], 0),       # exact exponential-key fallback only
     ([30.0, 1.0, 1.0, 2.0], 1),      # skewed: rejection then fallback for the short rows
+    ([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0], 4),  # deg > 2 fanout: every twin's rejection
+    ([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0], 0),
+    ([30.0, 1.0, 1.0, 2.0, 1.0, 3.0, 1.0, 2.0], 1),
 ])
 def test_weighted_pairs_without_replacement(twin, w, max_rounds):
-    copies = 6000
-    g = fan_graph(copies, weights=w, deg=4)
+    copies, deg = 6000, len(w)
+    g = fan_graph(copies, weights=w, deg=deg)
     nbr, row = sample_weighted(g, torch.arange(copies), 2, torch.Generator().manual_seed(6),
                                max_rounds=max_rounds)
     assert torch.equal(torch.bincount(row, minlength=copies), torch.full((copies,), 2))
     order = torch.argsort(row * 100 + nbr)
     pairs = (nbr[order] - copies).view(copies, 2).tolist()
-    subsets = list(itertools.combinations(range(4), 2))
+    subsets = list(itertools.combinations(range(deg), 2))
     tot = sum(w)
     expected = [w[i] / tot * w[j] / (tot - w[i]) + w[j] / tot * w[i] / (tot - w[j])
                 for i, j in subsets]
@@ -174,11 +177,36 @@ def test_weighted_pairs_without_replacement(twin, w, max_rounds):
     assert stats.chisquare(counts, exp).pvalue > P_MIN
 
 
-def test_weighted_fewer_positive_than_fanout(twin):
-    g = fan_graph(50, weights=[1.0, 0.0, 0.0, 0.0, 0.0, 2.0], deg=6)
+def test_weighted_rows_of_different_scales_draw_the_same_law(twin):
+    """Rows whose weights differ by a factor (each row's rejection bound is its own largest
+    weight), sampled in an order other than their ids: every row draws the same pair law."""
+    w = [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]
+    copies, deg = 8000, len(w)
+    g = fan_graph(copies, weights=w, deg=deg)
+    scale = torch.where(torch.arange(copies) % 2 == 1, 100.0, 1.0)
+    g = CSRGraph(g.indptr, g.indices, g.weights * scale.repeat_interleave(deg))
+    rows = torch.arange(copies).flip(0)
+    nbr, pos = sample_weighted(g, rows, 2, torch.Generator().manual_seed(8))
+    pairs = (nbr[torch.argsort(pos * 100 + nbr)] - copies).view(copies, 2)
+    subsets = list(itertools.combinations(range(deg), 2))
+    tot = sum(w)
+    expected = [w[i] / tot * w[j] / (tot - w[i]) + w[j] / tot * w[i] / (tot - w[j])
+                for i, j in subsets]
+    for odd in (0, 1):  # the two scales, each against the law
+        counts = [0] * len(subsets)
+        for a, b in pairs[rows % 2 == odd].tolist():
+            counts[subsets.index((a, b))] += 1
+        exp = [e * copies / 2 for e in expected]
+        assert stats.chisquare(counts, exp).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("deg", [6, 20])  # the compiled twin: keys; rejection, then keys
+def test_weighted_fewer_positive_than_fanout(twin, deg):
+    w = [1.0] + [0.0] * (deg - 2) + [2.0]
+    g = fan_graph(50, weights=w, deg=deg)
     nbr, row = sample_weighted(g, torch.arange(50), 3, torch.Generator().manual_seed(1))
     assert torch.equal(torch.bincount(row, minlength=50), torch.full((50,), 2))
-    assert set((nbr - 50).tolist()) == {0, 5}
+    assert set((nbr - 50).tolist()) == {0, deg - 1}
 
 
 def test_weighted_small_rows_keep_all_positive(twin):
@@ -327,6 +355,27 @@ def test_kernel_follows_the_device_and_the_hop_size_unless_forced(monkeypatch):
     with pytest.raises(ValueError, match="kernel must be one of compiled, cpu, cuda"):
         with use_kernel("gpu"):
             pass
+
+
+def test_weighted_kernel_follows_the_hop_size_and_the_fanout(monkeypatch):
+    """Weighted hops pick their twin as uniform ones do: the compiled one from MIN_EDGES
+    candidate edges up to LOOP_FANOUT, the vectorised one otherwise (on CPU rows)."""
+    from fgnn.sampling import khop_compiled
+    from fgnn.sampling.khop_cpu import LOOP_FANOUT
+
+    calls = []
+    for name in ("weighted_cpu", "weighted_cuda", "weighted_compiled"):
+        real = getattr(khop_module, name)
+        monkeypatch.setattr(khop_module, name,
+                            lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    monkeypatch.setattr(khop_compiled, "MIN_EDGES", 12)
+    g = fan_graph(3, weights=[1.0] * 40, deg=40)
+    for k in (3, 4, LOOP_FANOUT + 1):  # 9 candidate edges; 12; a fanout above the loops'
+        sample_weighted(g, torch.arange(3), k)
+    with use_kernel("cuda"):
+        sample_weighted(g, torch.arange(3), 4)
+    big = "weighted_compiled" if khop_compiled.available() else "weighted_cpu"
+    assert calls == ["weighted_cpu", big, "weighted_cpu", "weighted_cuda"]
 
 
 @pytest.mark.parametrize("weights", [None, [float(1 + i % 4) for i in range(40)]])

@@ -14,10 +14,11 @@ kernels per device under one API:
   runs Floyd's algorithm on the rows with more neighbours than the fanout only, and loops over
   the fanout in Python (about half the vector passes per edge of the CUDA twin);
 * the **compiled CPU twin** (:mod:`fgnn.sampling.khop_compiled`, numba, optional) runs the
-  uniform selection and the remap as one loop each: a few memory accesses per edge. It serves
-  uniform hops of at least :data:`~fgnn.sampling.khop_compiled.MIN_EDGES` candidate edges on a
-  CPU when numba is installed (importing it costs about a second per process, which small hops
-  would never earn back); weighted hops and smaller ones run the vectorised twin.
+  uniform and weighted selections and the remap as one loop each: a few memory accesses per
+  edge. It serves hops of at least :data:`~fgnn.sampling.khop_compiled.MIN_EDGES` candidate
+  edges on a CPU when numba is installed (importing it costs about a second per process, which
+  small hops would never earn back); smaller hops, and selections at a fanout above
+  :data:`~fgnn.sampling.khop_cpu.LOOP_FANOUT`, run the vectorised twin.
 
 All draw from the same distributions (the statistics tests run on each) but not the same sample
 for one generator seed. The twin follows the device of the rows being sampled unless

@@ -19,7 +19,7 @@ CUDA twin (:mod:`fgnn.sampling.khop_cuda`) keeps launches and host syncs (what b
 on a GPU) from growing with the fanout, a uniform hop syncing twice (its edge count, the remap's
 new vertices); the vectorised CPU twin (:mod:`fgnn.sampling.khop_cpu`) runs the fewest torch
 passes per edge; the compiled CPU twin (:mod:`fgnn.sampling.khop_compiled`, numba) runs uniform
-hops as one loop, and serves the large ones on a CPU where numba is installed.
+and weighted hops as one loop, and serves the large ones on a CPU where numba is installed.
 :class:`fgnn.monitor.dispatch_count.DispatchCounter` counts launches and syncs;
 ``bench/sampling.py`` reports them per sample, and both twins' throughput.
 
@@ -38,7 +38,7 @@ from fgnn.graph import CSRGraph
 from fgnn.sampling._util import check_fanouts, check_seeds, rand, row_bounds
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.kernels import kernel_for
-from fgnn.sampling.khop_compiled import uniform_compiled
+from fgnn.sampling.khop_compiled import uniform_compiled, weighted_compiled
 from fgnn.sampling.khop_cpu import LOOP_FANOUT, uniform_cpu, weighted_cpu
 from fgnn.sampling.khop_cuda import uniform_cuda, weighted_cuda
 from fgnn.sampling.remap import Remapper, sample_layers
@@ -101,7 +101,10 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
     ``E_j / w_j`` over their unpicked neighbours (the continuation of the same process).
     Edges of weight 0 are never drawn; a row with at most ``fanout`` neighbours keeps all of its
     positive-weight ones. The twin of the rows' device runs (:mod:`fgnn.sampling.kernels`):
-    :func:`~fgnn.sampling.khop_cpu.weighted_cpu` (rejection rounds over the big rows only) or
+    on a CPU :func:`~fgnn.sampling.khop_cpu.weighted_cpu` (rejection rounds over the big rows
+    only) or, for large hops with numba installed,
+    :func:`~fgnn.sampling.khop_compiled.weighted_compiled` (one loop; rows of at most twice
+    ``fanout`` neighbours draw by keys directly), elsewhere
     :func:`~fgnn.sampling.khop_cuda.weighted_cuda` (every proposal at once, no Python loop).
 
     Args:
@@ -109,7 +112,8 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         row_max: ``(N,)`` per-row maximum weight (:func:`row_max_weights`); computed (O(E))
             when omitted, so callers sampling repeatedly should cache it.
         max_rounds: rejection proposals per row, in multiples of ``fanout``, before the exact
-            fallback.
+            fallback (the compiled twin proposes only for rows of more than ``2 * fanout``
+            neighbours).
 
     Returns:
         As :func:`sample_uniform`.
@@ -125,7 +129,11 @@ def sample_weighted(graph: CSRGraph, rows: torch.Tensor, fanout: int,
         return empty, empty
     if row_max is None:
         row_max = row_max_weights(graph)
-    if kernel_for(rows) != "cuda":  # no compiled weighted twin: the vectorised one
+    kernel = kernel_for(rows, work=rows.numel() * fanout)
+    if kernel == "compiled" and fanout <= LOOP_FANOUT:
+        return weighted_compiled(graph.indptr, graph.indices, graph.weights, rows, fanout,
+                                 generator, row_max, max_rounds)
+    if kernel != "cuda":
         return weighted_cpu(graph, rows, fanout, generator, row_max, max_rounds)
     return weighted_cuda(graph, rows, fanout, generator, row_max, max_rounds)
 

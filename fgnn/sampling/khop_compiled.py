@@ -1,4 +1,5 @@
-"""The compiled CPU twin: uniform k-hop selection and the remap as numba loops (issue 28).
+"""The compiled CPU twin: uniform and weighted k-hop selection and the remap as numba loops
+(issue 28).
 
 On a CPU the vectorised twin (:mod:`fgnn.sampling.khop_cpu`) pays for every edge in about a
 dozen full-width torch passes (draws, Floyd's comparisons, expansions, concatenations, casts),
@@ -11,13 +12,17 @@ memory accesses:
   in a separate pass over the finished positions, so the random reads of a hop overlap instead
   of each waiting on its row's ``indptr`` read. Several torch threads split the rows; the
   compiled loops release the GIL.
+* :func:`weighted_compiled` draws each row by successive sampling without replacement (see its
+  docstring: keys for rows up to twice the fanout, rejection then keys above), rows split over
+  threads the same way.
 * :func:`remap_compiled` numbers the vertices of a hop in order of first appearance in one pass
   over the candidates (one scratch read per edge, one write per new vertex), exactly the
   numbering of the vectorised remap.
 
 The random numbers are splitmix64 (Steele et al., OOPSLA 2014) seeded from one draw of the
 caller's torch generator per hop, so a seed reproduces the sample; a draw in ``[0, j]`` is
-Lemire's multiply-shift on 32 random bits (bias below ``j / 2**32``).
+Lemire's multiply-shift on 32 random bits (bias below ``j / 2**32``). Each thread's range of
+rows has its own stream, so a seed reproduces a sample at one thread count.
 
 numba is an optional dependency: without it (or with ``FGNN_COMPILED=0``) :func:`available` is
 False and the vectorised twin serves. The first call compiles the loops (seconds; cached beside
@@ -39,13 +44,17 @@ import torch
 
 from fgnn.threads import shared_pool
 
-__all__ = ["MIN_EDGES", "available", "remap_compiled", "uniform_compiled"]
+__all__ = ["MIN_EDGES", "available", "remap_compiled", "uniform_compiled", "weighted_compiled"]
 
 #: Hops with fewer candidate edges (rows x fanout) stay on the vectorised twin unless forced.
 MIN_EDGES = 1 << 16
 
 #: Rows per thread below which a hop runs on one thread.
 _ROWS_PER_THREAD = 4096
+
+#: Weighted rows with at most this many times ``fanout`` neighbours draw by keys alone (O(deg),
+#: one logarithm per edge); larger ones start with rejection proposals (O(fanout) each).
+_KEYS_FACTOR = 2
 
 _log = logging.getLogger("fgnn")
 _lock = threading.Lock()
@@ -90,7 +99,8 @@ def _build() -> dict[str, Any]:
 def _compile() -> dict[str, Any]:
     from fgnn.sampling import _numba_loops as loops
 
-    return {"bounds": loops.bounds, "fill": loops.fill, "remap": loops.remap}
+    return {"bounds": loops.bounds, "fill": loops.fill, "remap": loops.remap,
+            "weighted_fill": loops.weighted_fill, "compact": loops.compact}
 
 
 def _threads(rows: int) -> int:
@@ -115,26 +125,80 @@ def uniform_compiled(indptr: torch.Tensor, indices: torch.Tensor, rows: torch.Te
     e = int(cnt[-1])
     nbr = np.empty(e, np.int64)
     dst = np.empty(e, np.int64)
-    n_threads = _threads(r.shape[0])
-    cuts = [r.shape[0] * t // n_threads for t in range(n_threads + 1)]
-    parts = list(zip(cuts[:-1], cuts[1:]))
-    seeds = [(seed + 0x632BE59BD9B4E019 * t) & ((1 << 63) - 1) for t in range(n_threads)]
-    if n_threads == 1:
-        kern["fill"](indices.numpy(), start, deg, cnt, int(fanout), seeds[0], 0, r.shape[0],
-                     nbr, dst)
-    else:
-        _pool_map(kern["fill"], indices.numpy(), start, deg, cnt, int(fanout), seeds, parts,
-                  nbr, dst)
+    _run_parts(kern["fill"], (indices.numpy(), start, deg, cnt, int(fanout)), seed,
+               r.shape[0], (nbr, dst))
     return torch.from_numpy(nbr), torch.from_numpy(dst)
 
 
-def _pool_map(fill: Any, indices: np.ndarray, start: np.ndarray, deg: np.ndarray,
-              cnt: np.ndarray, k: int, seeds: list[int], parts: list[tuple[int, int]],
-              nbr: np.ndarray, dst: np.ndarray) -> None:
-    """Run ``fill`` over the row ranges ``parts`` on the shared thread pool (GIL released)."""
-    pool = shared_pool("sample", len(parts))
-    futures = [pool.submit(fill, indices, start, deg, cnt, k, s, lo, hi, nbr, dst)
-               for s, (lo, hi) in zip(seeds, parts)]
+def weighted_compiled(indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor,
+                      rows: torch.Tensor, fanout: int, generator: Optional[torch.Generator],
+                      row_max: torch.Tensor, max_rounds: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fgnn.sampling.khop.sample_weighted` on CPU tensors, compiled: ``(neighbours,
+    row_index)``, each row's edges contiguous and the rows in order.
+
+    Every row follows successive sampling without replacement exactly (each draw picks an
+    unpicked ``j`` with probability ``w_j / Σ_unpicked w``; weight-0 edges never):
+
+    * ``deg <= fanout``: the row keeps its positive-weight edges, in CSR order;
+    * ``fanout < deg <= 2 fanout``: Efraimidis-Spirakis keys, the ``fanout`` smallest
+      ``E_j / w_j`` (``E_j`` exponential) over the positive-weight edges, in one pass over the
+      row. The order of the keys is the order of successive sampling, and a row this short
+      would make rejection slow at its last draws (most proposals hit picked edges);
+    * ``deg > 2 fanout``: rejection against ``row_max`` as the vectorised twin does, O(fanout)
+      work whatever the degree: a proposal (a uniform offset ``j``) is accepted with probability
+      ``w_j / row_max[row]`` unless picked already, so an accepted one is exactly the next draw.
+      A row still short after ``max_rounds * fanout`` proposals (skewed weights, few positive
+      ones) finishes with keys over its unpicked edges, the exact continuation (stopping after
+      a number of proposals is a stopping time of the sampling chain).
+
+    The picks are listed in the order they were drawn (the first of a big row follows
+    ``w_j / Σ w``). One 64-bit random number serves a proposal (32 bits for the offset, 32 for
+    the acceptance: bias below ``deg / 2**32``) or a key (53 bits).
+
+    Args:
+        indptr, indices, weights: the CSR graph (``weights`` non-negative, one per edge).
+        rows, fanout, generator, max_rounds: as :func:`~fgnn.sampling.khop.sample_weighted`.
+        row_max: ``(N,)`` largest weight of each row (:func:`~fgnn.sampling.khop.
+            row_max_weights`).
+
+    Raises:
+        RuntimeError: numba is installed but the loops do not compile.
+    """
+    kern = _build()
+    seed = int(torch.randint(0, 1 << 62, (1,), generator=generator))
+    r = rows.contiguous().numpy()
+    k = int(fanout)
+    start, deg, cnt = kern["bounds"](indptr.numpy(), r, k)
+    e = int(cnt[-1])
+    nbr = np.empty(e, np.int64)
+    dst = np.empty(e, np.int64)
+    got = np.empty(r.shape[0], np.int64)
+    _run_parts(kern["weighted_fill"],
+               (indices.numpy(), weights.contiguous().numpy(), r, row_max.contiguous().numpy(),
+                start, deg, cnt, k, _KEYS_FACTOR * k, max(int(max_rounds), 0) * k),
+               seed, r.shape[0], (nbr, dst, got))
+    n = int(got.sum())
+    if n < e:  # rows with weight-0 edges left gaps
+        n = kern["compact"](nbr, dst, cnt, got)
+        nbr, dst = nbr[:n].copy(), dst[:n].copy()
+    return torch.from_numpy(nbr), torch.from_numpy(dst)
+
+
+def _run_parts(fn: Any, head: tuple[Any, ...], seed: int, num_rows: int,
+               tail: tuple[Any, ...]) -> None:
+    """``fn(*head, seed_t, lo, hi, *tail)`` over ranges of the ``num_rows`` rows, one per thread
+    (:func:`_threads`), on the shared thread pool (GIL released); range ``t`` gets its own
+    random stream ``seed_t``."""
+    n_threads = _threads(num_rows)
+    cuts = [num_rows * t // n_threads for t in range(n_threads + 1)]
+    seeds = [(seed + 0x632BE59BD9B4E019 * t) & ((1 << 63) - 1) for t in range(n_threads)]
+    if n_threads == 1:
+        fn(*head, seeds[0], 0, num_rows, *tail)
+        return
+    pool = shared_pool("sample", n_threads)
+    futures = [pool.submit(fn, *head, s, lo, hi, *tail)
+               for s, lo, hi in zip(seeds, cuts[:-1], cuts[1:])]
     for f in futures:
         f.result()
 
