@@ -326,16 +326,22 @@ def test_bad_frontier():
         KHop([5], frontier="old")
 
 
+def _spy_twins(monkeypatch, kind: str) -> list[str]:
+    """Record, in order, which twin of ``kind`` (uniform, weighted) each hop calls."""
+    calls: list[str] = []
+    for name in (f"{kind}_cpu", f"{kind}_cuda", f"{kind}_compiled"):
+        real = getattr(khop_module, name)
+        monkeypatch.setattr(khop_module, name,
+                            lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    return calls
+
+
 def test_kernel_follows_the_device_and_the_hop_size_unless_forced(monkeypatch):
     """CPU rows: the compiled twin for hops of at least MIN_EDGES candidate edges (when numba
     is there), the vectorised one below; other devices: the CUDA twin; a forced twin wins."""
     from fgnn.sampling import khop_compiled
 
-    calls = []
-    for name in ("uniform_cpu", "uniform_cuda", "uniform_compiled"):
-        real = getattr(khop_module, name)
-        monkeypatch.setattr(khop_module, name,
-                            lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    calls = _spy_twins(monkeypatch, "uniform")
     monkeypatch.setattr(khop_compiled, "MIN_EDGES", 12)
     g = fan_graph(3, deg=10)
     sample_uniform(g, torch.arange(3), 3)  # 9 candidate edges: below the size rule
@@ -363,11 +369,7 @@ def test_weighted_kernel_follows_the_hop_size_and_the_fanout(monkeypatch):
     from fgnn.sampling import khop_compiled
     from fgnn.sampling.khop_cpu import LOOP_FANOUT
 
-    calls = []
-    for name in ("weighted_cpu", "weighted_cuda", "weighted_compiled"):
-        real = getattr(khop_module, name)
-        monkeypatch.setattr(khop_module, name,
-                            lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    calls = _spy_twins(monkeypatch, "weighted")
     monkeypatch.setattr(khop_compiled, "MIN_EDGES", 12)
     g = fan_graph(3, weights=[1.0] * 40, deg=40)
     for k in (3, 4, LOOP_FANOUT + 1):  # 9 candidate edges; 12; a fanout above the loops'
