@@ -98,72 +98,97 @@ def weighted_fill(indices, weights, rows, row_max, start, deg, cnt, k, keys_deg,
     taken = np.empty(max(k, 1), np.int64)  # the rejection picks' offsets, sorted
     for i in range(lo, hi):
         s, d, o = start[i], deg[i], cnt[i]
-        m = 0
         if d <= k:
-            for t in range(d):
-                if weights[s + t] > 0:
-                    nbr[o + m] = s + t
-                    m += 1
-            got[i] = m
+            got[i] = _keep_positive(weights, s, d, o, nbr)
             continue
+        m = 0
         if d > keys_deg:
-            wmax = np.float64(row_max[rows[i]])
-            p = 0
-            while m < k and p < budget and wmax > 0:
-                p += 1
-                st, x = _next(st)
-                c = s + np.int64(((x >> uint64(32)) * uint64(d)) >> uint64(32))
-                if np.float64(x & _LOW32) * _TWO_M32 * wmax < weights[c]:
-                    fresh = True
-                    for q in range(o, o + m):
-                        if nbr[q] == c:
-                            fresh = False
-                            break
-                    if fresh:
-                        nbr[o + m] = c
-                        m += 1
+            st, m = _reject(weights, np.float64(row_max[rows[i]]), s, d, o, k, budget, st, nbr)
         if m < k:  # keys over the unpicked positive-weight edges, the m picks skipped
-            for q in range(m):  # insertion sort of the picks' offsets (m < k, small)
-                v = nbr[o + q] - s
-                r = q
-                while r > 0 and taken[r - 1] > v:
-                    taken[r] = taken[r - 1]
-                    r -= 1
-                taken[r] = v
-            need = k - m
-            n = 0
-            ptr = 0
-            for t in range(d):
-                if ptr < m and taken[ptr] == t:
-                    ptr += 1
-                    continue
-                w = weights[s + t]
-                if not w > 0:
-                    continue
-                st, x = _next(st)
-                key = -math.log(np.float64((x >> uint64(11)) + uint64(1)) * _TWO_M53) / w
-                if n == need:
-                    if key >= keys[n - 1]:
-                        continue
-                    r = n - 1
-                else:
-                    r = n
-                    n += 1
-                while r > 0 and keys[r - 1] > key:
-                    keys[r] = keys[r - 1]
-                    offs[r] = offs[r - 1]
-                    r -= 1
-                keys[r] = key
-                offs[r] = t
-            for q in range(n):
-                nbr[o + m + q] = s + offs[q]
-            m += n
+            st, m = _keys_rest(weights, s, d, o, m, k, st, nbr, keys, offs, taken)
         got[i] = m
     for i in range(lo, hi):  # the random reads, once every position is known
         o = cnt[i]
         for e in range(o, o + got[i]):
             nbr[e] = indices[nbr[e]]
             dst[e] = i
+
+
+@njit(nogil=True, cache=True)
+def _keep_positive(weights, s, d, o, nbr):  # pragma: no cover - compiled
+    """A row of at most ``k`` neighbours: its positive-weight edges' positions into
+    ``nbr[o:]``, in CSR order; returns their count."""
+    m = 0
+    for t in range(d):
+        if weights[s + t] > 0:
+            nbr[o + m] = s + t
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _reject(weights, wmax, s, d, o, k, budget, st, nbr):  # pragma: no cover - compiled
+    """Up to ``budget`` rejection proposals on the row at ``s`` (``d`` edges, largest weight
+    ``wmax``): offset ``j`` uniform, accepted with probability ``w_j / wmax`` unless picked
+    already; the picks into ``nbr[o:]`` in draw order. Returns ``(state, picks)``."""
+    m = 0
+    p = 0
+    while m < k and p < budget and wmax > 0:
+        p += 1
+        st, x = _next(st)
+        c = s + np.int64(((x >> uint64(32)) * uint64(d)) >> uint64(32))
+        if np.float64(x & _LOW32) * _TWO_M32 * wmax < weights[c]:
+            fresh = True
+            for q in range(o, o + m):
+                if nbr[q] == c:
+                    fresh = False
+                    break
+            if fresh:
+                nbr[o + m] = c
+                m += 1
+    return st, m
+
+
+@njit(nogil=True, cache=True)
+def _keys_rest(weights, s, d, o, m, k, st, nbr, keys, offs, taken):  # pragma: no cover
+    """The row's remaining ``k - m`` draws by Efraimidis-Spirakis keys ``E_j / w_j`` over its
+    positive-weight edges not among its ``m`` picks in ``nbr[o:o + m]``: the smallest keys,
+    appended in ascending order. Returns ``(state, picks)``."""
+    for q in range(m):  # insertion sort of the picks' offsets (m < k, small)
+        v = nbr[o + q] - s
+        r = q
+        while r > 0 and taken[r - 1] > v:
+            taken[r] = taken[r - 1]
+            r -= 1
+        taken[r] = v
+    need = k - m
+    n = 0
+    ptr = 0
+    for t in range(d):
+        if ptr < m and taken[ptr] == t:
+            ptr += 1
+            continue
+        w = weights[s + t]
+        if not w > 0:
+            continue
+        st, x = _next(st)
+        key = -math.log(np.float64((x >> uint64(11)) + uint64(1)) * _TWO_M53) / w
+        if n == need:
+            if key >= keys[n - 1]:
+                continue
+            r = n - 1
+        else:
+            r = n
+            n += 1
+        while r > 0 and keys[r - 1] > key:
+            keys[r] = keys[r - 1]
+            offs[r] = offs[r - 1]
+            r -= 1
+        keys[r] = key
+        offs[r] = t
+    for q in range(n):
+        nbr[o + m + q] = s + offs[q]
+    return st, m + n
 
 
 @njit(nogil=True, cache=True)
