@@ -29,10 +29,11 @@ Five things Ray does on a plain ``ray.init()`` that a training job should not in
   every job: the API server (the dashboard) is started and waited for before the raylet, the
   driver imports the dashboard's whole dependency tree (aiohttp, opentelemetry, pydantic) only
   to learn that it is installed, and a log monitor starts that forwards worker output to
-  drivers, which in fgnn ask for none (``log_to_driver=False``). :func:`init_local` starts the API server alongside the
-  raylet unless the machine is busy (waited for before ``ray.init``'s return is handed on),
-  checks the dependencies by looking them up, and leaves the log monitor out
-  (:func:`_lean_node`); :func:`shutdown` does not wait a second for the autoscaler monitor.
+  drivers, which in fgnn ask for none (``log_to_driver=False``). :func:`init_local` starts
+  the API server alongside the raylet unless the machine is busy (waited for before
+  ``ray.init``'s return is handed on), checks the dependencies by looking them up, and leaves
+  the log monitor out (:func:`_lean_node`); :func:`shutdown` does not wait a second for the
+  autoscaler monitor.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
            "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
            "local_system_config", "retry_startup", "shutdown", "startup_timed_out",
-           "RayStartError",
-           "GCS_PORT_WAIT_S", "ALONGSIDE_LOAD_PER_CORE", "local_head_node",
+           "RayStartError", "GCS_PORT_WAIT_S", "ALONGSIDE_LOAD_PER_CORE", "local_head_node",
            "local_node_processes"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is

@@ -184,7 +184,8 @@ class TensorSource:
         if len(parts) == 1:
             self._take(idx, out)
         else:
-            list(shared_pool("gather", int(threads)).map(lambda s: self._take(idx[s], out[s]), parts))
+            list(shared_pool("gather", int(threads)).map(
+                lambda s: self._take(idx[s], out[s]), parts))
         return out
 
     def _take(self, idx: torch.Tensor, out: torch.Tensor) -> None:
