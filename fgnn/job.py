@@ -326,7 +326,10 @@ class Job:
             load_s = self._prepare_dataset()
         with self.timeline.phase("setup"):
             runtime, progress = self._runtime_and_progress(from_spec)
+            plan = self._plan_memory(runtime)
         result = self._train(runtime, progress)
+        if plan is not None:
+            result.memory = {**(result.memory or {}), "plan": plan.to_dict()}
         self._complete(result, load_s)
         self.result = result
         self._say_result(result)
@@ -352,6 +355,31 @@ class Job:
         elif warning and cfg.recipe != "kipf-welling":  # Kipf & Welling's one batch by design
             self._say(f"fgnn: warning: {warning}")
         return runtime, progress
+
+    def _plan_memory(self, runtime: Any) -> Any:
+        """The memory plan of the job (:mod:`fgnn.memory_plan`), printed as a table when it
+        holds more than a GiB; None for a typed dataset, which it does not size.
+
+        Raises:
+            JobConfigError: the plan exceeds the host's limit (naming the largest term's
+                field).
+        """
+        from fgnn.data.dataset_hetero import HeteroDataset
+        from fgnn.memory_plan import plan_job
+
+        if isinstance(self.dataset, HeteroDataset):
+            return None
+        plan = plan_job(runtime.config, runtime.dataset, runtime.model)
+        if plan.total > 1 << 30 or plan.refusal() is not None:
+            self._say(f"fgnn: memory plan ({plan.layout['mode']}):\n{plan.table()}")
+        why = plan.refusal()
+        if why is not None:
+            field = plan.largest().field or "dataset"
+            value: Any = runtime.config
+            for part in field.split("."):
+                value = getattr(value, part)
+            raise JobConfigError(field, value, why)
+        return plan
 
     def _prepare_dataset(self) -> float:
         """Load the dataset (unless given), check it can train this config, settle a typed
@@ -522,7 +550,8 @@ class Job:
         from fgnn.data import load_dataset
         cfg = self.config
         try:
-            return load_dataset(cfg.dataset, cfg.data_root)
+            return load_dataset(cfg.dataset, cfg.data_root,
+                                say=lambda m: self._say(f"fgnn: {m}"))
         except (ValueError, OSError) as e:
             field, value = ("dataset", cfg.dataset)
             if isinstance(e, OSError) and cfg.data_root is not None:

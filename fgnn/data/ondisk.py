@@ -37,7 +37,7 @@ import torch
 
 from fgnn.data.dataset import Dataset, Features, check_finite_features, first_non_finite
 from fgnn.data.paths import inside_root
-from fgnn.graph import CSRGraph
+from fgnn.graph import CSRGraph, TopologyFiles
 
 __all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_npy_header",
            "FORMAT", "VERSION", "MANIFEST"]
@@ -312,22 +312,23 @@ def read_manifest(root: Path) -> tuple[Path, dict]:
 
 
 def check_rows_sorted(indptr: torch.Tensor, indices: torch.Tensor, path: Path,
-                      label: str) -> None:
+                      label: str, chunk: int = 1 << 24) -> None:
     """Refuse CSR ``indices`` not sorted within each row, naming ``path``, ``label`` and the
-    first unsorted row and position."""
+    first unsorted row and position; scanned ``chunk`` edges at a time (bounded memory)."""
     e = int(indices.numel())
-    if e > 1:
-        # Sorted within each row: a decrease is allowed only where a new row starts.
-        drop = (indices[1:] < indices[:-1]).nonzero().flatten() + 1
-        if drop.numel():
-            row_starts = torch.zeros(e + 1, dtype=torch.bool)
-            row_starts[indptr] = True
-            bad = drop[~row_starts[drop]]
-            if bad.numel():
-                pos = int(bad[0])
-                row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
-                raise ValueError(f"on-disk file {path} ({label}) is not sorted within row "
-                                 f"{row} (position {pos})")
+    for lo in range(0, max(0, e - 1), chunk):
+        seg = indices[lo:min(e, lo + chunk + 1)]
+        # sorted within each row: a decrease is allowed only where a new row starts
+        drop = (seg[1:] < seg[:-1]).nonzero().flatten() + (lo + 1)
+        if not drop.numel():
+            continue
+        at = torch.searchsorted(indptr, drop).clamp_(max=indptr.numel() - 1)
+        bad = drop[indptr[at] != drop]
+        if bad.numel():
+            pos = int(bad[0])
+            row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
+            raise ValueError(f"on-disk file {path} ({label}) is not sorted within row "
+                             f"{row} (position {pos})")
 
 
 def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = None) -> Dataset:
@@ -421,15 +422,16 @@ def _manifest_files(manifest: dict, mpath: Path, root: Path) -> dict:
 
 
 def _load_graph(root: Path, ip_path: Path, ix_path: Path, w_path: Optional[Path]) -> CSRGraph:
-    """The CSR graph of the ``indptr``/``indices``/``weights`` files, checked consistent and
-    row-sorted."""
-    indptr = torch.from_numpy(np.load(ip_path))
-    indices = torch.from_numpy(np.load(ix_path))
-    weights = None if w_path is None else torch.from_numpy(np.load(w_path))
+    """The CSR graph of the ``indptr``/``indices``/``weights`` files, memory-mapped (the page
+    cache holds one copy for every process that maps them, :class:`~fgnn.graph.TopologyFiles`),
+    checked consistent and row-sorted."""
+    files = TopologyFiles(str(ip_path.resolve()), str(ix_path.resolve()),
+                          None if w_path is None else str(w_path.resolve()))
+    mapped = files.open()
     try:
-        graph = CSRGraph(indptr, indices, weights)
+        graph = CSRGraph(mapped.indptr, mapped.indices, mapped.weights, files=files)
     except ValueError as exc:
         raise ValueError(f"on-disk files {ip_path.name}/{ix_path.name} in {root} form an "
                          f"inconsistent CSR graph: {exc}") from exc
-    check_rows_sorted(indptr, indices, ix_path, "files.indices")
+    check_rows_sorted(graph.indptr, graph.indices, ix_path, "files.indices")
     return graph

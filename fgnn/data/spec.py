@@ -17,6 +17,11 @@ Grammar::
                               classes, feat_dim, field_dim, authors_per_paper,
                               cites_per_paper, homophily, signal, train_frac, val_frac,
                               test_frac, seed
+    pr-like | tw-like | pa-like | uk-like [:key=value,...]
+                              synthetic twins of GNNLab's datasets (:mod:`fgnn.data.twins`),
+                              built once on disk by the out-of-core builder and reused; keys:
+                              feat_dtype, seed, train_frac, val_frac, test_frac, homophily,
+                              signal, num_nodes, num_edges
     useritem[:key=value,...]  planted user-item graph for ``--task recsys``
                               (:mod:`fgnn.data.useritem`); keys: users_log2, items_log2,
                               interactions_log2, dim, affinity, popularity_exponent,
@@ -28,6 +33,11 @@ A typed dataset (``hetero``, or an ``ondisk:DIR`` in the typed format) loads as 
 Example: ``rmat:scale=20,edge_factor=16,feat_dim=128,train_frac=0.01,seed=0``. Omitted keys take
 the defaults of :func:`~fgnn.data.synthetic.rmat_dataset`. A relative ``DIR`` is resolved
 against ``root`` when one is given.
+
+A twin is built into ``root/<name>-<digest>`` when a root is given, else into the dataset cache
+(``$FGNN_DATASET_CACHE``, default ``~/.cache/fgnn/datasets``), and loaded as ``ondisk:`` from
+there. An ``rmat`` or ``uniform`` spec too large to generate in memory takes the same builder
+(its graph is then drawn by the builder's streams: the same law, other bytes).
 
 Every synthetic spec is sized before anything is generated: :func:`check_spec_memory` refuses one
 whose estimated peak (:func:`~fgnn.data.synthetic.estimate_bytes`,
@@ -45,20 +55,22 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from fgnn.data.dataset import Dataset
-from fgnn.data.memory import MemoryLimit, check_fits
+from fgnn.data.memory import MemoryLimit, check_fits, host_memory_limit
 from fgnn.data.ogb import load_ogb
 from fgnn.data.ondisk import load_ondisk
 from fgnn.data.planetoid import PLANETOID_FILES, PLANETOID_NAMES, load_planetoid
 from fgnn.data.synthetic import estimate_bytes, rmat_dataset, uniform_dataset
+from fgnn.data.outofcore import GraphRecipe, build_peak_bytes, default_memory_cap, ensure_built
+from fgnn.data.twins import TWIN_KEYS, TWINS, twin_recipe
 
-__all__ = ["load_dataset", "parse_spec", "planetoid_root", "input_paths", "estimate_spec_bytes",
+__all__ = ["load_dataset", "parse_spec", "builder_recipe", "planetoid_root", "input_paths", "estimate_spec_bytes",
            "check_spec_memory", "ogb_named_dir", "SPEC_KINDS", "OGB_NAMES"]
 
 #: The OGB node-property datasets readable by name (their raw files are CSV): spec name -> the
 #: folder OGB's loaders unpack them into under their ``root``.
 OGB_NAMES = {"ogbn-arxiv": "ogbn_arxiv", "ogbn-products": "ogbn_products"}
 SPEC_KINDS = PLANETOID_NAMES + tuple(OGB_NAMES) + ("ogb", "ondisk", "rmat", "uniform", "hetero",
-                                                   "useritem")
+                                                   "useritem") + tuple(TWINS)
 PLANETOID_ENV = "FGNN_PLANETOID_ROOT"
 
 
@@ -101,6 +113,8 @@ _KEYS: dict[str, dict[str, Callable[[str], Any]]] = {
                **{k: _float for k in ("homophily", "signal", "train_frac", "val_frac",
                                       "test_frac")}},
     **{name: {"normalize_features": _bool} for name in PLANETOID_NAMES},
+    **{name: {k: {int: _int, float: _float, str: _str}[t] for k, t in TWIN_KEYS.items()}
+       for name in TWINS},
     "useritem": {**{k: _int for k in ("users_log2", "items_log2", "interactions_log2", "dim",
                                       "seed")},
                  **{k: _float for k in ("affinity", "popularity_exponent", "feat_noise")}},
@@ -271,14 +285,23 @@ def _size_field(kind: str, params: dict[str, Any]) -> str:
     return f"{key}={params.get(key, sizes[key])}"
 
 
-def estimate_spec_bytes(spec: str) -> Optional[int]:
+def estimate_spec_bytes(spec: str, limit: Optional[MemoryLimit] = None) -> Optional[int]:
     """Peak host bytes that generating a synthetic spec (``rmat``, ``uniform``, ``hetero``,
-    ``useritem``) allocates; ``None`` for the file-backed kinds (Planetoid, ``ogb:``,
-    ``ondisk:``), which are not estimated.
+    ``useritem``, a twin) allocates: the out-of-core builder's peak for a spec it builds
+    (:func:`builder_recipe`), else the in-memory generator's; ``None`` for the file-backed kinds
+    (Planetoid, ``ogb:``, ``ondisk:``), which are not estimated.
 
     Raises:
         ValueError: naming the spec on a malformed spec or out-of-range parameter.
     """
+    recipe = builder_recipe(spec, limit)
+    if recipe is not None:
+        limit = limit if limit is not None else host_memory_limit()
+        return build_peak_bytes(recipe, default_memory_cap(limit))
+    return _in_memory_bytes(spec)
+
+
+def _in_memory_bytes(spec: str) -> Optional[int]:
     kind, params = parse_spec(spec)
     estimate = _estimator(kind)
     if estimate is None:
@@ -287,6 +310,55 @@ def estimate_spec_bytes(spec: str) -> Optional[int]:
         return estimate(**params)
     except ValueError as exc:
         raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
+
+
+def builder_recipe(spec: str, limit: Optional[MemoryLimit] = None) -> Optional[GraphRecipe]:
+    """The out-of-core builder's recipe for ``spec``: always for a twin; for an ``rmat`` or
+    ``uniform`` spec whose in-memory generation would exceed ``limit`` (default
+    :func:`~fgnn.data.memory.host_memory_limit`); ``None`` otherwise.
+
+    Raises:
+        ValueError: naming the spec on a malformed spec, or on ``dedup=true`` /
+            ``self_loops=false`` for a graph that only the builder can make (it keeps
+            multi-edges and self-loops).
+    """
+    kind, params = parse_spec(spec)
+    try:
+        if kind in TWINS:
+            return twin_recipe(kind, **params)
+        if kind not in ("rmat", "uniform"):
+            return None
+        need = _in_memory_bytes(spec)
+        limit = limit if limit is not None else host_memory_limit()
+        if limit is None or need is None or need <= limit.bytes:
+            return None
+        return _synthetic_recipe(kind, params)
+    except ValueError as exc:
+        if str(exc).startswith("dataset spec"):
+            raise
+        raise ValueError(f"dataset spec {spec!r}: {exc}") from exc
+
+
+def _synthetic_recipe(kind: str, params: dict[str, Any]) -> Optional[GraphRecipe]:
+    """An ``rmat``/``uniform`` spec as the builder's recipe (the in-memory defaults); None for
+    one of 2^31 vertices or more (int32 ids), which no path can build."""
+    p = dict(params)
+    if p.get("scale", 20) >= 31:
+        return None
+    if p.pop("dedup", False) or not p.pop("self_loops", True):
+        raise ValueError("this graph is too large to generate in memory, and the out-of-core "
+                         "builder keeps multi-edges and self-loops; drop dedup=true and "
+                         "self_loops=false, or lower scale")
+    scale, factor = p.pop("scale", 20), p.pop("edge_factor", 16)
+    abc = tuple(p.pop(k, d) for k, d in (("a", 0.57), ("b", 0.19), ("c", 0.19)))
+    fields = {**dict(feat_dim=128, num_classes=16, train_frac=0.01, val_frac=0.05,
+                     test_frac=0.05, weighted=True), **p}
+    if kind == "rmat":
+        fields.update(law="rmat", rmat_abc=abc)
+    else:
+        fields.update(skew=0.0, homophily=0.0)
+    return GraphRecipe(name=f"{kind}-{scale}", num_nodes=1 << scale, num_edges=factor << scale,
+                       **fields)
 
 
 def check_spec_memory(spec: str, limit: Optional[MemoryLimit] = None) -> None:
@@ -302,21 +374,27 @@ def check_spec_memory(spec: str, limit: Optional[MemoryLimit] = None) -> None:
             this machine can give (<source>); lower its size field papers=2000000000"`` (the
             size key furthest above its default), or a malformed spec.
     """
-    need = estimate_spec_bytes(spec)
+    need = estimate_spec_bytes(spec, limit)
     if need is not None:
         kind, params = parse_spec(spec)
-        check_fits(need, f"dataset spec {spec!r}", limit,
-                   why=f"; lower its size field {_size_field(kind, params)}")
+        why = ("; the out-of-core build keeps indptr (8 bytes a vertex) in memory: lower "
+               "num_nodes" if kind in TWINS else
+               f"; lower its size field {_size_field(kind, params)}")
+        check_fits(need, f"dataset spec {spec!r}", limit, why=why)
 
 
-def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset:
+def load_dataset(spec: str, root: Optional[str | os.PathLike] = None,
+                 say: Optional[Callable[[str], None]] = None) -> Dataset:
     """Load the dataset a spec names (see the module docstring for the grammar).
 
     Args:
         spec: dataset spec.
         root: Planetoid data directory (holding ``ind.<name>.*``; default the environment
             variable ``FGNN_PLANETOID_ROOT``), the folder OGB downloads into for an
-            ``ogbn-*`` name, or the base of a relative ``ogb:``/``ondisk:`` directory.
+            ``ogbn-*`` name, the base of a relative ``ogb:``/``ondisk:`` directory, or where
+            the out-of-core builder keeps its builds (default the dataset cache).
+        say: where a build says it starts or is reused (one line each); its progress bar
+            goes to stderr.
 
     Returns:
         The loaded :class:`~fgnn.data.Dataset`.
@@ -334,6 +412,12 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None) -> Dataset
     if kind in OGB_NAMES:
         return load_ogb(ogb_named_dir(kind, root))
     check_spec_memory(spec)
+    recipe = builder_recipe(spec)
+    if recipe is not None:
+        where = None if root is None else Path(root).expanduser() / \
+            f"{recipe.name}-{recipe.digest()}"
+        built = ensure_built(recipe, where, log=say)
+        return load_ondisk(built.path, check_nan=False)  # drawn finite, checksummed
     if kind == "hetero":
         from fgnn.data.synthetic_hetero import typed_synthetic
 

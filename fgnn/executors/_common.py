@@ -12,16 +12,20 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.graph import CSRGraph
+from fgnn.graph import CSRGraph, TopologyFiles
 
 __all__ = ["graph_payload", "graph_from_payload", "tensor_from", "task_generator", "metrics_for",
            "NullMetrics", "MemmapFeatures", "features_payload", "open_features",
            "open_disk_tiers"]
 
 
-def graph_payload(graph: CSRGraph) -> dict[str, Optional[np.ndarray]]:
-    """Numpy arrays of the topology: Ray stores them once and maps them zero-copy into every
-    executor on the node (host memory shared like FGNN's pinned host copy)."""
+def graph_payload(graph: CSRGraph) -> Any:
+    """What the runtime ships for the topology: its :class:`~fgnn.graph.TopologyFiles` when it
+    is memory-mapped from an ``ondisk:`` directory (every executor on the host maps the same
+    pages; nothing enters the object store), else numpy arrays, which Ray stores once and maps
+    zero-copy into every executor on the node."""
+    if graph.files is not None:
+        return graph.files
     return {"indptr": graph.indptr.cpu().numpy(), "indices": graph.indices.cpu().numpy(),
             "weights": None if graph.weights is None else graph.weights.cpu().numpy()}
 
@@ -171,6 +175,8 @@ def graph_from_payload(payload: Any, device: torch.device | str = "cpu") -> CSRG
     """Rebuild the graph from :func:`graph_payload` (or take a CSRGraph) on ``device``."""
     if isinstance(payload, CSRGraph):
         return payload.to(device)
+    if isinstance(payload, TopologyFiles):
+        return payload.open().to(device)
     w = payload.get("weights")
     g = CSRGraph._trusted(tensor_from(payload["indptr"]), tensor_from(payload["indices"]),
                           None if w is None else tensor_from(w))

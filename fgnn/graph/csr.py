@@ -8,13 +8,41 @@ DGL's in-edge sampling; for a symmetrised graph the two views coincide.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 import torch
 
-__all__ = ["CSRGraph"]
+__all__ = ["CSRGraph", "TopologyFiles", "CHUNK"]
+
+#: Elements per pass of the whole-graph scans (degrees, checks): no E-sized temporary is made.
+CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class TopologyFiles:
+    """The ``.npy`` files a memory-mapped topology was opened from: enough for another process
+    on the host to map the same pages (the page cache holds one copy for all).
+
+    Attributes:
+        indptr, indices: absolute paths of the ``.npy`` files.
+        weights: the weights file, or None.
+    """
+
+    indptr: str
+    indices: str
+    weights: Optional[str] = None
+
+    def open(self) -> "CSRGraph":
+        """The topology, memory-mapped copy-on-write (shared pages, writable tensors)."""
+        def mapped(path: str) -> torch.Tensor:
+            return torch.from_numpy(np.load(path, mmap_mode="c"))
+
+        w = None if self.weights is None else mapped(self.weights)
+        g = CSRGraph._trusted(mapped(self.indptr), mapped(self.indices), w)
+        g.files = self
+        return g
 
 
 @dataclass
@@ -26,11 +54,14 @@ class CSRGraph:
         indices: ``(E,)`` int32 or int64 neighbour ids, each in ``[0, N)``; the loaders sort
             them within a row (a hot-first reordering keeps each row's order, relabelled).
         weights: optional ``(E,)`` float32 positive edge weights (for weighted sampling).
+        files: where the arrays are memory-mapped from, when they are (executors then map the
+            same files instead of receiving a copy); None for in-memory arrays.
     """
 
     indptr: torch.Tensor
     indices: torch.Tensor
     weights: Optional[torch.Tensor] = None
+    files: Optional[TopologyFiles] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -56,8 +87,14 @@ class CSRGraph:
         return self.indptr[1:] - self.indptr[:-1]
 
     def in_degrees(self) -> torch.Tensor:
-        """How many rows list each vertex as a neighbour, ``(N,)`` int64."""
-        return torch.bincount(self.indices.long(), minlength=self.num_nodes)
+        """How many rows list each vertex as a neighbour, ``(N,)`` int64 (counted in chunks of
+        :data:`CHUNK` edges: no E-sized int64 copy of ``indices``)."""
+        out = torch.zeros(self.num_nodes, dtype=torch.int64, device=self.device)
+        for lo in range(0, self.num_edges, CHUNK):
+            part = self.indices[lo:lo + CHUNK]
+            out += torch.bincount(part if part.dtype == torch.int64 else part.long(),
+                                  minlength=self.num_nodes)
+        return out
 
     def out_degrees(self) -> torch.Tensor:
         """Alias of :meth:`in_degrees` seen from the message sender: the number of vertices a
@@ -118,10 +155,11 @@ class CSRGraph:
                     f"CSRGraph.weights has shape {tuple(self.weights.shape)}, expected "
                     f"{tuple(self.indices.shape)} (one weight per edge)"
                 )
-            if self.weights.numel() > 0:
-                if bool(torch.isnan(self.weights).any()):
+            for lo in range(0, self.weights.numel(), CHUNK):
+                part = self.weights[lo:lo + CHUNK]
+                if bool(torch.isnan(part).any()):
                     raise ValueError("CSRGraph.weights contains NaN")
-                if bool((self.weights < 0).any()):
+                if bool((part < 0).any()):
                     raise ValueError(
                         f"CSRGraph.weights must be non-negative, got min "
                         f"{float(self.weights.min())}"
@@ -131,7 +169,10 @@ class CSRGraph:
     def to(self, device: torch.device | str) -> "CSRGraph":
         """Return a copy of the topology on ``device`` (no copy if already there)."""
         w = None if self.weights is None else self.weights.to(device)
-        return CSRGraph._trusted(self.indptr.to(device), self.indices.to(device), w)
+        g = CSRGraph._trusted(self.indptr.to(device), self.indices.to(device), w)
+        if g.indices is self.indices:  # not moved: still the mapped pages
+            g.files = self.files
+        return g
 
     def pin_memory(self) -> "CSRGraph":
         """Return a copy in page-locked host memory (no-op without CUDA)."""
@@ -145,7 +186,7 @@ class CSRGraph:
                  weights: Optional[torch.Tensor]) -> "CSRGraph":
         """Build without re-validating (inputs come from an already valid graph)."""
         g = cls.__new__(cls)
-        g.indptr, g.indices, g.weights = indptr, indices, weights
+        g.indptr, g.indices, g.weights, g.files = indptr, indices, weights, None
         return g
 
     # ------------------------------------------------------------------ transforms
