@@ -43,7 +43,7 @@ def _limit(tmp_path: Path, **files) -> MemoryLimit | None:
     root = _files(tmp_path, {k.replace("__", "/").replace("_dot_", "."): v
                              for k, v in files.items()})
     return host_memory_limit(meminfo=str(root / "meminfo"), cgroup_root=str(root / "cg"),
-                             status=str(root / "status"))
+                             status=str(root / "status"), proc_cgroup=str(root / "self_cgroup"))
 
 
 def test_meminfo_available(tmp_path):
@@ -68,6 +68,31 @@ def test_cgroup_v1_and_unlimited(tmp_path):
                   cg__memory_dot_max="max", cg__memory_dot_current="5",
                   cg__memory__memory_dot_limit_in_bytes="9223372036854771712")
     assert free.source.startswith("MemAvailable")                # "max" / 2**63: no limit
+
+
+def test_the_process_own_v1_group_and_its_parents(tmp_path):
+    """The limit is read where /proc/self/cgroup puts this process, not at the mount's top:
+    a job inside a 2 GiB group sees 2 GiB; a tighter parent wins over a looser own group."""
+    files = dict(meminfo="MemAvailable: 10485760 kB\n",
+                 self_cgroup="4:memory:/jobs/a1\n0::/\n",
+                 cg__memory__memory_dot_limit_in_bytes="9223372036854771712",
+                 cg__memory__jobs__a1__memory_dot_limit_in_bytes=str(2 * GIB),
+                 cg__memory__jobs__a1__memory_dot_usage_in_bytes=str(GIB // 2))
+    own = _limit(tmp_path / "own", **files)
+    assert own.bytes == 2 * GIB - GIB // 2 and own.total == 2 * GIB
+    assert "jobs/a1/memory.limit_in_bytes" in own.source
+    parent = _limit(tmp_path / "parent", **files,
+                    cg__memory__jobs__memory_dot_limit_in_bytes=str(GIB),
+                    cg__memory__jobs__memory_dot_usage_in_bytes=str(GIB // 2))
+    assert parent.bytes == GIB // 2 and "jobs/memory.limit_in_bytes" in parent.source
+
+
+def test_the_process_own_v2_group(tmp_path):
+    lim = _limit(tmp_path, meminfo="MemAvailable: 10485760 kB\n", self_cgroup="0::/user/job\n",
+                 cg__cgroup_dot_controllers="memory cpu",
+                 cg__user__job__memory_dot_max=str(3 * GIB),
+                 cg__user__job__memory_dot_current=str(GIB))
+    assert lim.bytes == 2 * GIB and "user/job/memory.max" in lim.source
 
 
 def test_rlimit_as_minus_mapped(tmp_path, monkeypatch):

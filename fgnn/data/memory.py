@@ -3,9 +3,10 @@
 The limit is the tightest of what the machine reports:
 
 * ``MemAvailable`` in ``/proc/meminfo`` (free memory plus reclaimable cache);
-* the cgroup's memory limit minus its usage (cgroup v2 ``memory.max`` / ``memory.current``, or v1
+* the memory limit minus the usage of the process's own cgroup and of every cgroup above it (the
+  path ``/proc/self/cgroup`` names: cgroup v2 ``memory.max`` / ``memory.current``, or v1
   ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``; reclaimable ``inactive_file`` pages
-  count as free);
+  count as free): a job started inside a 2 GiB group sees 2 GiB, not the host's memory;
 * ``RLIMIT_AS`` (``ulimit -v``) minus the address space this process already maps.
 
 Where none can be read (not Linux), :func:`host_memory_limit` returns ``None`` and no size check
@@ -31,10 +32,12 @@ class MemoryLimit:
     Attributes:
         bytes: allocatable bytes.
         source: human-readable origin, e.g. ``"MemAvailable in /proc/meminfo"``.
+        total: the whole limit this comes from (a cgroup's limit before its usage), when known.
     """
 
     bytes: int
     source: str
+    total: Optional[int] = None
 
 
 def format_bytes(n: float) -> str:
@@ -72,20 +75,50 @@ def _meminfo(path: Path) -> Optional[MemoryLimit]:
     return None if kib is None else MemoryLimit(kib * 1024, f"MemAvailable in {path}")
 
 
-def _cgroup(root: Path) -> Optional[MemoryLimit]:
-    for limit_f, usage_f, stat_key, sub in (
-            ("memory.max", "memory.current", "inactive_file", root),                    # v2
-            ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
-             root / "memory")):                                                         # v1
-        limit = _read_int(sub / limit_f)
-        if limit is None or limit >= _UNLIMITED:
-            continue
-        usage = _read_int(sub / usage_f) or 0
-        usage -= min(usage, _field(sub / "memory.stat", stat_key) or 0)
-        return MemoryLimit(max(0, limit - usage),
-                           f"cgroup memory limit {format_bytes(limit)} ({sub / limit_f}) minus "
-                           f"{format_bytes(usage)} in use")
-    return None
+def _own_groups(proc_cgroup: Path, root: Path) -> list[tuple[Path, str]]:
+    """The memory cgroup directories of this process, its own first and then each parent up
+    to the mount, with their version (``"v1"``/``"v2"``), from ``/proc/self/cgroup``."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    found: list[tuple[Path, str]] = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "memory" in controllers.split(","):
+            found += _chain(root / "memory", path, "v1")
+        elif controllers == "" and (root / "cgroup.controllers").exists():
+            found += _chain(root, path, "v2")
+    if not found:                                   # not readable: the mount's top level
+        found = [(root, "v2"), (root / "memory", "v1")]
+    return found
+
+
+def _chain(mount: Path, path: str, version: str) -> list[tuple[Path, str]]:
+    parts = [p for p in path.strip().split("/") if p and p != ".."]
+    return [(mount.joinpath(*parts[:k]), version) for k in range(len(parts), -1, -1)]
+
+
+def _cgroup_level(sub: Path, version: str) -> Optional[MemoryLimit]:
+    limit_f, usage_f, stat_key = (("memory.max", "memory.current", "inactive_file")
+                                  if version == "v2" else
+                                  ("memory.limit_in_bytes", "memory.usage_in_bytes",
+                                   "total_inactive_file"))
+    limit = _read_int(sub / limit_f)
+    if limit is None or limit >= _UNLIMITED:
+        return None
+    usage = _read_int(sub / usage_f) or 0
+    usage -= min(usage, _field(sub / "memory.stat", stat_key) or 0)
+    return MemoryLimit(max(0, limit - usage),
+                       f"cgroup memory limit {format_bytes(limit)} ({sub / limit_f}) minus "
+                       f"{format_bytes(usage)} in use", limit)
+
+
+def _cgroup(root: Path, proc_cgroup: Path) -> Optional[MemoryLimit]:
+    """The tightest limit of this process's memory cgroup and its ancestors."""
+    found = [m for sub, v in _own_groups(proc_cgroup, root)
+             if (m := _cgroup_level(sub, v)) is not None]
+    return min(found, key=lambda m: m.bytes) if found else None
 
 
 def _rlimit_as(status: Path) -> Optional[MemoryLimit]:
@@ -99,16 +132,18 @@ def _rlimit_as(status: Path) -> Optional[MemoryLimit]:
 
 
 def host_memory_limit(*, meminfo: str = "/proc/meminfo", cgroup_root: str = "/sys/fs/cgroup",
-                      status: str = "/proc/self/status") -> Optional[MemoryLimit]:
-    """The tightest of MemAvailable, the cgroup limit and ``RLIMIT_AS`` (see the module doc).
+                      status: str = "/proc/self/status",
+                      proc_cgroup: str = "/proc/self/cgroup") -> Optional[MemoryLimit]:
+    """The tightest of MemAvailable, the cgroup limits and ``RLIMIT_AS`` (see the module doc).
 
     Args:
-        meminfo, cgroup_root, status: where to read them (tests point these at fake files).
+        meminfo, cgroup_root, status, proc_cgroup: where to read them (tests point these at
+            fake files).
 
     Returns:
         The smallest limit found, or ``None`` when none can be read.
     """
-    found = [m for m in (_meminfo(Path(meminfo)), _cgroup(Path(cgroup_root)),
+    found = [m for m in (_meminfo(Path(meminfo)), _cgroup(Path(cgroup_root), Path(proc_cgroup)),
                          _rlimit_as(Path(status))) if m is not None]
     return min(found, key=lambda m: m.bytes) if found else None
 
