@@ -416,6 +416,11 @@ class TrainConfig:
     on CUDA, ``index_add_`` adds in a fixed order, so a single-mode GPU run repeats exactly with
     its seed (slower; a single-mode CPU run repeats exactly without it). A factored run with
     several Trainers repeats only statistically either way (docs/concepts.md, Seeds)."""
+    steps_per_epoch: Optional[int] = flag(
+        None, "train at most S mini-batches per epoch, the first S of its shuffle (a bounded "
+        "run of a large graph); default all", type=int_at_least(1), metavar="S")
+    """Mini-batches (optimizer steps) per epoch; ``None``: every mini-batch of the training
+    split. The epoch's shuffle is unchanged; only its first S mini-batches are handed out."""
     eval_every: int = flag(1, "validate every E epochs", type=int_at_least(1), metavar="E")
     """Evaluate on the validation split every this many epochs."""
     val_subset: Optional[int] = flag(

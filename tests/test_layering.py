@@ -24,7 +24,8 @@ PACKAGE = ROOT / "fgnn"
 #: The rooms of fgnn/, top layer first. A room imports only from its own layer and those below.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "gpucheck", "fgnn"),            # entry points; the package's lazy public API
-    ("job", "recipes"),                     # one job: dataset, runtime, outputs; flag recipes
+    ("job", "recipes", "memory_plan"),      # one job: dataset, runtime, outputs; flag recipes;
+                                            # the memory plan it starts from
     ("outputs", "report"),                  # run outputs and the JSON report (read ledger keys)
     ("executors",),                         # runtime, samplers, trainers, exchange, faults
     ("tasks",),                             # what a job learns: node, link, recsys (one table)
@@ -33,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "cache", "sampling"),
     ("data",),                              # loaders, converters, on-disk; homogeneous, typed
     ("graph", "config", "flags", "atomic", "raystart", "raylet_watch", "_lazy", "causes",
-     "sigterm", "reaper", "subsets", "threads"),
+     "sigterm", "reaper", "subsets", "threads", "procmem"),
 )
 
 #: Imports (importer, imported) allowed against the rules (none: an exception is named here

@@ -110,6 +110,7 @@ from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
 from fgnn.monitor.stats import EpochStats, RunResult
+from fgnn.procmem import process_memory
 from fgnn.reaper import ring_prefix, sweep_stale_rings
 from fgnn.monitor.timeline import Timeline
 from fgnn.sampling.base import Sampler
@@ -526,7 +527,8 @@ class Runtime:
         return RunResult(config=self.config.to_dict(), mode=self.config.runtime.mode,
                          allocation=self._allocation(), preprocess=self._preprocess(),
                          epochs=epochs, final=final, final_eval_s=self.final_eval_s,
-                         early_stop=early_stop, metric=getattr(self.task, "metric", "accuracy"))
+                         early_stop=early_stop, metric=getattr(self.task, "metric", "accuracy"),
+                         memory=self._process_memory())
 
     def _start(self) -> None:
         """Reorder (hot-first), start the services and the first layout, and compute a
@@ -597,6 +599,8 @@ class Runtime:
         tc = self.config.train
         total = len(epoch_batches(self._items("train"), tc.batch_size, tc.seed, epoch,
                                   self.step_tasks))
+        if tc.steps_per_epoch is not None:  # the first S mini-batches, R tasks each
+            total = min(total, tc.steps_per_epoch * self.step_tasks)
         self.caches.refresh_peers()  # a Trainer restarted: its peers map its new buffer
         with self.timeline.phase("training"):
             stats = self.coordinator.run(epoch, total, measure=first)
@@ -705,6 +709,32 @@ class Runtime:
             allocation["disk"] = c.disk_layout()
         allocation.update(c.extra_allocation())
         return allocation
+
+    def _process_memory(self) -> dict[str, Any]:
+        """The report's ``memory``: every process's peak and resident memory (the driver's, and
+        each live executor's when they run in processes of their own), and how much of the
+        mapped topology is resident on the host (the processes' proportional shares added)."""
+        files = self.dataset.graph.files
+        paths = [] if files is None else [p for p in (files.indptr, files.indices,
+                                                      files.weights) if p]
+        procs = [{**process_memory(paths, role="driver"), "name": "driver"}]
+        if not self.in_process:
+            asks = [(e, e.handle.process_memory.remote()) for e in self.workers.execs if e.alive]
+            for e, ref in asks:
+                try:
+                    procs.append({**host.get(ref, timeout=30), "name": e.name})
+                except Exception:  # noqa: BLE001 - a process gone at the end: not measured
+                    continue
+        out: dict[str, Any] = {"processes": procs}
+        if paths:
+            size = sum(os.path.getsize(p) for p in paths)
+            held = [pr["mapped"][p] for pr in procs for p in paths if p in pr["mapped"]]
+            out["topology"] = {"files": paths, "file_bytes": size,
+                               "resident_pss": sum(m["pss"] for m in held),
+                               "private": sum(m["private"] for m in held),
+                               "mapped_by": sum(1 for pr in procs
+                                                if any(p in pr["mapped"] for p in paths))}
+        return out
 
     def _preprocess(self) -> dict[str, float]:
         """The report's ``preprocess`` seconds."""

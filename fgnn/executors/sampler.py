@@ -34,6 +34,7 @@ from fgnn.executors._device import actor_device
 from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
+from fgnn.procmem import process_memory
 from fgnn.sampling.base import Sample, Sampler, per_type, per_type_zip
 from fgnn.sampling.task_sampling import SamplingSpec
 from fgnn.tasks.node import NodeSampling
@@ -240,6 +241,14 @@ class SamplerExecutor:
         self._epoch: Optional[int] = None
         self._batches: list[torch.Tensor] = []
         self._pending_put: Any = None
+
+    def process_memory(self) -> dict[str, Any]:
+        """This process's peak and resident memory and the resident, shared and private bytes
+        of the topology files it maps (:func:`fgnn.procmem.process_memory`)."""
+        files = getattr(self.graph, "files", None)
+        paths = [] if files is None else [p for p in (files.indptr, files.indices,
+                                                      files.weights) if p]
+        return process_memory(paths, role="sampler")
 
     def ready(self) -> tuple[float, str]:
         """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports

@@ -56,6 +56,7 @@ from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.feature_store import FeatureStore
 from fgnn.cache.placement import Placement
+from fgnn.procmem import process_memory
 from fgnn.sampling.base import Sample, per_type_tensors
 from fgnn.models.step import forward_backward
 from fgnn.tasks.base import StepRule
@@ -228,6 +229,12 @@ class TrainerExecutor:
 
             self.exchange = TrainerExchange(exchange, name, self.model, self._ack,
                                             self.faults.crash_after_apply)
+
+    def process_memory(self) -> dict[str, Any]:
+        """This process's peak and resident memory and the resident share of the feature file
+        it maps (:func:`fgnn.procmem.process_memory`)."""
+        files = [self._features_file] if self._features_file else []
+        return process_memory(files, role="trainer")
 
     def ready(self) -> tuple[float, str]:
         """``(time.time(), device)`` once the actor is built: the runtime waits on it, reports

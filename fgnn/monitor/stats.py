@@ -136,6 +136,11 @@ class RunResult:
     """The task's validation score, as the plot and table name it (``accuracy``, ``AUC``,
     ``recall@10``; :attr:`fgnn.tasks.Task.metric`); ``None``: the task's default
     (:func:`fgnn.monitor.summary.metric_name`)."""
+    memory: Optional[dict[str, Any]] = None
+    """Host memory: ``processes``, each process's ``pid``, ``role``, ``name``, ``peak_rss``,
+    ``rss`` and the resident bytes of the files it maps (:func:`fgnn.procmem.process_memory`);
+    ``topology`` (the mapped topology's files, their bytes and the resident bytes per host);
+    ``plan`` (the memory plan the job started from, :mod:`fgnn.memory_plan`), set by the job."""
     timeline: Optional[dict[str, Any]] = None
     """Where the whole run's wall time went, in parts that add up to it
     (:meth:`fgnn.monitor.timeline.Timeline.close`: ``wall_s``, ``origin``, ``parts``); set by
@@ -154,6 +159,8 @@ class RunResult:
             "early_stop": self.early_stop,
             "metric": self.metric,
         }
+        if self.memory is not None:
+            out["memory"] = self.memory
         if self.timeline is not None:
             out["timeline"] = self.timeline
         return out
