@@ -125,11 +125,14 @@ def random_read_rate(path: Path, seconds: float = 3.0) -> dict[str, float]:
 
 
 def dataset_dir(spec: str) -> Path:
-    """The built twin's directory (built now when absent, outside any timed row)."""
-    from fgnn.data.spec import load_dataset
+    """The built twin's directory (built now when absent, outside any timed row; nothing of
+    it is loaded in this process)."""
+    from fgnn.data.outofcore import ensure_built
+    from fgnn.data.spec import builder_recipe
 
-    ds = load_dataset(spec, say=lambda m: print(f"scale: {m}", file=sys.stderr, flush=True))
-    return Path(ds.meta["root"])
+    built = ensure_built(builder_recipe(spec),
+                         log=lambda m: print(f"scale: {m}", file=sys.stderr, flush=True))
+    return built.path
 
 
 def run_job(name: str, cmd: list[str], limit: int, env: dict) -> dict:

@@ -30,7 +30,7 @@ __all__ = [
 MODELS = ("gcn", "sage", "pinsage")
 MODES = ("factored", "time-sharing", "single")
 SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
-EVAL_MODES = ("sampled", "layerwise")
+EVAL_MODES = ("sampled", "layerwise", "none")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
 SAMPLE_TRANSPORTS = ("auto", "object_store", "cuda_ipc")
 #: Gradient exchange among Trainers (fgnn.executors.collective, fgnn.executors.ps).
@@ -439,11 +439,13 @@ class TrainConfig:
     bytes))``)."""
     eval_mode: str = flag(
         "sampled", "sampled: score chunks with the training sampler on the Samplers and "
-        "Trainers; layerwise: every neighbour, layer by layer, on the Trainers",
+        "Trainers; layerwise: every neighbour, layer by layer, on the Trainers; none: no "
+        "validation and no final scores (a throughput run)",
         choices=EVAL_MODES)
     """How validation and the final scores are computed: ``sampled`` (chunks through the
     Samplers and Trainers with the training sampler, in parallel) or ``layerwise`` (every
-    neighbour, layer by layer, on the Trainers: one split per Trainer)."""
+    neighbour, layer by layer, on the Trainers: one split per Trainer) or ``none`` (nothing
+    is scored: a bounded throughput run of a large graph)."""
     patience: Optional[int] = flag(
         None, "stop after P validations without improvement; unset trains all epochs",
         type=int_at_least(1), metavar="P")

@@ -33,9 +33,9 @@ LOGICAL_DEVICE_BYTES = 1 << 30
 #: Live copies of a layer's activations in one training step (output, its gradient, the
 #: aggregation's, the nonlinearity's and dropout's masks).
 ACTIVATION_COPIES = 6
-#: Live copies of a mini-batch's input rows: the gathered rows, their staging and the model's
-#: float32 input.
-INPUT_COPIES = 3
+#: Live copies of a mini-batch's input rows in the feature file's dtype: the gathered rows and
+#: their staging; the model's float32 input comes beside them.
+INPUT_COPIES = 2
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,8 @@ def _step_bytes(seeds: int, config: Any, dataset: Any) -> tuple[int, int]:
     fan = tuple(config.sampler.fanouts)
     sizes, edges = _hops(max(1, seeds), fan, dataset.num_nodes, dataset.graph.num_edges)
     hidden = max(int(config.model.hidden), int(dataset.num_classes))
-    inputs = sizes[-1] * dataset.feat_dim * 4 * INPUT_COPIES
+    inputs = sizes[-1] * dataset.feat_dim * (dataset.feature_row_bytes // dataset.feat_dim
+                                             * INPUT_COPIES + 4)
     acts = sum(sizes[:-1]) * hidden * 4 * ACTIVATION_COPIES
     sample = _sample_bytes(sizes, edges)
     return inputs + acts + 2 * sample, sample
@@ -254,7 +255,8 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
     seeds = batch if single else max(1, math.ceil(batch / max(1, int(config.runtime.devices))))
     step, sample = _step_bytes(seeds, config, dataset)
     # every Trainer scores whole evaluation chunks (no gradients: half the activations)
-    eval_step = _step_bytes(eval_chunk(tc, dataset.feature_row_bytes), config, dataset)[0]
+    eval_step = (0 if tc.eval_mode == "none" else
+                 _step_bytes(eval_chunk(tc, dataset.feature_row_bytes), config, dataset)[0])
     if eval_step > step:
         chunk = eval_chunk(tc, dataset.feature_row_bytes)
         terms.append(Term("evaluation chunk working set", eval_step, holders,

@@ -170,3 +170,18 @@ def test_executor_processes_map_one_copy_of_the_topology(ray_cluster, tmp_path):
     assert all(p["peak_rss"] > 0 for p in result.memory["processes"])
     assert result.to_dict()["memory"]["plan"]["total"] > 0
     assert sum(r.batches for r in result.epochs) == 2 * 2     # 2 steps of 2 tasks
+
+
+def test_a_bounded_throughput_run_trains_s_steps_and_scores_nothing(tmp_path):
+    """``--steps-per-epoch`` hands out the first S mini-batches of each epoch's shuffle;
+    ``--eval-mode none`` skips validation and the final scores (in-process, one device)."""
+    built = build(GraphRecipe("b", 3000, 30000, feat_dim=8, num_classes=4, train_frac=0.5),
+                  tmp_path / "b", progress=False)
+    cfg = JobConfig(dataset=f"ondisk:{built.path}", model=ModelConfig(name="sage", hidden=8),
+                    sampler=SamplerConfig(fanouts=(3, 3)),
+                    train=TrainConfig(epochs=2, batch_size=100, steps_per_epoch=3,
+                                      eval_mode="none"))
+    result = Job(cfg, progress=False).run()
+    assert [e.batches for e in result.epochs] == [3, 3]
+    assert all(math.isnan(v) for v in result.final.values())
+    assert all(e.eval_s == 0.0 for e in result.epochs)

@@ -49,7 +49,7 @@ def test_terms_follow_the_sizes_and_flags(built):
     # (capped at N = 5000), and 4000 + 22000 edges (E = 50000)
     sizes, edges = mp._hops(400, (10, 5), 5000, 50000)
     assert sizes == [400, 4400, 5000] and edges == 4000 + 22000
-    work = (5000 * 64 * 4 * mp.INPUT_COPIES + (400 + 4400) * 32 * 4 * mp.ACTIVATION_COPIES
+    work = (5000 * 64 * (4 * mp.INPUT_COPIES + 4) + (400 + 4400) * 32 * 4 * mp.ACTIVATION_COPIES
             + 2 * (8 * (400 + 4400 + 5000) + 16 * edges))
     assert terms["evaluation chunk working set"].each == work
     assert plan.total == sum(t.bytes for t in plan.terms if t.counted)

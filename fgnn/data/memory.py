@@ -5,8 +5,8 @@ The limit is the tightest of what the machine reports:
 * ``MemAvailable`` in ``/proc/meminfo`` (free memory plus reclaimable cache);
 * the memory limit minus the usage of the process's own cgroup and of every cgroup above it (the
   path ``/proc/self/cgroup`` names: cgroup v2 ``memory.max`` / ``memory.current``, or v1
-  ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``; reclaimable ``inactive_file`` pages
-  count as free): a job started inside a 2 GiB group sees 2 GiB, not the host's memory;
+  ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``; file pages, active or inactive,
+  count as free: the kernel reclaims them): a job started inside a 2 GiB group sees 2 GiB, not the host's memory;
 * ``RLIMIT_AS`` (``ulimit -v``) minus the address space this process already maps.
 
 Where none can be read (not Linux), :func:`host_memory_limit` returns ``None`` and no size check
@@ -100,15 +100,18 @@ def _chain(mount: Path, path: str, version: str) -> list[tuple[Path, str]]:
 
 
 def _cgroup_level(sub: Path, version: str) -> Optional[MemoryLimit]:
-    limit_f, usage_f, stat_key = (("memory.max", "memory.current", "inactive_file")
-                                  if version == "v2" else
-                                  ("memory.limit_in_bytes", "memory.usage_in_bytes",
-                                   "total_inactive_file"))
+    limit_f, usage_f, file_keys = (("memory.max", "memory.current",
+                                    ("inactive_file", "active_file"))
+                                   if version == "v2" else
+                                   ("memory.limit_in_bytes", "memory.usage_in_bytes",
+                                    ("total_inactive_file", "total_active_file")))
     limit = _read_int(sub / limit_f)
     if limit is None or limit >= _UNLIMITED:
         return None
     usage = _read_int(sub / usage_f) or 0
-    usage -= min(usage, _field(sub / "memory.stat", stat_key) or 0)
+    # file pages (page cache, mapped files) are reclaimable: what a mapped topology holds is
+    # counted by the memory plan, not as already in use
+    usage -= min(usage, sum(_field(sub / "memory.stat", k) or 0 for k in file_keys))
     return MemoryLimit(max(0, limit - usage),
                        f"cgroup memory limit {format_bytes(limit)} ({sub / limit_f}) minus "
                        f"{format_bytes(usage)} in use", limit)

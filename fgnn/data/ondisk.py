@@ -26,6 +26,7 @@ and names :func:`~fgnn.data.ondisk_hetero.load_ondisk_hetero`.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -286,6 +287,23 @@ def _scan_features(features: np.ndarray, path: Path, label: str = "files.feature
             os.close(fd)
 
 
+def advise_random(features: np.ndarray) -> bool:
+    """Tell the kernel a memory-mapped feature file larger than half of what the host can give
+    is read at random (``MADV_RANDOM``): a row read then faults in its own pages, not the
+    read-around window of its neighbours, which would evict the pages still wanted. A file
+    that fits keeps read-around (its cold first pass loads faster). True when advised."""
+    mm = getattr(features, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_RANDOM"):
+        return False
+    from fgnn.data.memory import host_memory_limit
+
+    limit = host_memory_limit()
+    if limit is None or features.nbytes <= limit.bytes // 2:
+        return False
+    mm.madvise(mmap.MADV_RANDOM)
+    return True
+
+
 def read_manifest(root: Path) -> tuple[Path, dict]:
     """``(path, object)`` of ``root/manifest.json``.
 
@@ -376,6 +394,7 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     features = np.load(fpath, mmap_mode="r")
     if check_nan is not False:
         _scan_features(features, fpath)
+    advise_random(features)
     labels = torch.from_numpy(np.load(l_path).astype(np.int64, copy=False))
     splits = {k: torch.from_numpy(np.load(p)) for k, p in s_paths.items()}  # Dataset: -> ids
     try:

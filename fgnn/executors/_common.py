@@ -12,6 +12,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from fgnn.data.ondisk import advise_random
 from fgnn.graph import CSRGraph, TopologyFiles
 
 __all__ = ["graph_payload", "graph_from_payload", "tensor_from", "task_generator", "metrics_for",
@@ -85,8 +86,10 @@ class MemmapFeatures:
         need = self.offset + int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
         if os.path.getsize(self.path) < need:
             raise ValueError(f"feature file {self.path} holds fewer than {need} bytes")
-        return np.memmap(self.path, dtype=np.dtype(self.dtype), mode="r", offset=self.offset,
-                         shape=self.shape)
+        arr = np.memmap(self.path, dtype=np.dtype(self.dtype), mode="r", offset=self.offset,
+                        shape=self.shape)
+        advise_random(arr)
+        return arr
 
 
 def features_payload(features: Any) -> Any:

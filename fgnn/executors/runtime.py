@@ -198,7 +198,7 @@ class Runtime:
         self._eval_passes = 0
         #: R: tasks per mini-batch, averaged into one step (parameter server or collective)
         self.step_tasks = step_tasks(config.runtime.mode, config.runtime.devices)
-        self.do_evaluate = bool(evaluate)
+        self.do_evaluate = bool(evaluate) and config.train.eval_mode != "none"
         self.load_s = 0.0
         self._started_ray = False
         self._driver_device_kind = "logical"

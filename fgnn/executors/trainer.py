@@ -57,7 +57,7 @@ from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.feature_store import FeatureStore
 from fgnn.cache.placement import Placement
 from fgnn.procmem import process_memory
-from fgnn.sampling.base import Sample, per_type_tensors
+from fgnn.sampling.base import Sample, per_type, per_type_tensors
 from fgnn.models.step import forward_backward
 from fgnn.tasks.base import StepRule
 from fgnn.tasks.node import NODE_STEP
@@ -118,6 +118,13 @@ def _first_line(err: BaseException) -> str:
     """The first non-empty line of an error's text, at most 300 characters."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     return (lines[0] if lines else "")[:300]
+
+
+def _as_float32(x: Any) -> Any:
+    """The model's input: float16 rows (a half-precision feature file, gathered and moved at
+    half the bytes) widened to float32 on the device, after their copy is waited for."""
+    return per_type(x, lambda t: t.float() if t.is_floating_point() and t.dtype != torch.float32
+                    else t)
 
 
 @dataclass
@@ -496,8 +503,8 @@ class TrainerExecutor:
         for p in self.params:
             p.grad = None
         seed_task_rng(self.seed, epoch, batch.task_id)
-        loss = forward_backward(self.model, self.step.loss, batch.sample, batch.x,
-                                batch.labels)
+        loss = forward_backward(self.model, self.step.loss, batch.sample,
+                                _as_float32(batch.x), batch.labels)
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         grad, value = checked_step(loss, grads, epoch, batch.task_id, to_host)
         return torch.tensor(value), grad
@@ -544,7 +551,7 @@ class TrainerExecutor:
         self.copies.wait(batch.ready, batch.tensors())
         self.model.eval()
         try:
-            out = self.model(batch.sample.blocks, batch.x)
+            out = self.model(batch.sample.blocks, _as_float32(batch.x))
             scored = self.step.score(self.model, out, batch.sample, batch.labels)
         finally:
             self.model.train()
