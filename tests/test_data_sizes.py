@@ -77,7 +77,11 @@ def test_the_process_own_v1_group_and_its_parents(tmp_path):
                  self_cgroup="4:memory:/jobs/a1\n0::/\n",
                  cg__memory__memory_dot_limit_in_bytes="9223372036854771712",
                  cg__memory__jobs__a1__memory_dot_limit_in_bytes=str(2 * GIB),
-                 cg__memory__jobs__a1__memory_dot_usage_in_bytes=str(GIB // 2))
+                 cg__memory__jobs__a1__memory_dot_usage_in_bytes=str(GIB),
+                 # mapped or cached file pages, active or not, are the kernel's to reclaim
+                 cg__memory__jobs__a1__memory_dot_stat=f"total_rss 1\ntotal_active_file "
+                                                       f"{GIB // 4}\ntotal_inactive_file "
+                                                       f"{GIB // 4}\n")
     own = _limit(tmp_path / "own", **files)
     assert own.bytes == 2 * GIB - GIB // 2 and own.total == 2 * GIB
     assert "jobs/a1/memory.limit_in_bytes" in own.source

@@ -401,10 +401,18 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
         return Dataset(name=name, graph=graph, features=features, labels=labels,
                        train_idx=splits["train_idx"], val_idx=splits["val_idx"],
                        test_idx=splits["test_idx"], num_classes=num_classes,
-                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype},
+                       meta={"source": "ondisk", "root": str(root), "feat_dtype": fdtype,
+                             "build_s": _build_seconds(manifest)},
                        check_features=False)  # scanned above, naming the file
     except ValueError as exc:
         raise ValueError(f"on-disk dataset {root} (labels/splits files): {exc}") from exc
+
+
+def _build_seconds(manifest: dict) -> Optional[float]:
+    """Seconds the out-of-core builder took to write this dataset, when it did."""
+    build = manifest.get("build")
+    seconds = build.get("seconds") if isinstance(build, dict) else None
+    return float(seconds) if isinstance(seconds, (int, float)) else None
 
 
 def _check_format(manifest: dict, mpath: Path) -> None:
