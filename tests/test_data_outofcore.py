@@ -180,8 +180,10 @@ def test_a_bounded_throughput_run_trains_s_steps_and_scores_nothing(tmp_path):
     cfg = JobConfig(dataset=f"ondisk:{built.path}", model=ModelConfig(name="sage", hidden=8),
                     sampler=SamplerConfig(fanouts=(3, 3)),
                     train=TrainConfig(epochs=2, batch_size=100, steps_per_epoch=3,
-                                      eval_mode="none"))
+                                      eval_mode="none"), report=str(tmp_path / "r.json"))
     result = Job(cfg, progress=False).run()
+    written = json.loads((tmp_path / "r.json").read_text())        # a valid report
+    assert written["final"]["train_acc"] is None
     assert [e.batches for e in result.epochs] == [3, 3]
     assert all(math.isnan(v) for v in result.final.values())
     assert all(e.eval_s == 0.0 for e in result.epochs)

@@ -188,24 +188,44 @@ def wrpr_hotness(graph: CSRGraph, train_idx: torch.Tensor, *, iterations: int = 
     train = _check_train_idx(graph, train_idx)
     n = graph.num_nodes
     dev = graph.device
-    rows = torch.repeat_interleave(torch.arange(n, device=dev), graph.degrees())
-    cols = graph.indices.long()
-    if use_edge_weights and graph.weights is not None:
-        w = graph.weights.to(torch.float64)
-        row_sum = torch.zeros(n, dtype=torch.float64, device=dev).index_add_(0, rows, w)
-        share = w / row_sum[rows].clamp_min(torch.finfo(torch.float64).tiny)
-    else:
-        deg = graph.degrees().to(torch.float64)
-        share = 1.0 / deg[rows]  # rows with no edges never appear in ``rows``
+    weighted = use_edge_weights and graph.weights is not None
+    row_sum = (_row_sums(graph) if weighted
+               else graph.degrees().to(torch.float64)).clamp_min(torch.finfo(torch.float64).tiny)
     num_train = int(torch.unique(train).numel())
     score = torch.full((n,), 1.0 / n, dtype=torch.float64, device=dev)  # lines 4-7
     weight = n / num_train  # line 8
     score[train] = score[train] * weight  # lines 9-11 (line 10: score[tid[i]] *= weight)
     for _ in range(iterations):
         pushed = torch.zeros(n, dtype=torch.float64, device=dev)
-        pushed.index_add_(0, cols, score[rows] * share)
+        for lo, hi, rows, cols in _edge_chunks(graph):  # no E-sized temporaries
+            w = graph.weights[lo:hi].to(torch.float64) if weighted else None
+            share = (w if w is not None else 1.0) / row_sum[rows]
+            pushed.index_add_(0, cols, score[rows] * share)
         score = (1.0 - damping) / n + damping * pushed
     return score.to(torch.float32)
+
+
+def _edge_chunks(graph: CSRGraph, edges: int = 1 << 22):
+    """``(lo, hi, rows, cols)`` of the graph's edges in position order, whole rows at a time
+    and about ``edges`` edges a chunk (int64 row and column ids of the chunk only)."""
+    n, indptr = graph.num_nodes, graph.indptr
+    r0 = 0
+    while r0 < n:
+        r1 = int(torch.searchsorted(indptr, indptr[r0] + edges, right=True)) - 1
+        r1 = min(n, max(r1, r0 + 1))
+        lo, hi = int(indptr[r0]), int(indptr[r1])
+        rows = torch.repeat_interleave(torch.arange(r0, r1, device=graph.device),
+                                       indptr[r0 + 1:r1 + 1] - indptr[r0:r1])
+        yield lo, hi, rows, graph.indices[lo:hi].long()
+        r0 = r1
+
+
+def _row_sums(graph: CSRGraph) -> torch.Tensor:
+    """``(N,)`` float64 sums of each row's edge weights."""
+    out = torch.zeros(graph.num_nodes, dtype=torch.float64, device=graph.device)
+    for lo, hi, rows, _ in _edge_chunks(graph):
+        out.index_add_(0, rows, graph.weights[lo:hi].to(torch.float64))
+    return out
 
 
 def compute_hotness(policy: str, graph: CSRGraph, train_idx: Optional[torch.Tensor] = None, *,
