@@ -33,6 +33,9 @@ LOGICAL_DEVICE_BYTES = 1 << 30
 #: Live copies of a layer's activations in one training step (output, its gradient, the
 #: aggregation's, the nonlinearity's and dropout's masks).
 ACTIVATION_COPIES = 6
+#: Bytes a vertex of a Trainer's cache lookup at its build: ``Placement.lookup``'s two int64
+#: arrays and the store's int8 copy of ``dev_num`` (9 bytes a vertex stay).
+LOOKUP_BYTES_PER_VERTEX = 17
 #: Live copies of a mini-batch's input rows in the feature file's dtype: the gathered rows and
 #: their staging; the model's float32 input comes beside them.
 INPUT_COPIES = 2
@@ -252,6 +255,13 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
                           flag=f"lower --cache-ratio ({config.cache.cache_ratio})"
                           if config.cache.cache_ratio is not None else "set --cache-ratio",
                           field="cache.cache_ratio"))
+    if config.cache.policy != "none":
+        # each Trainer's feature store keeps where every vertex is cached (dev_num int8,
+        # buf_pos int64), built from two int64 arrays
+        terms.append(Term("cache lookup (17 bytes a vertex at its build)",
+                          LOOKUP_BYTES_PER_VERTEX * dataset.num_nodes, holders,
+                          flag="lower --devices (one lookup per Trainer)",
+                          field="runtime.devices"))
     seeds = batch if single else max(1, math.ceil(batch / max(1, int(config.runtime.devices))))
     step, sample = _step_bytes(seeds, config, dataset)
     # every Trainer scores whole evaluation chunks (no gradients: half the activations)
