@@ -205,6 +205,9 @@ class Job:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"Job: model must be a torch.nn.Module. "
                             f"Received {type(model).__name__}.")
+        if model is not None:
+            from fgnn.tasks.contracts import check_trainable_model
+            check_trainable_model(model)
         if dataset is not None and not isinstance(dataset, Dataset):
             raise TypeError(f"Job: dataset must be a fgnn.Dataset. "
                             f"Received {type(dataset).__name__}.")
