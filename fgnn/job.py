@@ -28,7 +28,7 @@ import torch
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
-from fgnn.monitor.summary import devices_note, plural, timing_text
+from fgnn.monitor.summary import cluster_text, devices_note, plural, timing_text
 from fgnn.monitor.timeline import Timeline
 from fgnn.outputs import (check_inputs, check_outputs, lock_outputs, output_paths,
                           write_outputs)
@@ -588,7 +588,12 @@ class Job:
                                  f"cannot join the Ray cluster ({' '.join(str(e).split())})"
                                  f"{'' if local else token_hint()}") from e
         url = getattr(ctx, "dashboard_url", None) or None
-        return url, None if local else float(ray.cluster_resources().get("GPU", 0))
+        if local:
+            return url, None
+        resources = ray.cluster_resources()
+        self._say(f"fgnn: joined the Ray cluster at "
+                  f"{cluster_text(_joined_address(ctx, rc.address), resources, _live_nodes())}")
+        return url, float(resources.get("GPU", 0))
 
     def _say_dashboard(self, url: Optional[str]) -> None:
         """Set :attr:`dashboard_url` from Ray's ``url`` (``None``: off) and print it."""
@@ -726,6 +731,19 @@ def _watch_driver() -> Any:
 
     pids = local_node_processes()
     return None if pids is None else watch_driver(pids)
+
+
+def _joined_address(ctx: Any, given: str) -> str:
+    """The address of the cluster ``ray.init(address=given)`` joined: its GCS, as Ray resolved
+    ``auto`` or ``HOST:PORT``; ``given`` for a context without one (Ray Client)."""
+    info = getattr(ctx, "address_info", None) or {}
+    return str(info.get("gcs_address") or info.get("address") or given)
+
+
+def _live_nodes() -> int:
+    """Nodes of the joined cluster that are alive."""
+    import ray
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
 def _current_dashboard_url() -> Optional[str]:
