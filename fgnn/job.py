@@ -334,6 +334,7 @@ class Job:
         self.result = result
         self._say_result(result)
         self._write_outputs(result, runtime)
+        runtime.mark_complete(result.final)  # a resume of its checkpoint: finished from now
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         return result
 
@@ -519,6 +520,10 @@ class Job:
         except CheckpointError as e:
             raise JobConfigError("train.checkpoint_dir", cfg.train.checkpoint_dir,
                                  str(e).rstrip(".")) from e
+        if runtime.checkpointer.final_only:
+            self._say(f"fgnn: the run in {cfg.train.checkpoint_dir} trained its epochs but "
+                      f"wrote no final scores or outputs: resuming into the final evaluation "
+                      f"and the outputs")
         return runtime
 
     def _load(self):
