@@ -9,9 +9,11 @@ these, so a new field with flag metadata is a new flag.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
+from fgnn.fieldtypes import check_types
 from fgnn.flags import (RelationFanouts, auto_count, fanout_list, flag, float_in, host_or_off,
                         int_at_least, k_list, relation_fanout, section, subset_count)
 
@@ -145,11 +147,11 @@ class SamplerConfig:
     """``MAXS`` of Algorithm 2: the largest scale factor ``s``."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _finite(self, "locality_lt", "locality_ut", "locality_max_scale")
         if self.kind not in SAMPLER_KINDS:
             _fail("SamplerConfig", "kind", self.kind,
                   "must be one of khop, weighted, random_walk, locality")
-        self.fanouts = tuple(int(f) for f in self.fanouts)
         if self.relation_fanouts is not None:
             self._check_relation_fanouts()
         if self.kind != "random_walk":
@@ -187,7 +189,7 @@ class SamplerConfig:
                 _fail("SamplerConfig", "relation_fanouts", rf, f"names relation {k!r}; "
                       f"relations are rel or src:rel:dst strings")
             try:
-                fan = tuple(int(f) for f in v)
+                fan = tuple(operator.index(f) for f in v)  # 10.5 is no fanout
             except (TypeError, ValueError):
                 fan = ()
             if len(fan) != len(self.fanouts) or any(f < 0 for f in fan):
@@ -258,6 +260,7 @@ class CacheConfig:
     """Rows replicated on every node under ``hotness``, as a share of all rows."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _finite(self, "cache_ratio", "device_memory_gib", "peer_cost", "feature_replicate_ratio")
         if self.feature_partition not in FEATURE_PARTITIONS:
             _fail("CacheConfig", "feature_partition", self.feature_partition,
@@ -330,6 +333,7 @@ class DiskConfig:
     """Reads in flight per Trainer (page-run reads spread over a thread pool)."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _finite(self, "cpu_buffer")
         for name, allowed in (("feature_tier", FEATURE_TIERS), ("cache", DISK_CACHES),
                               ("io", DISK_IO)):
@@ -361,6 +365,7 @@ class ModelConfig:
     Cora recipe 0.5)."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _finite(self, "dropout", "input_dropout")
         if self.name not in MODELS:
             _fail("ModelConfig", "name", self.name, f"must be one of {', '.join(MODELS)}")
@@ -391,6 +396,11 @@ def auto_batch_size(num_train: int) -> int:
     if num_train < 0:
         raise ValueError(f"num_train must be >= 0, got num_train={num_train!r}")
     return min(AUTO_BATCH_MAX, max(AUTO_BATCH_MIN, -(-int(num_train) // AUTO_BATCH_STEPS)))
+
+
+#: The seeds ``TrainConfig.seed`` may be: the streams derived from it (``seed * 1_000_003 +
+#: layer`` and the like) must fit torch's 64-bit generators and tensors.
+SEED_RANGE = (0, (1 << 32) - 1)
 
 
 @dataclass
@@ -455,6 +465,7 @@ class TrainConfig:
     resume: bool = flag(False, "resume from the latest checkpoint in --checkpoint-dir")
 
     def __post_init__(self) -> None:
+        check_types(self, paths=("checkpoint_dir",), ranges={"seed": SEED_RANGE})
         _finite(self, "lr", "weight_decay")
         if self.batch_size is not None and self.batch_size < 1:
             _fail("TrainConfig", "batch_size", self.batch_size, "must be >= 1 (or None: auto)")
@@ -567,6 +578,7 @@ class RuntimeConfig:
         return max(1, math.ceil(self.devices_used * self.gpus_per_device - 1e-9))
 
     def __post_init__(self) -> None:
+        check_types(self)
         _finite(self, "gpus_per_device", "stall_timeout_s")
         if self.mode not in MODES:
             _fail("RuntimeConfig", "mode", self.mode, f"must be one of {', '.join(MODES)}")
@@ -640,6 +652,7 @@ class LinkConfig:
     (the synthetic ``hetero:`` graph predicts ``author,writes,paper``) or its only relation."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _finite(self, "val", "test")
         for name in ("val", "test"):
             if not 0.0 < getattr(self, name) < 1.0:
@@ -656,7 +669,6 @@ class LinkConfig:
         if self.decoder not in LINK_DECODERS:
             _fail("LinkConfig", "decoder", self.decoder,
                   f"must be one of {', '.join(LINK_DECODERS)}")
-        self.hits_k = tuple(int(k) for k in self.hits_k)
         if any(k < 1 for k in self.hits_k):
             _fail("LinkConfig", "hits_k", self.hits_k, "must all be >= 1")
 
@@ -717,6 +729,7 @@ class JobConfig:
     link: LinkConfig = section(LinkConfig, "task")
 
     def __post_init__(self) -> None:
+        check_types(self, paths=("data_root", "report", "save_model"))
         if self.recipe not in RECIPE_CHOICES:
             _fail("JobConfig", "recipe", self.recipe,
                   f"must be one of {', '.join(RECIPE_CHOICES)}")

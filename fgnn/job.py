@@ -28,7 +28,7 @@ import torch
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
-from fgnn.monitor.summary import devices_note, plural, timing_text
+from fgnn.monitor.summary import cluster_text, devices_note, plural, timing_text
 from fgnn.monitor.timeline import Timeline
 from fgnn.outputs import (check_inputs, check_outputs, lock_outputs, output_paths,
                           write_outputs)
@@ -205,6 +205,9 @@ class Job:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"Job: model must be a torch.nn.Module. "
                             f"Received {type(model).__name__}.")
+        if model is not None:
+            from fgnn.tasks.contracts import check_trainable_model
+            check_trainable_model(model)
         if dataset is not None and not isinstance(dataset, Dataset):
             raise TypeError(f"Job: dataset must be a fgnn.Dataset. "
                             f"Received {type(dataset).__name__}.")
@@ -334,6 +337,7 @@ class Job:
         self.result = result
         self._say_result(result)
         self._write_outputs(result, runtime)
+        runtime.mark_complete(result.final)  # a resume of its checkpoint: finished from now
         self._say(f"fgnn: time: {timing_text(result.to_dict())}")
         return result
 
@@ -544,6 +548,10 @@ class Job:
         except CheckpointError as e:
             raise JobConfigError("train.checkpoint_dir", cfg.train.checkpoint_dir,
                                  str(e).rstrip(".")) from e
+        if runtime.checkpointer.final_only:
+            self._say(f"fgnn: the run in {cfg.train.checkpoint_dir} trained its epochs but "
+                      f"wrote no final scores or outputs: resuming into the final evaluation "
+                      f"and the outputs")
         return runtime
 
     def _load(self):
@@ -614,7 +622,12 @@ class Job:
                                  f"cannot join the Ray cluster ({' '.join(str(e).split())})"
                                  f"{'' if local else token_hint()}") from e
         url = getattr(ctx, "dashboard_url", None) or None
-        return url, None if local else float(ray.cluster_resources().get("GPU", 0))
+        if local:
+            return url, None
+        resources = ray.cluster_resources()
+        self._say(f"fgnn: joined the Ray cluster at "
+                  f"{cluster_text(_joined_address(ctx, rc.address), resources, _live_nodes())}")
+        return url, float(resources.get("GPU", 0))
 
     def _say_dashboard(self, url: Optional[str]) -> None:
         """Set :attr:`dashboard_url` from Ray's ``url`` (``None``: off) and print it."""
@@ -758,6 +771,19 @@ def _watch_driver() -> Any:
 
     pids = local_node_processes()
     return None if pids is None else watch_driver(pids)
+
+
+def _joined_address(ctx: Any, given: str) -> str:
+    """The address of the cluster ``ray.init(address=given)`` joined: its GCS, as Ray resolved
+    ``auto`` or ``HOST:PORT``; ``given`` for a context without one (Ray Client)."""
+    info = getattr(ctx, "address_info", None) or {}
+    return str(info.get("gcs_address") or info.get("address") or given)
+
+
+def _live_nodes() -> int:
+    """Nodes of the joined cluster that are alive."""
+    import ray
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
 def _current_dashboard_url() -> Optional[str]:

@@ -33,8 +33,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("monitor", "checkpoint"),
     ("models", "cache", "sampling"),
     ("data",),                              # loaders, converters, on-disk; homogeneous, typed
-    ("graph", "config", "flags", "atomic", "raystart", "raylet_watch", "_lazy", "causes",
-     "sigterm", "reaper", "subsets", "threads", "procmem"),
+    ("graph", "config", "fieldtypes", "flags", "atomic", "raystart", "raylet_watch", "_lazy",
+     "causes", "sigterm", "reaper", "subsets", "threads", "procmem"),
 )
 
 #: Imports (importer, imported) allowed against the rules (none: an exception is named here

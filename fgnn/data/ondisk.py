@@ -30,6 +30,7 @@ import mmap
 import os
 import shutil
 import tempfile
+import tokenize
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -182,6 +183,7 @@ def write_dir_atomically(directory: str | os.PathLike, fill: Callable[[Path], No
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700, as os.mkdir would have it
         fill(tmp)
         _fsync(tmp)
         old = None
@@ -196,6 +198,21 @@ def write_dir_atomically(directory: str | os.PathLike, fill: Callable[[Path], No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc``); else
+    set and restored at once."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 # ---------------------------------------------------------------------------- loading
@@ -226,8 +243,8 @@ def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype,
                 offset = f.tell()
     except OSError as exc:
         why = f"cannot be read ({exc.strerror or type(exc).__name__})"
-    except (ValueError, SyntaxError, TypeError):  # numpy's text quotes the header: not echoed
-        why = "its header does not parse"
+    except (ValueError, SyntaxError, TypeError, tokenize.TokenError, RecursionError):
+        why = "its header does not parse"  # numpy's text quotes the header: not echoed
     if why is not None:
         raise ValueError(f"on-disk file {path} is not a valid .npy file: {why}")
     return tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), int(offset)
@@ -321,6 +338,9 @@ def read_manifest(root: Path) -> tuple[Path, dict]:
                          f"({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError:
         raise ValueError(f"on-disk manifest {mpath} is not valid JSON: not UTF-8 text") from None
+    except RecursionError:  # the decoder recurses once per nesting level
+        raise ValueError(f"on-disk manifest {mpath} is nested too deeply to read (a manifest "
+                         f"is a flat object of fields and one files table)") from None
     except json.JSONDecodeError as exc:  # its position, not the text
         raise ValueError(f"on-disk manifest {mpath} is not valid JSON (line {exc.lineno}, "
                          f"column {exc.colno})") from None
@@ -373,6 +393,9 @@ def load_ondisk(directory: str | os.PathLike, *, check_nan: Optional[bool] = Non
     n = _manifest_field(manifest, mpath, "num_nodes", int)
     e = _manifest_field(manifest, mpath, "num_edges", int)
     fdim = _manifest_field(manifest, mpath, "feat_dim", int)
+    if fdim < 1:
+        raise ValueError(f"on-disk manifest {mpath}: field 'feat_dim' must be >= 1 (a model "
+                         f"needs at least one input feature), got {fdim}")
     fdtype = _manifest_field(manifest, mpath, "feat_dtype", str)
     if fdtype not in FEAT_DTYPES:
         raise ValueError(f"on-disk manifest {mpath}: field 'feat_dtype' must be one of "

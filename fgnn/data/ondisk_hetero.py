@@ -351,7 +351,11 @@ def load_ondisk_hetero(directory: str | os.PathLike, *, check_nan: Optional[bool
     name = m.get(manifest, "", "name", "str")
     num_nodes, feats, dtypes = _node_types(m, manifest, check_nan)
     rels = {}
-    for j, e in enumerate(m.get(manifest, "", "edge_types", "list")):
+    edge_types = m.get(manifest, "", "edge_types", "list")
+    if not edge_types:
+        raise m.fail("edge_types", "must list at least one relation, got [] (a typed graph "
+                                   "without edges has no neighbourhood to sample)")
+    for j, e in enumerate(edge_types):
         et, csr = _relation(m, e, j, num_nodes)
         if et in rels:
             raise m.fail(f"edge_types[{j}]", f"repeats relation {et!r}")

@@ -55,9 +55,9 @@ class RunFinished(RuntimeError):
                else f"finished all {epochs} epochs")
         best = ("" if best_val_acc is None or best_epoch is None
                 else f"; best val_acc {best_val_acc:.4f} at epoch {best_epoch + 1}")
-        super().__init__(f"the run in {checkpoint} has {how} (last epoch "
-                         f"{finished_epoch + 1}{best}); nothing to resume; train more with a "
-                         f"larger --epochs")
+        super().__init__(f"the run in {checkpoint} has {how} and written its outputs (last "
+                         f"epoch {finished_epoch + 1}{best}); nothing to resume; train more with "
+                         f"a larger --epochs")
 
 
 class Checkpointer:
@@ -73,12 +73,24 @@ class Checkpointer:
 
     Attributes:
         resume_optimizer: the optimizer state read by :meth:`load_resume` (None: fresh run).
+        history: the report records (:meth:`~fgnn.monitor.stats.EpochStats.to_dict`) of every
+            epoch of the run so far, resumed ones included; the runtime appends each epoch's
+            before its checkpoint, which stores them.
+        final_only: :meth:`load_resume` read a run that trained its epochs but had not
+            written its final scores and outputs (interrupted in the final evaluation or while
+            writing them): the runtime trains nothing and goes on to them.
+        early_stop: with ``final_only``, the report's ``early_stop`` of a run that patience
+            stopped (None otherwise).
     """
 
     def __init__(self, config: Any, model: torch.nn.Module, identity: dict[str, Any],
                  best: dict[str, Any]) -> None:
         self.config, self.model, self.identity, self.best = config, model, identity, best
         self.resume_optimizer: Optional[dict[str, Any]] = None
+        self.history: list[dict[str, Any]] = []
+        self.final_only = False
+        self.early_stop: Optional[dict[str, Any]] = None
+        self._final: Optional[dict[str, Any]] = None  # the resumed run's final scores
         self._start_epoch: Optional[int] = None
         #: the last consistent state: ``epoch``, ``model``, ``optimizer``, ``extra``
         self._good: dict[str, Any] = {"epoch": -1}
@@ -174,7 +186,8 @@ class Checkpointer:
         so far (with its weights) and the job's identity."""
         best = self.best
         extra = {"runtime": {"finished_epoch": epoch, "best_val_acc": best["val_acc"],
-                             "best_epoch": best["epoch"], "bad_evals": best["bad"]},
+                             "best_epoch": best["epoch"], "bad_evals": best["bad"],
+                             "epochs": list(self.history)},
                  "job": self.identity}
         if best["state"] is not None:
             extra["best_state"] = best["state"]
@@ -210,11 +223,41 @@ class Checkpointer:
         patience = tc.patience
         early = patience is not None and self.best["bad"] >= patience
         if self._start_epoch >= tc.epochs or early:
-            best = self.best
-            raise RunFinished(path, finished, tc.epochs,
-                              None if best["epoch"] is None else float(best["val_acc"]),
-                              best["epoch"], early and self._start_epoch < tc.epochs)
+            self._finished(path, finished, early and self._start_epoch < tc.epochs)
         return self._start_epoch
+
+    def _finished(self, path: Path, finished: int, early: bool) -> None:
+        """A resumed run that trained its epochs (``early``: stopped by patience): its final
+        evaluation and outputs still to do when it recorded no final scores (set
+        :attr:`final_only`, nothing to train); else :class:`RunFinished`. A checkpoint without
+        epoch records (written before they were kept) cannot rebuild the report: finished."""
+        tc, best = self.config.train, self.best
+        if self._final is None and self.history:
+            self.final_only, self._start_epoch = True, tc.epochs
+            if early:
+                self.early_stop = {"epoch": finished, "patience": tc.patience,
+                                   "best_val_acc": best["val_acc"], "best_epoch": best["epoch"]}
+            return
+        raise RunFinished(path, finished, tc.epochs,
+                          None if best["epoch"] is None else float(best["val_acc"]),
+                          best["epoch"], early)
+
+    def mark_complete(self, final: Mapping[str, Any]) -> Optional[Path]:
+        """The job has its final scores ``final`` and has written its outputs: record them in
+        the checkpoint of ``train.checkpoint_dir`` (rewritten atomically), so a resume of it is
+        :class:`RunFinished`; until then a resume goes on to the final evaluation and the
+        outputs. Returns the checkpoint's path (None without a checkpoint directory or
+        epoch)."""
+        with self._lock:
+            if self.config.train.checkpoint_dir is None or self.good_epoch < 0:
+                return None
+            extra = copy.deepcopy(self._good["extra"])
+            extra["runtime"]["final"] = {k: float(v) for k, v in final.items()}
+            self._good = {**self._good, "extra": extra}
+            path = self._checkpoint_path(force=False)
+            self._write_good(path)
+            self._file_good, self._good_path = True, path
+            return path
 
     def _restore(self, path: Path) -> int:
         """Read and check the checkpoint ``path`` into the model, the optimizer state and the
@@ -237,6 +280,8 @@ class Checkpointer:
         self.best.update(val_acc=float(run.get("best_val_acc", -1.0)),
                          epoch=run.get("best_epoch"), bad=int(run.get("bad_evals", 0)),
                          state=ckpt.extra.get("best_state"))
+        self.history = [dict(e) for e in run.get("epochs", []) if isinstance(e, Mapping)]
+        self._final = run.get("final")
         finished = run.get("finished_epoch", ckpt.epoch)
         if isinstance(finished, bool) or not isinstance(finished, int) or finished < -1:
             raise CheckpointError(path, f"checkpoint {path} records finished_epoch="

@@ -30,6 +30,7 @@ from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.trainer import TrainerExecutor
 from fgnn.sampling.base import Sampler
+from fgnn.tasks.contracts import UserCodeError
 
 __all__ = ["Services", "WorkerGroup"]
 
@@ -249,15 +250,20 @@ class WorkerGroup:
         resubmitted (calls queue until the restart completes; a call that still fails in the
         window is retried for up to ``_RESTART_TIMEOUT_S``), after its cache is sent again
         (:attr:`reinstall`). ``ActorDiedError``: the actor is gone for good and the job continues
-        without it. Any other error is an exception inside the executor (a bug or bad data
-        rather than a fault): the job stops with the failure checkpoint, in one line naming the
-        executor and the root cause (:func:`fgnn.causes.root_cause`), the error chained.
+        without it. A :class:`~fgnn.tasks.contracts.UserCodeError` (a custom sampler or model
+        broke its contract) stops the job with that error as it is. Any other error is an
+        exception inside the executor (a bug or bad data rather than a fault): the job stops
+        with the failure checkpoint, in one line naming the executor and the root cause
+        (:func:`fgnn.causes.root_cause`), the error chained.
         """
         import ray
 
         if isinstance(getattr(err, "cause", None), NonFiniteLoss):
             self.watchdog.abort(self.services.queue, "non-finite loss")
             raise self.watchdog.failure(f"{err.cause} (Trainer {e.name}), and the job stopped")
+        if isinstance(getattr(err, "cause", None), UserCodeError):  # the user's code: as is
+            self.watchdog.abort(self.services.queue, "a custom sampler or model failed")
+            raise err.cause from None
         if isinstance(err, ray.exceptions.RayTaskError) and \
                 isinstance(err.cause, _death_errors()):
             raise err.cause from err  # a service the executor called died: the runtime names it

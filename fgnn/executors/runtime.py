@@ -315,6 +315,12 @@ class Runtime:
 
                     shutdown_ray()
 
+    def mark_complete(self, final: dict[str, float]) -> None:
+        """The job wrote its outputs: a resume of the checkpoint is finished from now on
+        (:meth:`Checkpointer.mark_complete
+        <fgnn.executors._resume.Checkpointer.mark_complete>`)."""
+        self.checkpointer.mark_complete(final)
+
     def load_resume(self) -> int:
         """With ``train.resume``, read and check the checkpoint; returns the first epoch to run
         (:meth:`Checkpointer.load_resume <fgnn.executors._resume.Checkpointer.load_resume>`)."""
@@ -514,12 +520,16 @@ class Runtime:
             self._validate(epoch, stats)
             self.caches.partition_traffic()  # the epoch's reads by tier, per node
             epochs.append(stats)
+            self.checkpointer.history.append(stats.to_dict())  # kept by the checkpoint
             self._save_checkpoint(epoch)
             if self.on_epoch is not None:
                 self.on_epoch(stats)
             early_stop = self._early_stop(epoch)
             if early_stop is not None or self._patience_spent():
                 break
+        if self.checkpointer.final_only:  # a resume of trained epochs: their records
+            epochs = [EpochStats.from_dict(e) for e in self.checkpointer.history]
+            early_stop = self.checkpointer.early_stop
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
         with self.timeline.phase("final_eval"):

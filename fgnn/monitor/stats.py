@@ -8,8 +8,8 @@ and validation apart; the run's preprocessing wall seconds sit in ``RunResult.pr
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping, Optional
 
 __all__ = ["SampleTimes", "EpochStats", "RunResult", "PREPROCESS_KEYS", "early_stop_message"]
 
@@ -109,6 +109,15 @@ class EpochStats:
         s = d.pop("sample")
         d["sample_s"] = {"total": self.sample.total, **s}
         return d
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> "EpochStats":
+        """The epoch of a :meth:`to_dict` record (a checkpoint keeps them for its report); keys
+        it does not know are left out."""
+        d = dict(record)
+        sample = {k: float(v) for k, v in dict(d.pop("sample_s", {})).items() if k != "total"}
+        known = {f.name for f in fields(cls)} - {"sample"}
+        return cls(sample=SampleTimes(**sample), **{k: v for k, v in d.items() if k in known})
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-__all__ = ["plural", "devices_note", "devices_text", "cache_policy", "cache_text",
+__all__ = ["plural", "cluster_text", "devices_note", "devices_text", "cache_policy", "cache_text",
            "timeline_parts", "timing_parts", "timing_text", "LEGACY_CACHE_BUILD", "metric_name",
            "TASK_METRICS"]
 
@@ -20,6 +20,22 @@ LEGACY_CACHE_BUILD = "worker start-up + cache fill"
 def plural(n: int, word: str, many: Optional[str] = None) -> str:
     """``1 device``, ``2 devices`` (``many`` when the plural is not ``word + "s"``)."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def cluster_text(address: str, resources: Mapping[str, float], nodes: int) -> str:
+    """A joined Ray cluster in words: its address, live nodes, CPUs, GPUs and memory (the
+    ``memory`` resource, when the cluster declares it).
+
+    Example: ``10.1.2.3:6379 (1 node: 16 CPUs, 2 GPUs, 24.0 GiB memory)``.
+    """
+    def count(key: str, word: str) -> str:
+        n = float(resources.get(key, 0.0))
+        return plural(int(n), word) if n.is_integer() else f"{n:g} {word}s"
+
+    parts = [count("CPU", "CPU"), count("GPU", "GPU")]
+    if resources.get("memory"):
+        parts.append(f"{float(resources['memory']) / 2 ** 30:.1f} GiB memory")
+    return f"{address} ({plural(nodes, 'node')}: {', '.join(parts)})"
 
 
 def devices_note(used: int, asked: int, mode: str) -> Optional[str]:

@@ -20,29 +20,45 @@ from fgnn.models import build_model
 from fgnn.models.hetero_sage import HeteroGraphSAGE
 from fgnn.sampling.base import Sample
 from fgnn.sampling.task_sampling import SamplingSpec
+from fgnn.tasks.contracts import check_logits, check_sample, check_sample_layout
 
 __all__ = ["NodeTask", "NodeSampling", "NodeStep", "NODE_STEP"]
 
 
 class NodeSampling:
-    """A Sampler's node samples: the job's sampler around the items (vertex ids)."""
+    """A Sampler's node samples: the job's sampler around the items (vertex ids), each checked
+    against the sample contract (:mod:`fgnn.tasks.contracts`: every sample's seeds, the first
+    training and the first evaluation sample's ids and blocks)."""
 
     def __init__(self, payload: Any, sampler: Any, device: torch.device) -> None:
         self.sampler = sampler
+        self._laid_out: set[str] = set()  # "train" / "eval": the layout checked once
+
+    def _checked(self, kind: str, graph: Any, items: torch.Tensor, sample: Any) -> Sample:
+        check_sample(self.sampler, sample, items)
+        if kind not in self._laid_out and isinstance(sample.input_nodes, torch.Tensor):
+            check_sample_layout(self.sampler, sample, int(graph.num_nodes))  # homogeneous
+            self._laid_out.add(kind)
+        return sample
 
     def train_sample(self, graph: Any, items: torch.Tensor,
                      generator: Optional[torch.Generator] = None) -> Sample:
         """The sample around training vertices ``items``."""
-        return self.sampler.sample(graph, items, generator)
+        return self._checked("train", graph, items, self.sampler.sample(graph, items, generator))
 
     def eval_sample(self, graph: Any, split: str, items: torch.Tensor,
                     generator: Optional[torch.Generator] = None) -> Sample:
         """The sample around ``split``'s vertices ``items``."""
-        return self.sampler.sample(graph, items, generator)
+        return self._checked("eval", graph, items, self.sampler.sample(graph, items, generator))
 
 
+@dataclass(frozen=True)
 class NodeStep:
-    """Cross-entropy of the seeds' logits; accuracy of an evaluation chunk."""
+    """Cross-entropy of the seeds' logits; accuracy of an evaluation chunk. Each output is
+    checked to be ``(B, num_classes)`` floating-point logits first
+    (:func:`~fgnn.tasks.contracts.check_logits`; ``num_classes`` None: any width)."""
+
+    num_classes: Optional[int] = None
 
     def labels(self, sample: Sample, labels: torch.Tensor) -> torch.Tensor:
         """The seeds' class ids."""
@@ -51,11 +67,13 @@ class NodeStep:
     def loss(self, model: nn.Module, out: torch.Tensor, sample: Sample,
              labels: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of the seeds."""
+        check_logits(model, out, int(labels.numel()), self.num_classes)
         return F.cross_entropy(out, labels)
 
     def score(self, model: nn.Module, out: torch.Tensor, sample: Sample,
               labels: torch.Tensor) -> dict[str, Any]:
         """``correct``, ``count`` and summed cross-entropy of the chunk."""
+        check_logits(model, out, int(labels.numel()), self.num_classes)
         s = score_logits(out, labels)
         return {"correct": s.correct, "count": s.count, "loss_sum": s.loss_sum}
 
@@ -79,7 +97,7 @@ class NodeTask:
     @classmethod
     def build(cls, config: Any, dataset: Any, model: Optional[nn.Module] = None) -> "NodeTask":
         """The task over ``dataset``'s vertex splits."""
-        return cls()
+        return cls(step=NodeStep(int(dataset.num_classes)))
 
     def training_dataset(self, dataset: Any) -> Any:
         """Node classification samples the whole graph."""
