@@ -40,7 +40,7 @@ import numpy as np
 
 from fgnn.data import _build_kernels as K
 from fgnn.data.memory import MemoryLimit, format_bytes, host_memory_limit
-from fgnn.data.ondisk import FORMAT, MANIFEST, VERSION, write_manifest
+from fgnn.data.ondisk import FORMAT, MANIFEST, VERSION, _fsync, write_manifest
 
 __all__ = ["GraphRecipe", "BuildResult", "build", "ensure_built", "build_peak_bytes",
            "cache_root", "default_memory_cap", "CACHE_ENV", "BUILDER_VERSION"]
@@ -512,21 +512,13 @@ def build(recipe: GraphRecipe, directory: str | os.PathLike, *,
             "feat_dim": recipe.feat_dim, "feat_dtype": recipe.feat_dtype,
             "num_classes": recipe.num_classes, "files": files,
             "build": {**info, "seconds": seconds}})
-        _fsync_dir(tmp)
+        _fsync(tmp)
         os.replace(tmp, dest)
-        _fsync_dir(dest.parent)
+        _fsync(dest.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return BuildResult(dest, False, seconds, info["phases_s"])
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _stale_partials(dest: Path) -> list[Path]:
