@@ -15,6 +15,8 @@ A custom sampler (subclass :class:`fgnn.Sampler`) or model (any ``torch.nn.Modul
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import os
 import socket
@@ -373,13 +375,16 @@ class Job:
 
         if isinstance(self.dataset, HeteroDataset):
             return None
-        plan = plan_job(runtime.config, runtime.dataset, runtime.model)
+        # the job's config with the batch the runtime settled (auto), on the job's dataset
+        cfg = dataclasses.replace(self.config, train=dataclasses.replace(
+            self.config.train, batch_size=runtime.config.train.batch_size))
+        plan = plan_job(cfg, self.dataset, runtime.model)
         if plan.total > 1 << 30 or plan.refusal() is not None:
             self._say(f"fgnn: memory plan ({plan.layout['mode']}):\n{plan.table()}")
         why = plan.refusal()
         if why is not None:
             field = plan.largest().field or "dataset"
-            value: Any = runtime.config
+            value: Any = cfg
             for part in field.split("."):
                 value = getattr(value, part)
             raise JobConfigError(field, value, why)
