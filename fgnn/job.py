@@ -364,7 +364,8 @@ class Job:
 
     def _plan_memory(self, runtime: Any) -> Any:
         """The memory plan of the job (:mod:`fgnn.memory_plan`), printed as a table when it
-        holds more than a GiB; None for a typed dataset, which it does not size.
+        holds more than a quarter of the host's limit; None for a typed dataset, which it
+        does not size.
 
         Raises:
             JobConfigError: the plan exceeds the host's limit (naming the largest term's
@@ -379,7 +380,8 @@ class Job:
         cfg = dataclasses.replace(self.config, train=dataclasses.replace(
             self.config.train, batch_size=runtime.config.train.batch_size))
         plan = plan_job(cfg, self.dataset, runtime.model)
-        if plan.total > 1 << 30 or plan.refusal() is not None:
+        quarter = (plan.limit.bytes if plan.limit is not None else 16 << 30) // 4
+        if plan.total > quarter or plan.refusal() is not None:  # small jobs stay quiet
             self._say(f"fgnn: memory plan ({plan.layout['mode']}):\n{plan.table()}")
         why = plan.refusal()
         if why is not None:
