@@ -38,7 +38,6 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from fgnn.data import _build_kernels as K
 from fgnn.data.memory import MemoryLimit, format_bytes, host_memory_limit
 from fgnn.data.ondisk import FORMAT, MANIFEST, VERSION, _fsync, write_manifest
 
@@ -187,6 +186,13 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "fgnn" / "datasets"
 
 
+def _kernels():
+    """The compiled loops, imported on first use (numba loads scipy: not at import)."""
+    from fgnn.data import _build_kernels
+
+    return _build_kernels
+
+
 def default_memory_cap(limit: Optional[MemoryLimit]) -> Optional[int]:
     """The buffers' share of what the host can give (a quarter, at least 64 MiB); None (the
     largest buffers) when no limit is known."""
@@ -248,7 +254,7 @@ class _Law:
     @classmethod
     def of(cls, r: GraphRecipe) -> "_Law":
         n = r.num_nodes
-        keys = {k: K.stream_key(r.seed, s) for k, s in _STREAMS.items()}
+        keys = {k: _kernels().stream_key(r.seed, s) for k, s in _STREAMS.items()}
         mult = max(1, int(n * 0.6180339887498949)) | 1
         while math.gcd(mult, n) != 1:
             mult += 2
@@ -265,21 +271,21 @@ class _Law:
 
     def dst(self, lo: int, out: np.ndarray) -> None:
         if self.rmat is not None:
-            K.rmat_dst_ids(np.int64(lo), np.int64(self.n), np.int64(self.mult),
+            _kernels().rmat_dst_ids(np.int64(lo), np.int64(self.n), np.int64(self.mult),
                            np.int64(self.offset), np.int64(self.rmat[0]), self.keys["dst"],
                            *self.rmat[1:], out)
             return
-        K.dst_ids(np.int64(lo), np.int64(self.n), np.int64(self.mult), np.int64(self.offset),
+        _kernels().dst_ids(np.int64(lo), np.int64(self.n), np.int64(self.mult), np.int64(self.offset),
                   self.keys["dst"], self.om, self.head, self.base, self.span, out)
 
     def fill(self, lo: int, dst: np.ndarray, row_lo: int, row_hi: int, cursor: np.ndarray,
              out: np.ndarray) -> None:
         if self.rmat is not None:
-            K.rmat_fill_rows(np.int64(lo), dst, np.int64(self.n), np.int64(self.mult),
+            _kernels().rmat_fill_rows(np.int64(lo), dst, np.int64(self.n), np.int64(self.mult),
                              np.int64(self.offset), np.int64(self.rmat[0]), self.keys["dst"],
                              *self.rmat[1:], np.int64(row_lo), np.int64(row_hi), cursor, out)
             return
-        K.fill_rows(np.int64(lo), dst, np.int64(self.n), np.int64(self.classes),
+        _kernels().fill_rows(np.int64(lo), dst, np.int64(self.n), np.int64(self.classes),
                     self.homophily, np.int64(self.mult), np.int64(self.offset),
                     self.keys["src"], self.keys["homophily"], self.om, self.head, self.base,
                     self.span, np.int64(self.inv_mult), np.int64(row_lo), np.int64(row_hi),
@@ -356,7 +362,7 @@ def _count(law: _Law, recipe: GraphRecipe, chunk: int, tick: Callable[[int], Non
     for lo in range(0, recipe.num_edges, chunk):
         part = dst[:min(chunk, recipe.num_edges - lo)]
         law.dst(lo, part)
-        K.count_rows(part, counts)
+        _kernels().count_rows(part, counts)
         tick(part.size)
     np.cumsum(indptr, out=indptr)
     return indptr
@@ -379,7 +385,7 @@ def _fill(law: _Law, recipe: GraphRecipe, indptr: np.ndarray, out: _Digest,
             law.fill(lo, part, row_lo, row_hi, cursor, part_out)
             tick(part.size)
         del cursor
-        K.sort_rows(indptr[row_lo:row_hi + 1] - base, part_out)
+        _kernels().sort_rows(indptr[row_lo:row_hi + 1] - base, part_out)
         out.write(part_out)
 
 
@@ -393,7 +399,7 @@ def _features(law: _Law, recipe: GraphRecipe, out: _Digest, chunk_bytes: int,
     half = np.empty((rows, f), dtype=np.float16) if recipe.feat_dtype == "float16" else None
     for lo in range(0, recipe.num_nodes, rows):
         part = buf[:min(rows, recipe.num_nodes - lo)]
-        K.write_features(np.int64(lo), np.int64(law.n), np.int64(law.classes),
+        _kernels().write_features(np.int64(lo), np.int64(law.n), np.int64(law.classes),
                          np.int64(law.inv_mult), np.int64(law.offset), centroids,
                          float(recipe.signal) / math.sqrt(f), law.keys["features"], part)
         if half is not None:
@@ -412,10 +418,10 @@ def _labels_and_splits(law: _Law, recipe: GraphRecipe, tmp: Path, chunk: int
     code = np.empty(chunk, dtype=np.int8)
     for lo in range(0, recipe.num_nodes, chunk):
         hi = min(lo + chunk, recipe.num_nodes)
-        K.class_of_ids(np.int64(lo), np.int64(hi), np.int64(law.n), np.int64(law.classes),
+        _kernels().class_of_ids(np.int64(lo), np.int64(hi), np.int64(law.n), np.int64(law.classes),
                        np.int64(law.inv_mult), np.int64(law.offset), cls[:hi - lo])
         labels.write(cls[:hi - lo])
-        K.split_codes(np.int64(lo), np.int64(hi), law.keys["split"], recipe.train_frac,
+        _kernels().split_codes(np.int64(lo), np.int64(hi), law.keys["split"], recipe.train_frac,
                       recipe.val_frac, recipe.test_frac, code[:hi - lo])
         for s in split:
             split[s].append(np.flatnonzero(code[:hi - lo] == s).astype(np.int64) + lo)
@@ -433,7 +439,7 @@ def _weights(law: _Law, recipe: GraphRecipe, tmp: Path, chunk: int) -> str:
     buf = np.empty(chunk, dtype=np.float32)
     for lo in range(0, recipe.num_edges, chunk):
         part = buf[:min(chunk, recipe.num_edges - lo)]
-        K.edge_weights(np.int64(lo), law.keys["weights"], part)
+        _kernels().edge_weights(np.int64(lo), law.keys["weights"], part)
         w.write(part)
     return w.close()
 

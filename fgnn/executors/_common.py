@@ -12,7 +12,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.data.ondisk import advise_random
 from fgnn.graph import CSRGraph, TopologyFiles
 
 __all__ = ["graph_payload", "graph_from_payload", "tensor_from", "task_generator", "metrics_for",
@@ -88,6 +87,8 @@ class MemmapFeatures:
             raise ValueError(f"feature file {self.path} holds fewer than {need} bytes")
         arr = np.memmap(self.path, dtype=np.dtype(self.dtype), mode="r", offset=self.offset,
                         shape=self.shape)
+        from fgnn.data.ondisk import advise_random  # not at import: fgnn.data loads scipy
+
         advise_random(arr)
         return arr
 

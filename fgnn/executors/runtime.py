@@ -724,7 +724,7 @@ class Runtime:
         """The report's ``memory``: every process's peak and resident memory (the driver's, and
         each live executor's when they run in processes of their own), and how much of the
         mapped topology is resident on the host (the processes' proportional shares added)."""
-        files = self.dataset.graph.files
+        files = getattr(self.dataset.graph, "files", None)  # a typed graph: not mapped
         paths = [] if files is None else [p for p in (files.indptr, files.indices,
                                                       files.weights) if p]
         procs = [{**process_memory(paths, role="driver"), "name": "driver"}]

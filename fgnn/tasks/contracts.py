@@ -62,6 +62,8 @@ def check_sample(sampler: Any, sample: Any, seeds: torch.Tensor) -> None:
                             f"{b} seeds; expected a (M,) tensor, M >= {b}, beginning with the "
                             f"seeds")
     head = nodes[:b]
+    if head.device.type != "cpu":  # a device sample: comparing would cost a host sync a batch
+        return
     if not torch.equal(head, got.to(head.device, head.dtype)):
         i = int((head != got.to(head.device, head.dtype)).nonzero()[0])
         raise UserCodeError(f"{who} returned input_nodes that do not begin with its seeds "
@@ -80,8 +82,8 @@ def check_sample_layout(sampler: Any, sample: Sample, num_nodes: int) -> None:
         UserCodeError: naming ``sampler``'s class, the block and what was expected.
     """
     nodes = sample.input_nodes
-    if not isinstance(nodes, torch.Tensor):
-        return
+    if not isinstance(nodes, torch.Tensor) or nodes.device.type == "meta":
+        return  # a typed sample, or shapes without values (a device contract's meta run)
     who = f"{_name(sampler)}.sample"
     m, b = int(nodes.numel()), int(sample.seeds.numel())
     if m and (int(nodes.min()) < 0 or int(nodes.max()) >= num_nodes):
