@@ -365,7 +365,7 @@ class Job:
     def _plan_memory(self, runtime: Any) -> Any:
         """The memory plan of the job (:mod:`fgnn.memory_plan`), printed as a table when it
         holds more than a quarter of the host's limit; None for a typed dataset, which it
-        does not size.
+        does not size (or no dataset: a stand-in job of the tests).
 
         Raises:
             JobConfigError: the plan exceeds the host's limit (naming the largest term's
@@ -374,12 +374,12 @@ class Job:
         from fgnn.data.dataset_hetero import HeteroDataset
         from fgnn.memory_plan import plan_job
 
-        if isinstance(self.dataset, HeteroDataset):
+        if self.dataset is None or isinstance(self.dataset, HeteroDataset):
             return None
         # the job's config with the batch the runtime settled (auto), on the job's dataset
         cfg = dataclasses.replace(self.config, train=dataclasses.replace(
             self.config.train, batch_size=runtime.config.train.batch_size))
-        plan = plan_job(cfg, self.dataset, runtime.model)
+        plan = plan_job(cfg, self.dataset, getattr(runtime, "model", None))
         quarter = (plan.limit.bytes if plan.limit is not None else 16 << 30) // 4
         if plan.total > quarter or plan.refusal() is not None:  # small jobs stay quiet
             self._say(f"fgnn: memory plan ({plan.layout['mode']}):\n{plan.table()}")
