@@ -216,6 +216,33 @@ def _cache_each(config: Any, dataset: Any, logical: bool) -> int:
     return min(budget, fbytes)
 
 
+def _batch_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, batch: int
+                 ) -> list[Term]:
+    """The working set of a training task or an evaluation chunk (the larger), and the
+    samples in flight of a factored job."""
+    tc, single, terms = config.train, lay["mode"] == "single", []
+    seeds = batch if single else max(1, math.ceil(batch / max(1, int(config.runtime.devices))))
+    step, sample = _step_bytes(seeds, config, dataset)
+    # every Trainer scores whole evaluation chunks (no gradients: half the activations)
+    eval_step = (0 if tc.eval_mode == "none" else
+                 _step_bytes(eval_chunk(tc, dataset.feature_row_bytes), config, dataset)[0])
+    if eval_step > step:
+        chunk = eval_chunk(tc, dataset.feature_row_bytes)
+        terms.append(Term("evaluation chunk working set", eval_step, holders,
+                          flag=f"lower --eval-batch-size ({chunk})",
+                          field="train.eval_batch_size"))
+    else:
+        terms.append(Term("mini-batch working set", step, holders,
+                          flag=f"lower --batch-size ({batch}) or --fanouts",
+                          field="train.batch_size"))
+    if not single:
+        in_flight = min(int(config.runtime.queue_size), 2 * holders + lay["samplers"])
+        terms.append(Term("samples in flight (global queue)", sample, in_flight,
+                          flag=f"lower --queue-size ({config.runtime.queue_size})",
+                          field="runtime.queue_size"))
+    return terms
+
+
 def plan_job(config: Any, dataset: Any, model: Any = None, *,
              limit: Optional[MemoryLimit] = None, logical: Optional[bool] = None
              ) -> MemoryPlan:
@@ -262,25 +289,7 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
                           LOOKUP_BYTES_PER_VERTEX * dataset.num_nodes, holders,
                           flag="lower --devices (one lookup per Trainer)",
                           field="runtime.devices"))
-    seeds = batch if single else max(1, math.ceil(batch / max(1, int(config.runtime.devices))))
-    step, sample = _step_bytes(seeds, config, dataset)
-    # every Trainer scores whole evaluation chunks (no gradients: half the activations)
-    eval_step = (0 if tc.eval_mode == "none" else
-                 _step_bytes(eval_chunk(tc, dataset.feature_row_bytes), config, dataset)[0])
-    if eval_step > step:
-        chunk = eval_chunk(tc, dataset.feature_row_bytes)
-        terms.append(Term("evaluation chunk working set", eval_step, holders,
-                          flag=f"lower --eval-batch-size ({chunk})",
-                          field="train.eval_batch_size"))
-    else:
-        terms.append(Term("mini-batch working set", step, holders,
-                          flag=f"lower --batch-size ({batch}) or --fanouts",
-                          field="train.batch_size"))
-    if not single:
-        in_flight = min(int(config.runtime.queue_size), 2 * holders + lay["samplers"])
-        terms.append(Term("samples in flight (global queue)", sample, in_flight,
-                          flag=f"lower --queue-size ({config.runtime.queue_size})",
-                          field="runtime.queue_size"))
+    terms += _batch_terms(config, dataset, lay, holders, batch)
     mb = _model_bytes(model)
     if mb:
         terms.append(Term("model, gradients, Adam moments", 4 * mb,
