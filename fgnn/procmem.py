@@ -14,21 +14,22 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["process_memory", "mapped_bytes"]
+__all__ = ["process_memory", "mapped_bytes", "proc_field"]
 
 _KEYS = {"Rss:": "rss", "Pss:": "pss", "Private_Clean:": "private", "Private_Dirty:": "private"}
 
 
-def _status(path: Path) -> dict[str, int]:
-    out = {}
+def proc_field(path: Path, key: str) -> Optional[int]:
+    """The number after ``key`` on its line of ``path`` (``/proc/*/status``, ``/proc/meminfo``,
+    a cgroup's ``memory.stat``), or ``None``."""
     try:
         for line in path.read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("VmHWM", "VmRSS"):
-                out[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == key and parts[1].isdigit():
+                return int(parts[1])
+    except OSError:
         pass
-    return out
+    return None
 
 
 def mapped_bytes(files: Iterable[str], smaps: str = "/proc/self/smaps"
@@ -58,6 +59,9 @@ def mapped_bytes(files: Iterable[str], smaps: str = "/proc/self/smaps"
 def process_memory(files: Iterable[str] = (), role: str = "") -> dict[str, object]:
     """This process's memory: ``pid``, ``role``, ``peak_rss`` (VmHWM), ``rss`` (VmRSS) and
     ``mapped`` (:func:`mapped_bytes` of ``files``)."""
-    st = _status(Path("/proc/self/status"))
-    return {"pid": os.getpid(), "role": role, "peak_rss": st.get("VmHWM"),
-            "rss": st.get("VmRSS"), "mapped": mapped_bytes(files)}
+    status = Path("/proc/self/status")
+    kib = {k: proc_field(status, f"{k}:") for k in ("VmHWM", "VmRSS")}
+    return {"pid": os.getpid(), "role": role,
+            "peak_rss": None if kib["VmHWM"] is None else kib["VmHWM"] * 1024,
+            "rss": None if kib["VmRSS"] is None else kib["VmRSS"] * 1024,
+            "mapped": mapped_bytes(files)}

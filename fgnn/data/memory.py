@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from fgnn.procmem import proc_field
+
 __all__ = ["MemoryLimit", "host_memory_limit", "format_bytes", "check_fits"]
 
 _UNLIMITED = 1 << 60                                              # cgroup v1 "no limit" is ~2**63
@@ -57,21 +59,8 @@ def _read_int(path: Path) -> Optional[int]:
     return int(text) if text.isdigit() else None                # "max" -> None (no limit)
 
 
-def _field(path: Path, key: str) -> Optional[int]:
-    """The number after ``key`` on its line of ``path`` (``memory.stat``, ``/proc/*/status``,
-    ``/proc/meminfo``), or ``None``."""
-    try:
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 2 and parts[0] == key and parts[1].isdigit():
-                return int(parts[1])
-    except OSError:
-        pass
-    return None
-
-
 def _meminfo(path: Path) -> Optional[MemoryLimit]:
-    kib = _field(path, "MemAvailable:")
+    kib = proc_field(path, "MemAvailable:")
     return None if kib is None else MemoryLimit(kib * 1024, f"MemAvailable in {path}")
 
 
@@ -111,7 +100,7 @@ def _cgroup_level(sub: Path, version: str) -> Optional[MemoryLimit]:
     usage = _read_int(sub / usage_f) or 0
     # file pages (page cache, mapped files) are reclaimable: what a mapped topology holds is
     # counted by the memory plan, not as already in use
-    usage -= min(usage, sum(_field(sub / "memory.stat", k) or 0 for k in file_keys))
+    usage -= min(usage, sum(proc_field(sub / "memory.stat", k) or 0 for k in file_keys))
     return MemoryLimit(max(0, limit - usage),
                        f"cgroup memory limit {format_bytes(limit)} ({sub / limit_f}) minus "
                        f"{format_bytes(usage)} in use", limit)
@@ -128,7 +117,7 @@ def _rlimit_as(status: Path) -> Optional[MemoryLimit]:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
-    mapped = (_field(status, "VmSize:") or 0) * 1024
+    mapped = (proc_field(status, "VmSize:") or 0) * 1024
     return MemoryLimit(max(0, soft - mapped),
                        f"RLIMIT_AS {format_bytes(soft)} (ulimit -v) minus {format_bytes(mapped)} "
                        f"already mapped")

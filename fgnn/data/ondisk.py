@@ -41,7 +41,7 @@ from fgnn.data.dataset import Dataset, Features, check_finite_features, first_no
 from fgnn.data.paths import inside_root
 from fgnn.graph import CSRGraph, TopologyFiles
 
-__all__ = ["save_dataset", "load_ondisk", "write_features_npy_chunked", "read_npy_header",
+__all__ = ["save_dataset", "load_ondisk", "fsync_path", "write_features_npy_chunked", "read_npy_header",
            "FORMAT", "VERSION", "MANIFEST"]
 
 FORMAT = "fgnn-ondisk"
@@ -63,7 +63,8 @@ def _np(x: Features) -> np.ndarray:
     return np.asarray(x) if not isinstance(x, np.ndarray) else x
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory by path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -116,7 +117,7 @@ def write_features_npy_chunked(path: str | os.PathLike, source: Features, *,
         out[lo:lo + rows] = block
     out.flush()
     del out
-    _fsync(Path(path))
+    fsync_path(Path(path))
 
 
 def save_dataset(dataset: Dataset, directory: str | os.PathLike, *,
@@ -185,13 +186,13 @@ def write_dir_atomically(directory: str | os.PathLike, fill: Callable[[Path], No
     try:
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700, as os.mkdir would have it
         fill(tmp)
-        _fsync(tmp)
+        fsync_path(tmp)
         old = None
         if dest.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
             os.replace(dest, old / dest.name)
         os.replace(tmp, dest)
-        _fsync(dest.parent)
+        fsync_path(dest.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:

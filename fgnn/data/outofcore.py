@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from fgnn.data.memory import MemoryLimit, format_bytes, host_memory_limit
-from fgnn.data.ondisk import FORMAT, MANIFEST, VERSION, _fsync, write_manifest
+from fgnn.data.ondisk import FORMAT, MANIFEST, VERSION, fsync_path, write_manifest
 
 __all__ = ["GraphRecipe", "BuildResult", "build", "ensure_built", "build_peak_bytes",
            "cache_root", "default_memory_cap", "CACHE_ENV", "BUILDER_VERSION"]
@@ -518,9 +518,9 @@ def build(recipe: GraphRecipe, directory: str | os.PathLike, *,
             "feat_dim": recipe.feat_dim, "feat_dtype": recipe.feat_dtype,
             "num_classes": recipe.num_classes, "files": files,
             "build": {**info, "seconds": seconds}})
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, dest)
-        _fsync(dest.parent)
+        fsync_path(dest.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
