@@ -96,8 +96,7 @@ def run(args: argparse.Namespace) -> dict:
             for d, h in handles.items():
                 shm.set_peer(d, open_buffer(h))
             stores["shm"] = shm
-            dev = shm.dev_num
-            peer_only = [b[(dev[b] > 0)] for b in batches]
+            peer_only = [b[shm.lookup.devices(b) > 0] for b in batches]
             fns = {}
             for name, store in stores.items():
                 fns[(name, "whole")] = (lambda st=store: [st.gather(b, m)

@@ -191,7 +191,7 @@ def check_extract(features: torch.Tensor, inputs: list[torch.Tensor],
     row_bytes = features.shape[1] * features.element_size()
     gb = rows * row_bytes / 1e9
     buf = store.buffers[store.local]
-    hit_pos = upload(store.buf_pos.index_select(0, hit_ids), device)
+    hit_pos = upload(store.lookup.positions(store.local, hit_ids), device)
     times = {"hit": _best_seconds(lambda: buf.index_select(0, hit_pos), device),
              "miss": _best_seconds(lambda: store._read_host(miss_ids), device),
              "split": _best_seconds(lambda: store.count(hit_ids), device),

@@ -33,9 +33,9 @@ LOGICAL_DEVICE_BYTES = 1 << 30
 #: Live copies of a layer's activations in one training step (output, its gradient, the
 #: aggregation's, the nonlinearity's and dropout's masks).
 ACTIVATION_COPIES = 6
-#: Bytes a vertex of a Trainer's cache lookup at its build: ``Placement.lookup``'s two int64
-#: arrays and the store's int8 copy of ``dev_num`` (9 bytes a vertex stay).
-LOOKUP_BYTES_PER_VERTEX = 17
+#: Bytes a cached row of the group costs each Trainer's cache lookup: the placement's id, its
+#: sorted copy and its buffer row (int64 each; :class:`~fgnn.cache.lookup.CacheLookup`).
+LOOKUP_BYTES_PER_ROW = 24
 #: Live copies of a mini-batch's input rows in the feature file's dtype: the gathered rows and
 #: their staging; the model's float32 input comes beside them.
 INPUT_COPIES = 2
@@ -216,6 +216,29 @@ def _cache_each(config: Any, dataset: Any, logical: bool) -> int:
     return min(budget, fbytes)
 
 
+def _lookup_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, cache: int,
+                  single: bool) -> list[Term]:
+    """Where every vertex is cached: the holder bits (one copy a host, in the object store
+    for a factored job) and each Trainer's rows of the group's buffers."""
+    from fgnn.cache.placement import bits_dtype
+    import torch
+
+    devices = 1 if single else int(config.runtime.devices)
+    bits = torch.empty((), dtype=bits_dtype(min(devices, 63))).element_size()
+    rows = cache // max(1, int(dataset.feature_row_bytes)) if cache else 0
+    # Rule 1 replicates one set of ids (one table); other placements spread distinct ones
+    spread = not single and config.cache.placement != "replicate"
+    group_rows = rows * (lay["trainers"] if spread else 1) + rows * (lay.get("standbys", 0) > 0)
+    out = [Term("cache map (holder bits, one copy a host)", bits * dataset.num_nodes, 1)]
+    if group_rows:
+        out.append(Term("cache lookup (the group's cached ids)",
+                        LOOKUP_BYTES_PER_ROW * group_rows, holders,
+                        flag=f"lower --cache-ratio ({config.cache.cache_ratio})"
+                        if config.cache.cache_ratio is not None else "set --cache-ratio",
+                        field="cache.cache_ratio"))
+    return out
+
+
 def _batch_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, batch: int
                  ) -> list[Term]:
     """The working set of a training task or an evaluation chunk (the larger), and the
@@ -283,12 +306,9 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
                           if config.cache.cache_ratio is not None else "set --cache-ratio",
                           field="cache.cache_ratio"))
     if config.cache.policy != "none":
-        # each Trainer's feature store keeps where every vertex is cached (dev_num int8,
-        # buf_pos int64), built from two int64 arrays
-        terms.append(Term("cache lookup (17 bytes a vertex at its build)",
-                          LOOKUP_BYTES_PER_VERTEX * dataset.num_nodes, holders,
-                          flag="lower --devices (one lookup per Trainer)",
-                          field="runtime.devices"))
+        # the lookup is host memory on a GPU too: its rows are the cache's, wherever it is
+        terms += _lookup_terms(config, dataset, lay, holders,
+                               _cache_each(config, dataset, True), single)
     terms += _batch_terms(config, dataset, lay, holders, batch)
     mb = _model_bytes(model)
     if mb:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
 
 from fgnn.cache import (FeatureSource, FeatureStore, TensorSource, clique_placement,
                         load_cache)
-from fgnn.cache.placement import job_placement
+from fgnn.cache.lookup import CacheLookup
+from fgnn.cache.placement import job_placement, replicate_placement
 from fgnn.sampling.base import Sample
 
 N, F = 50, 4
@@ -42,9 +45,9 @@ def test_load_cache_top_alpha_rows(device):
     assert cache.num_cached == 5 and cache.nbytes == 5 * F * 4
     assert cache.ids.tolist() == top.tolist()
     assert torch.equal(cache.rows.cpu(), feats()[top])
-    slot = cache.slot.cpu()
-    assert slot[top].tolist() == [0, 1, 2, 3, 4]
-    assert int((slot >= 0).sum()) == 5 and bool((slot[slot < 0] == -1).all())
+    lookup = FeatureStore.single(feats(), cache, device).lookup
+    assert lookup.devices(torch.arange(N)).eq(0).sum() == 5
+    assert lookup.positions(0, top).tolist() == [0, 1, 2, 3, 4]
     assert load_cache(hot, 0.0, feats()).num_cached == 0
     assert load_cache(hot, 1.0, feats()).num_cached == N
 
@@ -210,6 +213,30 @@ def test_store_mark_gives_holder_bits_of_its_view():
     store = FeatureStore.from_placement(feats(), pl, 0, peers_from_host=True)
     sample = store.mark(Sample(IDS[:2], [], IDS))
     # the standby reads 0, 2, 1 itself (bit 0), 7, 11, 5 from the lowest Trainer holding them
-    dev_num = pl.lookup(0)[0][IDS]
+    dev_num = store.lookup.devices(IDS)
     assert sample.cached.tolist() == [0 if d < 0 else 1 << d for d in dev_num.tolist()]
     assert torch.equal(store.gather(IDS, sample.cached), feats()[IDS])
+
+
+def test_a_trainer_store_reads_the_shared_holder_map_in_place():
+    """The runtime's cache map (one copy a host, a read-only object-store array) is the
+    store's lookup itself: no per-Trainer (N,) array is made, and the answers are the
+    placement's."""
+    import numpy as np
+
+    from fgnn.executors._graph_kind import build_store
+
+    pl = _job()
+    shared = pl.holder_bits().numpy()
+    shared.setflags(write=False)                       # as Ray maps it from the object store
+    store = build_store(feats(), pl, 0, holders=shared)
+    assert np.shares_memory(store.lookup.holders.numpy(), shared)
+    own = FeatureStore.from_placement(feats(), pl, 0, peers_from_host=True)
+    ids = torch.arange(pl.num_nodes)
+    assert torch.equal(store.lookup.devices(ids), own.lookup.devices(ids))
+    assert torch.equal(store.gather(ids), feats())
+    # what a lookup holds beside the map is O(cached rows), not O(N); replicas share a table
+    assert store.lookup.own_bytes == 16 * sum(int(b.numel()) for b in pl.buffers)
+    rep = replicate_placement(torch.arange(N, 0, -1).float(), 4, 6)
+    assert CacheLookup.from_placement(rep, 2).own_bytes == 16 * 6
+    assert CacheLookup.from_placement(pickle.loads(pickle.dumps(rep)), 1).own_bytes == 16 * 6

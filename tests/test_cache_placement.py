@@ -7,6 +7,7 @@ import torch
 
 from fgnn.cache import (Placement, clique_placement, interleaved_placement,
                         replicate_placement)
+from fgnn.cache.lookup import CacheLookup
 from fgnn.cache.placement import bits_dtype, choose_placement, expected_cost, job_placement
 
 # Song & Jiang §3.2 worked example: access frequency f = [4, 6, 6, 6, 5, 5] over N_t = 6 training
@@ -14,12 +15,25 @@ from fgnn.cache.placement import bits_dtype, choose_placement, expected_cost, jo
 P_EXAMPLE = torch.tensor([4, 6, 6, 6, 5, 5], dtype=torch.float64) / 6
 
 
+def lookup(pl: Placement, device: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Song & Jiang's dense ``(dev_num, buf_pos)`` of ``device``, read off its CacheLookup."""
+    lk = CacheLookup.from_placement(pl, device)
+    ids = torch.arange(pl.num_nodes)
+    dev_num = lk.devices(ids)
+    buf_pos = ids.clone()
+    for d in range(pl.num_devices):
+        sel = dev_num == d
+        if bool(sel.any()):
+            buf_pos[sel] = lk.positions(d, ids[sel])
+    return dev_num, buf_pos
+
+
 def test_algorithm1_reproduces_worked_example():
     pl = clique_placement(P_EXAMPLE, num_devices=2, capacity=2, alpha=0.3)
     # V = [1, 2, 3, 4, 5, 0]; B1 = [1, 2] -> [1, 3]; iteration 2 skipped; B2 = [1, 2] -> [4, 2].
     assert [b.tolist() for b in pl.buffers] == [[1, 3], [4, 2]]
     for dev in (0, 1):  # identical on both GPUs: no duplicates left (paper numbers GPUs from 1)
-        dev_num, buf_pos = pl.lookup(dev)
+        dev_num, buf_pos = lookup(pl, dev)
         assert dev_num.tolist() == [-1, 0, 1, 0, 1, -1]  # paper: [-1, 1, 2, 1, 2, -1]
         assert buf_pos.tolist() == [0, 0, 1, 1, 0, 5]    # host rows are the vertex ids
     assert pl.covered() == 4
@@ -58,7 +72,7 @@ def test_algorithm1_alpha_zero_spreads_and_balances_p_sum():
 def test_rule1_replicates_hottest():
     pl = replicate_placement(P_EXAMPLE, 3, 2)
     assert [b.tolist() for b in pl.buffers] == [[1, 2]] * 3
-    dev_num, buf_pos = pl.lookup(2)
+    dev_num, buf_pos = lookup(pl, 2)
     assert dev_num.tolist() == [-1, 2, 2, -1, -1, -1]  # always read locally
     assert buf_pos.tolist() == [0, 0, 1, 3, 4, 5]
 
@@ -67,7 +81,7 @@ def test_interleaved_with_replicated_part():
     h = torch.arange(10, 0, -1).float()  # vertex 0 hottest
     pl = interleaved_placement(h, num_devices=2, capacity=3, replicated=1)
     assert [b.tolist() for b in pl.buffers] == [[0, 1, 3], [0, 2, 4]]
-    dev_num, buf_pos = pl.lookup(1)
+    dev_num, buf_pos = lookup(pl, 1)
     assert dev_num.tolist()[:6] == [1, 0, 1, 0, 1, -1]  # local copy of 0 wins
     assert buf_pos.tolist()[:6] == [0, 1, 1, 2, 2, 5]
     flat = interleaved_placement(h, 2, 2)
@@ -76,9 +90,9 @@ def test_interleaved_with_replicated_part():
 
 def test_lookup_prefers_local_then_lowest_peer():
     pl = Placement([torch.tensor([5]), torch.tensor([5, 1]), torch.tensor([1])], 6)
-    assert pl.lookup(0)[0].tolist() == [-1, 1, -1, -1, -1, 0]
-    assert pl.lookup(2)[0].tolist() == [-1, 2, -1, -1, -1, 0]
-    assert pl.lookup(2)[1].tolist() == [0, 0, 2, 3, 4, 0]
+    assert lookup(pl, 0)[0].tolist() == [-1, 1, -1, -1, -1, 0]
+    assert lookup(pl, 2)[0].tolist() == [-1, 2, -1, -1, -1, 0]
+    assert lookup(pl, 2)[1].tolist() == [0, 0, 2, 3, 4, 0]
 
 
 @pytest.mark.parametrize("call,match", [
@@ -88,7 +102,7 @@ def test_lookup_prefers_local_then_lowest_peer():
     (lambda: replicate_placement(torch.zeros(2, 3), 2, 1), "1-D"),
     (lambda: interleaved_placement(P_EXAMPLE, 2, 2, replicated=3), "replicated"),
     (lambda: Placement([torch.tensor([1, 1])], 3), "twice"),
-    (lambda: replicate_placement(P_EXAMPLE, 2, 1).lookup(2), "device"),
+    (lambda: CacheLookup.from_placement(replicate_placement(P_EXAMPLE, 2, 1), 2), "device"),
 ])
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
@@ -175,7 +189,7 @@ def test_job_placement_trainers_share_standbys_cache_their_hottest():
         [b.tolist() for b in clique_placement(h, 2, 4, 0.0).buffers]
     assert pl.buffers[0].tolist() == [0, 1]                       # standby: its own hottest rows
     assert pl.buffers[1].numel() == 0 and pl.buffers[4].numel() == 0  # nothing cached there
-    dev_num, _ = pl.lookup(0)
+    dev_num, _ = lookup(pl, 0)
     assert dev_num[:2].tolist() == [0, 0]                         # local first
     assert set(dev_num[2:8].tolist()) <= {2, 3} and dev_num[8:].eq(-1).all()
     rep = job_placement(h, 5, [2, 3], 4, [0], 2, strategy="auto", peer_cost=1.0)

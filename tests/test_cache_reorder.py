@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import random_graph
-from fgnn.cache import hot_first_permutation, load_cache, reorder, reorder_graph
+from fgnn.cache import FeatureStore, hot_first_permutation, load_cache, reorder, reorder_graph
 from fgnn.cache.reorder import reorder_dataset
 from fgnn.data import load_dataset, save_dataset
 from fgnn.data.synthetic import rmat_dataset
@@ -66,7 +66,8 @@ def test_cached_is_an_id_comparison_after_reordering():
     r = reorder(g, score, feats)
     cache = load_cache(score[r.perm], 0.2, r.features)  # hotness in the new numbering
     assert cache.ids.tolist() == list(range(20))
-    assert torch.equal(cache.slot >= 0, torch.arange(100) < 20)
+    cached = FeatureStore.single(r.features, cache).cached_mask(torch.arange(100))
+    assert torch.equal(cached, torch.arange(100) < 20)
 
 
 def test_reorder_memmap_features(tmp_path):
@@ -140,3 +141,27 @@ def test_reorder_dataset_streams_on_disk_features_to_a_new_file(small, tmp_path)
     assert isinstance(new.features, np.memmap)
     assert str(new.features.filename) == str((tmp_path / "re" / "features.npy").resolve())
     _check_same_dataset(ds, new, re)
+
+
+@pytest.mark.parametrize("chunk_edges", [1, 7, 1 << 24])
+def test_a_mapped_topology_is_reordered_into_files_in_chunks(tmp_path, small, chunk_edges):
+    """The on-disk path gives Algorithm 2's graph exactly (weights following their edges),
+    whatever the chunk, as mapped files the processes of a host share."""
+    from fgnn.cache.reorder import reorder_graph_to_files
+    from fgnn.graph import CSRGraph
+
+    save_dataset(small, tmp_path / "d")
+    mapped = load_dataset(f"ondisk:{tmp_path / 'd'}").graph
+    assert mapped.files is not None
+    w = torch.rand(mapped.num_edges, generator=torch.Generator().manual_seed(1))
+    mapped = CSRGraph(mapped.indptr, mapped.indices, w)
+    mapped.files = load_dataset(f"ondisk:{tmp_path / 'd'}").graph.files
+    score = torch.randperm(mapped.num_nodes, generator=torch.Generator().manual_seed(4)).float()
+    perm, inv = hot_first_permutation(score)
+    want = reorder_graph(mapped, perm, inv)
+    got = reorder_graph_to_files(mapped, perm, inv, tmp_path / f"out{chunk_edges}",
+                                 chunk_edges=chunk_edges)
+    assert got.files is not None and got.files.indices.startswith(str(tmp_path))
+    assert torch.equal(got.indptr, want.indptr) and torch.equal(got.indices, want.indices)
+    assert got.indices.dtype == mapped.indices.dtype
+    assert torch.equal(got.weights, want.weights)

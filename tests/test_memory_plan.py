@@ -52,6 +52,14 @@ def test_terms_follow_the_sizes_and_flags(built):
     work = (5000 * 64 * (4 * mp.INPUT_COPIES + 4) + (400 + 4400) * 32 * 4 * mp.ACTIVATION_COPIES
             + 2 * (8 * (400 + 4400 + 5000) + 16 * edges))
     assert terms["evaluation chunk working set"].each == work
+    # one holder map a host (uint8 for 4 devices); each Trainer holds the group's cached ids
+    assert terms["cache map (holder bits, one copy a host)"].each == 5000
+    assert terms["cache map (holder bits, one copy a host)"].count == 1
+    lookup = terms["cache lookup (the group's cached ids)"]
+    rows = int(0.5 * 5000 * 64 * 4) // (64 * 4)
+    # replicated (Rule 1): one table of the Trainers' ids, one of a standby's
+    assert lookup.each == mp.LOOKUP_BYTES_PER_ROW * rows * 2
+    assert lookup.count == plan.layout["trainers"] + plan.layout["standbys"]
     assert plan.total == sum(t.bytes for t in plan.terms if t.counted)
     on_gpu = plan_job(cfg, ds, limit=MemoryLimit(100 * GIB, "test"), logical=False)
     assert "device cache (logical device: host memory)" not in {t.name for t in on_gpu.terms}

@@ -2,12 +2,12 @@
 
 FGNN §6.1: ``load_cache(hotness_map, α)`` "identifies and loads the features of the top-ranked
 ``α|V|`` vertices w.r.t. ``h_v`` into the GPU memory. It also builds a hash table to indicate the
-location in feature cache of a given vertex" — here a dense ``(N,)`` slot array, ``-1`` when not
-cached.
+location in feature cache of a given vertex" — here the cache's ids sorted with their rows
+beside one byte of holder bits a vertex (:class:`~fgnn.cache.lookup.CacheLookup`).
 
 With several devices the store follows a :class:`~fgnn.cache.placement.Placement`: each device
-reads a vertex from its own buffer, else from the peer named by ``dev_num`` (Song & Jiang §3.2),
-else from the host. On CPU the "devices" are just tensors; with CUDA, host misses are staged
+reads a vertex from its own buffer, else from the peer named by ``dev_num`` (Song & Jiang §3.2,
+held compactly by :class:`~fgnn.cache.lookup.CacheLookup`), else from the host. On CPU the "devices" are just tensors; with CUDA, host misses are staged
 through pinned memory and copied asynchronously.
 
 The M step (FGNN Table 5): since the caches are static, the Sample stage marks each input
@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from fgnn.cache.lookup import CacheLookup, read_from
 from fgnn.cache.placement import Placement, bits_dtype, hot_order
 from fgnn.cache.source import FeatureSource
 from fgnn.sampling.base import Sample
@@ -239,19 +240,16 @@ def _check_hotness_len(hotness: torch.Tensor, n: int) -> torch.Tensor:
 
 @dataclass
 class FeatureCache:
-    """A static device cache: the rows of ``ids`` on ``device`` and the id → slot lookup.
+    """A static device cache: the rows of ``ids`` on ``device``.
 
     Attributes:
         ids: ``(C,)`` int64 cached vertex ids, hottest first; slot ``i`` holds ``ids[i]`` (on
             the host).
         rows: ``(C, F)`` feature rows on the device.
-        slot: ``(N,)`` int64, ``slot[v]`` = cache row of ``v`` or ``-1``, on the host (the
-            store splits a batch on the host; the device holds only rows).
     """
 
     ids: torch.Tensor
     rows: torch.Tensor
-    slot: torch.Tensor
 
     @property
     def num_cached(self) -> int:
@@ -325,10 +323,7 @@ def load_cache(hotness: torch.Tensor, alpha: float, host: HostLike,
     h = _check_hotness_len(hotness, n)
     c = num_cached_rows(alpha, n)
     ids = hot_order(h)[:c].cpu()
-    rows = fill_rows(src, ids, device, extract_threads())
-    slot = torch.full((n,), -1, dtype=torch.int64)
-    slot[ids] = torch.arange(c, dtype=torch.int64)
-    return FeatureCache(ids, rows, slot)
+    return FeatureCache(ids, fill_rows(src, ids, device, extract_threads()))
 
 
 TIERS = ("device", "peer", "host")
@@ -376,8 +371,9 @@ class FeatureStore:
         host: the full ``(N, F)`` feature matrix off the device.
         buffers: one ``(C_d, F)`` row tensor per device of the group (``[]`` for no cache);
             ``None`` for a peer whose rows are read from ``host`` (counted as ``peer``).
-        dev_num: ``(N,)`` device to read each vertex from, ``-1`` = host.
-        buf_pos: ``(N,)`` row of each vertex in its ``dev_num`` buffer.
+        lookup: where each vertex is read from (:class:`~fgnn.cache.lookup.CacheLookup`:
+            the group's holder bits, maybe shared with other processes, and the buffers'
+            rows).
         local: this store's device index within the group.
         device: where gathered rows are returned.
         h2d: moves a host tensor to ``device`` (e.g. the Trainer's
@@ -387,20 +383,19 @@ class FeatureStore:
         threads: threads of a host gather; ``None``: :func:`extract_threads`.
 
     Attributes:
-        dev_num: ``(N,)`` int8 ``dev_num`` on the host (where :meth:`gather` splits a batch).
-        buf_pos: ``(N,)`` int64 ``buf_pos`` on the host.
+        lookup: the lookup on the host (where :meth:`gather` splits a batch).
     """
 
     def __init__(self, host: HostLike, buffers: Sequence[Optional[torch.Tensor]],
-                 dev_num: torch.Tensor, buf_pos: torch.Tensor, local: int = 0,
+                 lookup: CacheLookup, local: int = 0,
                  device: torch.device | str = "cpu",
                  h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
                  threads: Optional[int] = None):
         self.host = as_source(host)
         n = self.host.num_rows
-        if dev_num.shape != (n,) or buf_pos.shape != (n,):
-            raise ValueError(f"dev_num/buf_pos must have shape ({n},), got "
-                             f"{tuple(dev_num.shape)} and {tuple(buf_pos.shape)}")
+        if lookup.num_nodes != n:
+            raise ValueError(f"the cache lookup covers {lookup.num_nodes} vertices, the host "
+                             f"has {n} rows")
         if buffers and not 0 <= local < len(buffers):
             raise ValueError(f"local must be in [0, {len(buffers)}), got {local}")
         if buffers and buffers[local] is None:
@@ -415,11 +410,11 @@ class FeatureStore:
         self.buffers = list(buffers)
         self.local = local
         self._bits = bits_dtype(len(self.buffers))  # one mark bit per device (<= 63)
-        # The lookup lives on the host only: gather splits host/cache there, so only gathered
-        # rows and positions cross to the device (no device->host sync per batch, and no
-        # per-vertex arrays on the device that nothing reads).
-        self.dev_num = dev_num.cpu().to(torch.int8)  # 1 byte per vertex
-        self.buf_pos = buf_pos.cpu().to(torch.int64)
+        # The lookup lives on the host: gather splits host/cache there, so only gathered
+        # rows and positions cross to the device (no device->host sync per batch).
+        if lookup.holders_device.type != "cpu":
+            raise ValueError("the cache lookup must be on the host")
+        self.lookup = lookup
         self.row_bytes = _row_bytes(self.host)
         self.stats = TierStats()
         self.threads = extract_threads() if threads is None else int(threads)
@@ -427,7 +422,7 @@ class FeatureStore:
         #: split a batch whose ids are already on this store's device there (CUDA: samples
         #: that came over CUDA IPC or were sampled on the device); else on the host
         self.split_on_device = self.device.type == "cuda"
-        self._device_lookup: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+        self._device_lookup: Optional[CacheLookup] = None
         self._pin = self.device.type == "cuda" and torch.cuda.is_available()
         # CUDA only: one pinned staging buffer for host rows, grown as needed, reused per batch
         # once the previous batch's asynchronous copy out of it has finished.
@@ -451,14 +446,11 @@ class FeatureStore:
         src = as_source(host)
         n = src.num_rows
         if cache is None:
-            return cls(src, [], torch.full((n,), -1, dtype=torch.int64), torch.arange(n),
-                       0, device, h2d, threads)
-        if cache.slot.shape != (n,):
-            raise ValueError(f"cache.slot has shape {tuple(cache.slot.shape)}, expected ({n},)")
-        slot = cache.slot.cpu()
-        dev_num = torch.where(slot >= 0, 0, -1).to(torch.int64)
-        buf_pos = torch.where(slot >= 0, slot, torch.arange(n))
-        return cls(src, [cache.rows.to(device)], dev_num, buf_pos, 0, device, h2d, threads)
+            return cls(src, [], CacheLookup.host_only(n), 0, device, h2d, threads)
+        if cache.ids.numel() and int(cache.ids.max()) >= n:
+            raise ValueError(f"the cache holds vertex {int(cache.ids.max())}, outside [0, {n})")
+        return cls(src, [cache.rows.to(device)], CacheLookup.of_cache(cache.ids.cpu(), n), 0,
+                   device, h2d, threads)
 
     @classmethod
     def from_placement(cls, host: HostLike, placement: Placement, local: int,
@@ -467,7 +459,8 @@ class FeatureStore:
                        peers_from_host: bool = False,
                        h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
                        threads: Optional[int] = None,
-                       alloc: Optional[Callable[..., torch.Tensor]] = None) -> "FeatureStore":
+                       alloc: Optional[Callable[..., torch.Tensor]] = None,
+                       holders: Optional[torch.Tensor] = None) -> "FeatureStore":
         """The store of device ``local`` in a group sharing ``placement``.
 
         Args:
@@ -486,6 +479,9 @@ class FeatureStore:
                 device's buffer before it is filled (e.g.
                 :func:`fgnn.cache.peer_share.shared_empty`, to export it); default a plain
                 tensor.
+            holders: the placement's holder bits (:meth:`Placement.holder_bits`) when at hand,
+                e.g. a read-only view of the copy the processes of a host share; default
+                computed here.
         """
         src = as_source(host)
         if placement.num_nodes != src.num_rows:
@@ -504,8 +500,8 @@ class FeatureStore:
             buffers = [fill_rows(src, b, device, nthreads) for b in placement.buffers]
         if len(buffers) != placement.num_devices:
             raise ValueError(f"got {len(buffers)} buffers for {placement.num_devices} devices")
-        dev_num, buf_pos = placement.lookup(local)
-        store = cls(src, buffers, dev_num, buf_pos, local, device, h2d, threads)
+        lookup = CacheLookup.from_placement(placement, local, holders)
+        store = cls(src, buffers, lookup, local, device, h2d, threads)
         store.peer_rows = [int(b.numel()) for b in placement.buffers]
         return store
 
@@ -561,17 +557,17 @@ class FeatureStore:
     def cached_mask(self, ids: torch.Tensor) -> torch.Tensor:
         """``(M,)`` bool (on the host): True where ``ids`` are in this device's own cache."""
         idx = self._check_ids(torch.as_tensor(ids).cpu())
-        return self.dev_num.index_select(0, idx) == self.local
+        return self.lookup.devices(idx) == self.local
 
     def mark(self, sample: Sample) -> Sample:
         """Fill ``sample.cached`` (FGNN Table 5 "M") with holder bits as this store sees them:
-        bit ``d`` for the device this store reads the vertex from (its own or the peer
-        ``dev_num`` names), 0 for host rows. :meth:`gather` splits a batch from these marks.
+        bit ``d`` for the device this store reads the vertex from (its own or the peer its
+        lookup names), 0 for host rows. :meth:`gather` splits a batch from these marks.
 
         Returns the same sample, for chaining.
         """
         idx = self._check_ids(torch.as_tensor(sample.input_nodes).cpu())
-        dev = self.dev_num.index_select(0, idx).long()
+        dev = self.lookup.devices(idx)
         one = torch.ones((), dtype=torch.int64)
         bits = torch.where(dev >= 0, torch.bitwise_left_shift(one, dev.clamp(min=0)), 0)
         sample.cached = bits.to(self._bits)
@@ -601,7 +597,7 @@ class FeatureStore:
         Args:
             input_nodes: ``(M,)`` global ids.
             marks: ``(M,)`` holder bits of the M step (``Sample.cached``), or ``None`` to look
-                every row up in this store's ``dev_num``.
+                every row up in this store's lookup.
 
         Raises:
             ValueError: on ids outside ``[0, N)``, or marks that disagree with this store's
@@ -620,8 +616,8 @@ class FeatureStore:
             return torch.empty(0, self.dim, dtype=self.host.dtype, device=self.device)
         if self._peer_alive:
             self._check_peers()
-        dev_num, buf_pos = self._lookup(where)
-        dev = self._tiers(idx, marks, dev_num, on_device)
+        lookup = self._lookup(where)
+        dev = self._tiers(idx, marks, lookup, on_device)
         # rows read from the host copy: the misses and the peers served from it, in one read
         from_host = dev < 0
         n_miss = int(from_host.sum())
@@ -639,12 +635,12 @@ class FeatureStore:
         if n_host:
             rows = self._read_host(idx.index_select(0, host_sel).cpu())
             out.index_copy_(0, to_out(host_sel), rows)
-        n_local, from_peers = self._gather_buffers(out, idx, dev, buf_pos, to_out)
+        n_local, from_peers = self._gather_buffers(out, idx, dev, lookup, to_out)
         self._count(n_local, n_peer + from_peers, n_miss, n_peer)
         return out
 
     def _gather_buffers(self, out: torch.Tensor, idx: torch.Tensor, dev: torch.Tensor,
-                        buf_pos: torch.Tensor, to_out: Callable[[torch.Tensor], torch.Tensor]
+                        lookup: CacheLookup, to_out: Callable[[torch.Tensor], torch.Tensor]
                         ) -> tuple[int, int]:
         """Copy the rows cached on devices (this one's and the peers' buffers) into ``out``;
         ``(local rows, peer rows)``."""
@@ -656,7 +652,7 @@ class FeatureStore:
             k = int(sel.numel())
             if not k:
                 continue
-            p = buf_pos.index_select(0, idx.index_select(0, sel))
+            p = lookup.positions(d, idx.index_select(0, sel))
             if buf.device != self.device:  # a buffer on another device: gathered there, its
                 # copy queued, not waited for (non-blocking)
                 rows = buf.index_select(0, upload(p, buf.device)).to(self.device,
@@ -673,27 +669,27 @@ class FeatureStore:
             out.index_copy_(0, to_out(sel), rows.to(out.dtype))
         return n_local, n_peer
 
-    def _lookup(self, where: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(dev_num, buf_pos)`` on ``where``: the host arrays, or their copy on this store's
-        device (made at the first batch split there: 9 bytes a vertex)."""
+    def _lookup(self, where: torch.device) -> CacheLookup:
+        """The lookup on ``where``: the host's, or its copy on this store's device (made at
+        the first batch split there)."""
         if where.type == "cpu":
-            return self.dev_num, self.buf_pos
+            return self.lookup
         if self._device_lookup is None:
-            self._device_lookup = (self.dev_num.to(where), self.buf_pos.to(where))
+            self._device_lookup = self.lookup.to(where)
         return self._device_lookup
 
     def _tiers(self, idx: torch.Tensor, marks: Optional[torch.Tensor],
-               dev_num: Optional[torch.Tensor] = None, on_device: bool = False
+               lookup: Optional[CacheLookup] = None, on_device: bool = False
                ) -> torch.Tensor:
         """``(M,)`` int64 device each row is read from (``-1`` = host), on ``idx``'s device,
         from the M-step marks when given (``on_device``: left on this store's device, else
-        copied to the host), else from ``dev_num`` (:attr:`dev_num` on the host by default).
-        Marked-cached rows are checked against ``dev_num``."""
-        dev_num = self.dev_num if dev_num is None else dev_num
+        copied to the host), else from ``lookup`` (:attr:`lookup` on the host by default).
+        Marked-cached rows are checked against ``lookup``."""
+        lookup = self.lookup if lookup is None else lookup
         if marks is None or not self.buffers:
             if not self.buffers:
                 return torch.full((idx.numel(),), -1, dtype=torch.int64, device=idx.device)
-            return dev_num.index_select(0, idx).long()
+            return lookup.devices(idx)
         bits = torch.as_tensor(marks)
         bits = bits.to(idx.device) if on_device else bits.cpu()
         if bits.shape != idx.shape or bits.is_floating_point() or bits.dtype == torch.bool:
@@ -701,14 +697,10 @@ class FeatureStore:
                              f"(Placement.holder_bits), got dtype {bits.dtype} and shape "
                              f"{tuple(bits.shape)} for {idx.numel()} input nodes")
         bits = bits.long()
-        dev = torch.full_like(bits, -1)
-        others = bits & ~(1 << self.local)
-        for d in range(len(self.buffers) - 1, -1, -1):  # the lowest-numbered peer wins
-            dev.masked_fill_(((others >> d) & 1).bool(), d)  # no host sync, unlike dev[mask]
-        dev.masked_fill_(((bits >> self.local) & 1).bool(), self.local)
+        dev = read_from(bits, self.local, len(self.buffers))
         cached = torch.nonzero(dev >= 0).flatten()
         if cached.numel():
-            want = dev_num.index_select(0, idx.index_select(0, cached)).long()
+            want = lookup.devices(idx.index_select(0, cached))
             got = dev.index_select(0, cached)
             bad = torch.nonzero(want != got).flatten()
             if bad.numel():

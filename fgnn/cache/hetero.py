@@ -245,9 +245,7 @@ class HeteroFeatureStore:
                 rows = fill_rows(x, ids, self.device)
             except ValueError as exc:
                 raise ValueError(f"cached[{t!r}]: {exc}") from None
-            slot = torch.full((int(x.shape[0]),), -1, dtype=torch.int64)
-            slot[ids] = torch.arange(ids.numel())
-            cache = FeatureCache(ids, rows, slot)
+            cache = FeatureCache(ids, rows)
         return FeatureStore.single(x, cache, self.device)
 
     @classmethod

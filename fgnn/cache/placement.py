@@ -1,9 +1,9 @@
 """Placing cached feature rows over several devices (Song & Jiang §3; DataTiering §4).
 
 A placement is one buffer of vertex ids per device. Each device then locates any vertex through
-two arrays (Song & Jiang §3.2): ``dev_num[v]``, the device to read ``v`` from (``-1`` = host), and
-``buf_pos[v]``, the row of ``v`` in that device's buffer (for the host: the row of the full host
-matrix, i.e. ``v`` itself). A device reads a vertex from its own buffer whenever it holds it.
+Song & Jiang's ``dev_num`` and ``buf_pos`` (§3.2), which :class:`~fgnn.cache.lookup.CacheLookup`
+answers from the holder bits and the buffers; a device reads a vertex from its own buffer
+whenever it holds it.
 
 Three strategies:
 
@@ -109,29 +109,6 @@ class Placement:
             out[d, b.cpu()] = True
         return out
 
-    def lookup(self, device: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``dev_num`` and ``buf_pos`` arrays of device ``device`` (Song & Jiang §3.2).
-
-        ``dev_num[v]`` is ``device`` when it holds ``v`` itself, else the lowest-numbered peer
-        holding ``v``, else ``-1`` (host). ``buf_pos[v]`` is the row of ``v`` in that buffer, or
-        ``v`` for the host (the host keeps the full matrix).
-
-        Returns:
-            ``(dev_num, buf_pos)``: ``(N,)`` int64 each, on CPU.
-        """
-        if not isinstance(device, int) or not 0 <= device < self.num_devices:
-            raise ValueError(f"device must be in [0, {self.num_devices}), got {device!r}")
-        n = self.num_nodes
-        dev_num = torch.full((n,), -1, dtype=torch.int64)
-        buf_pos = torch.arange(n, dtype=torch.int64)
-        # Peers from the highest id down so the lowest-numbered holder wins; local last.
-        order = [d for d in range(self.num_devices - 1, -1, -1) if d != device] + [device]
-        for d in order:
-            b = self.buffers[d].cpu().long()
-            dev_num[b] = d
-            buf_pos[b] = torch.arange(b.numel(), dtype=torch.int64)
-        return dev_num, buf_pos
-
     def covered(self) -> int:
         """Number of distinct vertices cached somewhere in the group (``|B_gpu|``)."""
         return int(self.holders().any(0).sum())
@@ -173,7 +150,8 @@ def replicate_placement(hotness: torch.Tensor, num_devices: int, capacity: int) 
     _check_devices(num_devices, capacity)
     v = hot_order(hotness)
     top = v[: min(capacity, v.numel())].clone()
-    return Placement([top.clone() for _ in range(num_devices)], int(v.numel()))
+    # one tensor for every device: a pickled placement carries the ids once
+    return Placement([top] * num_devices, int(v.numel()))
 
 
 def clique_placement(hotness: torch.Tensor, num_devices: int, capacity: int,

@@ -26,7 +26,7 @@ import torch
 from fgnn.graph import CSRGraph
 
 __all__ = ["Reordering", "hot_first_permutation", "reorder", "reorder_graph",
-           "reorder_rows", "reorder_dataset"]
+           "reorder_graph_to_files", "reorder_rows", "reorder_dataset"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -89,6 +89,61 @@ def reorder_graph(graph: CSRGraph, perm: torch.Tensor,
     cols = inv[graph.indices.long()[src_pos]]  # edg[i] = srt_idx[edg[i]]
     w = None if graph.weights is None else graph.weights[src_pos].contiguous()
     return CSRGraph(indptr, cols.to(graph.indices.dtype).contiguous(), w)
+
+
+#: Edges a chunk of :func:`reorder_graph_to_files` relabels at once (its int64 positions and
+#: gathered ids are the chunk's only edge-sized memory).
+CHUNK_EDGES = 1 << 24
+
+
+def reorder_graph_to_files(graph: CSRGraph, perm: torch.Tensor, inv: torch.Tensor,
+                           directory: Union[str, os.PathLike],
+                           chunk_edges: int = CHUNK_EDGES) -> CSRGraph:
+    """:func:`reorder_graph` for a memory-mapped topology: the new ``indptr``, ``indices`` (and
+    weights) are written to ``.npy`` files in ``directory`` a chunk of new rows at a time and
+    mapped back (``graph.files``), so the processes of a host share them as they shared the
+    original. Memory: ``indptr``-sized arrays (degrees, pointers, ``inv`` as int32 where ids
+    fit) and one chunk of at most ``chunk_edges`` edges (a longer row is a chunk of its own);
+    no edge-sized array.
+    """
+    from fgnn.data.ondisk import fsync_path
+    from fgnn.graph.csr import TopologyFiles
+
+    n, e = graph.num_nodes, graph.num_edges
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    p = _check_perm(perm, n).cpu().numpy()
+    iv = torch.as_tensor(inv).cpu().numpy().astype(
+        np.int32 if n < 2 ** 31 else np.int64, copy=False)
+    old_ptr = graph.indptr.cpu().numpy()
+    old_idx = graph.indices.cpu().numpy()
+    old_w = None if graph.weights is None else graph.weights.cpu().numpy()
+    deg = np.diff(old_ptr)
+    fmt = np.lib.format
+    ptr = fmt.open_memmap(d / "indptr.npy", mode="w+", dtype=np.int64, shape=(n + 1,))
+    ptr[0] = 0
+    np.cumsum(deg[p], out=ptr[1:])
+    idx = fmt.open_memmap(d / "indices.npy", mode="w+", dtype=old_idx.dtype, shape=(e,))
+    w = (None if old_w is None else
+         fmt.open_memmap(d / "weights.npy", mode="w+", dtype=old_w.dtype, shape=(e,)))
+    a = 0
+    while a < n:
+        b = int(np.searchsorted(ptr, ptr[a] + max(1, int(chunk_edges)), side="right")) - 1
+        b = min(n, max(a + 1, b))
+        rows, s0, s1 = p[a:b], int(ptr[a]), int(ptr[b])
+        # old position of each new edge: its old row's start plus its offset in the row
+        pos = np.repeat(old_ptr[rows] - ptr[a:b], deg[rows]) + np.arange(s0, s1)
+        idx[s0:s1] = iv[old_idx[pos]]
+        if w is not None:
+            w[s0:s1] = old_w[pos]
+        a = b
+    files = []
+    for name, arr in (("indptr", ptr), ("indices", idx), ("weights", w)):
+        if arr is not None:
+            arr.flush()
+            fsync_path(d / f"{name}.npy")
+            files.append(str((d / f"{name}.npy").resolve()))
+    return TopologyFiles(*files).open()
 
 
 def reorder_rows(rows: ArrayLike, perm: torch.Tensor) -> torch.Tensor:
@@ -195,13 +250,15 @@ def reorder_dataset(dataset: Any, score: torch.Tensor,
     evaluation chunks and every per-vertex array of the new dataset describe the same vertices as
     before. Features that are a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset) are written
     in the new order to ``workdir/features.npy`` and mapped from there (never loaded whole);
-    in-memory features are permuted in memory.
+    in-memory features are permuted in memory. A memory-mapped topology (``graph.files``) is
+    written to ``workdir/topology`` in chunks (:func:`reorder_graph_to_files`) when a
+    ``workdir`` is given.
 
     Args:
         dataset: the dataset in its original numbering.
         score: ``(N,)`` hotness; ties keep the smaller old id first.
-        workdir: directory for reordered on-disk features (required when the features are a
-            file-backed memmap).
+        workdir: directory for the reordered on-disk features and topology (required when
+            the features are a file-backed memmap).
 
     Returns:
         ``(reordered dataset, the Reordering)``; the Reordering's ``features`` is left ``None``
@@ -215,7 +272,10 @@ def reorder_dataset(dataset: Any, score: torch.Tensor,
     if s.dim() != 1 or s.numel() != g.num_nodes:
         raise ValueError(f"score has shape {tuple(s.shape)}, expected ({g.num_nodes},)")
     perm, inv = hot_first_permutation(s.cpu())
-    graph = reorder_graph(g, perm.to(g.device), inv.to(g.device))
+    if g.files is not None and workdir is not None:   # mapped: a reordered copy on disk
+        graph = reorder_graph_to_files(g, perm, inv, Path(workdir) / "topology")
+    else:
+        graph = reorder_graph(g, perm.to(g.device), inv.to(g.device))
     feats = dataset.features
     if isinstance(feats, np.memmap) and feats.filename is not None:
         if workdir is None:

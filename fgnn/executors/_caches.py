@@ -357,7 +357,8 @@ class CachePlanner:
                              f"policy in force is {policy!r}")
         t0 = time.perf_counter()
         workdir = None
-        if isinstance(self.dataset.features, np.memmap):  # on disk: a reordered copy on disk
+        if (isinstance(self.dataset.features, np.memmap)  # on disk: a reordered copy on disk
+                or getattr(self.dataset.graph, "files", None) is not None):
             self.reorder_dir = workdir = tempfile.mkdtemp(prefix="fgnn-reorder-")
         self.dataset, self.reordering = reorder_dataset(self.dataset, self.hotness, workdir)
         self.hotness = self.hotness[self.reordering.perm]
@@ -422,7 +423,8 @@ class CachePlanner:
                 peers = self._offers(e.device) if self.peer_exports else None
                 self._peers_stale |= bool(self.peer_exports)  # its peers map it next epoch
                 out.append((e, e.handle.load_cache.remote(refs["placement"], refs["hotness"],
-                                                          alpha, peers)))
+                                                          alpha, peers,
+                                                          holders=refs.get("cache_map"))))
         return out
 
     def fill(self, execs: list[_Exec]) -> None:

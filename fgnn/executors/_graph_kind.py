@@ -16,7 +16,8 @@ import torch
 
 from fgnn.cache.feature_store import FeatureStore
 from fgnn.executors import _typed
-from fgnn.executors._common import features_payload, graph_from_payload, graph_payload
+from fgnn.executors._common import (features_payload, graph_from_payload, graph_payload,
+                                   tensor_from)
 from fgnn.graph import CSRGraph
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.graph.hetero import HeteroGraph
@@ -28,18 +29,21 @@ __all__ = ["GraphKind", "HOMOGENEOUS", "TYPED", "graph_kind", "build_store"]
 
 
 def build_store(features: Any, placement: Any, device_index: int,
-                device: str = "cpu", h2d: Any = None, alloc: Any = None) -> Any:
+                device: str = "cpu", h2d: Any = None, alloc: Any = None,
+                holders: Any = None) -> Any:
     """A Trainer's feature store: the rows ``placement`` puts on device ``device_index``
     cached on ``device`` (FGNN §6.1 ``load_cache``) in a buffer ``alloc`` makes (shareable:
     :class:`~fgnn.executors._peers.TrainerPeers`), rows other devices cache in the peer tier
     (served from the host copy, counted as peer reads, until the peers' buffers are opened
     into it), the rest read from host memory. ``placement=None``: no cache. ``h2d``: the copy
     stream's upload (pinned, non-blocking), which every upload of the store's ``gather`` goes
-    through."""
+    through. ``holders``: the placement's holder bits as the host's processes share them (the
+    runtime's cache map in the object store, read in place), else computed here."""
     if placement is None:
         return FeatureStore.single(features, None, device, h2d)
     return FeatureStore.from_placement(features, placement, int(device_index), device=device,
-                                       peers_from_host=True, h2d=h2d, alloc=alloc)
+                                       peers_from_host=True, h2d=h2d, alloc=alloc,
+                                       holders=None if holders is None else tensor_from(holders))
 
 
 class GraphKind:
@@ -68,9 +72,9 @@ class GraphKind:
         return torch.zeros(graph.num_nodes, dtype=torch.int32, device=device)
 
     def build_store(self, host: Any, placement: Any, device_index: int, device: str,
-                    h2d: Any, alloc: Any = None) -> Any:
+                    h2d: Any, alloc: Any = None, holders: Any = None) -> Any:
         """The Trainer's :class:`~fgnn.cache.feature_store.FeatureStore` (:func:`build_store`)."""
-        return build_store(host, placement, device_index, device, h2d, alloc)
+        return build_store(host, placement, device_index, device, h2d, alloc, holders)
 
     def extract(self, store: Any, sample: Sample) -> tuple[Any, dict[str, Any]]:
         """The sample's input rows split by its marks, and the counters of its
@@ -119,7 +123,8 @@ class TypedKind(GraphKind):
         return _typed.new_visits(graph, device)
 
     def build_store(self, host: Any, placement: Any, device_index: int, device: str,
-                    h2d: Any, alloc: Any = None) -> Any:  # noqa: D102 - replicated: no peers
+                    h2d: Any, alloc: Any = None, holders: Any = None
+                    ) -> Any:  # noqa: D102 - replicated: no peers
         return _typed.build_store(host, placement, device)
 
     def extract(self, store: Any, sample: Sample) -> tuple[Any, dict[str, Any]]:  # noqa: D102

@@ -249,7 +249,8 @@ class TrainerExecutor:
         return time.time(), str(self.device)
 
     def load_cache(self, placement: Optional[Placement], hotness: Optional[Any] = None,
-                   alpha: float = 0.0, peers: Optional[dict[int, Any]] = None) -> int:
+                   alpha: float = 0.0, peers: Optional[dict[int, Any]] = None,
+                   holders: Optional[Any] = None) -> int:
         """Fill the cache once the runtime has chosen it (after the warm-up epochs, and again
         after a restart); returns the rows this device caches.
 
@@ -260,6 +261,8 @@ class TrainerExecutor:
             alpha: with the disk tier, the share of rows of the device software cache.
             peers: the peers' buffers to read from at once (:meth:`open_peers`; a restarted
                 Trainer); None: every peer from the host copy until :meth:`open_peers`.
+            holders: the placement's holder bits, read in place (the runtime's cache map in
+                the object store, one copy a host); None: computed from ``placement``.
 
         Raises:
             ValueError: for ``alpha`` outside ``[0, 1]``.
@@ -278,12 +281,14 @@ class TrainerExecutor:
             return int(alpha * self.labels.numel())
         self.peers.close()  # the buffer being replaced is no longer shared
         self.store = self.kind.build_store(self._host, placement, self.device_index,
-                                           str(self.device), self.copies.h2d, self.peers.alloc)
+                                           str(self.device), self.copies.h2d, self.peers.alloc,
+                                           holders)
         if peers:
             self.open_peers(peers)
         if self.local_sampler is not None:  # time-sharing: this device marks its own samples
-            self.local_sampler.set_cache_map(None if placement is None
-                                             else placement.holder_bits())
+            self.local_sampler.set_cache_map(
+                None if placement is None else
+                holders if holders is not None else placement.holder_bits())
         return self.cached_rows()
 
     def export_cache(self) -> dict[str, Any]:
