@@ -300,8 +300,11 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
     holders = lay["trainers"] + lay.get("standbys", 0)
     cache = _cache_each(config, dataset, logical)
     if cache:
+        # Rule 1's Trainers on one host map one filled buffer (shared memory)
+        shared = (config.cache.placement == "replicate" and config.cache.peer_tier != "host"
+                  and config.runtime.mode != "time-sharing")
         terms.append(Term("device cache (logical device: host memory)", cache,
-                          lay["trainers"] if not single else 1,
+                          1 if single or shared else lay["trainers"],
                           flag=f"lower --cache-ratio ({config.cache.cache_ratio})"
                           if config.cache.cache_ratio is not None else "set --cache-ratio",
                           field="cache.cache_ratio"))

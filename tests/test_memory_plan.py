@@ -4,6 +4,8 @@ starts), and the same job passing with that flag lowered."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import fgnn.memory_plan as mp
@@ -30,7 +32,8 @@ def _config(built, batch: int = 400, **kw) -> JobConfig:
                      sampler=SamplerConfig(fanouts=(10, 5)),
                      train=TrainConfig(epochs=1, batch_size=batch, steps_per_epoch=1,
                                        eval_batch_size=batch),
-                     cache=CacheConfig(cache_ratio=kw.pop("ratio", 0.5)),
+                     cache=CacheConfig(cache_ratio=kw.pop("ratio", 0.5),
+                                       peer_tier=kw.pop("peer_tier", "auto")),
                      runtime=RuntimeConfig(devices=kw.pop("devices", 4)), **kw)
 
 
@@ -40,7 +43,12 @@ def test_terms_follow_the_sizes_and_flags(built):
     plan = plan_job(cfg, ds, limit=MemoryLimit(100 * GIB, "test"), logical=True)
     terms = {t.name: t for t in plan.terms}
     cache = terms["device cache (logical device: host memory)"]
-    assert cache.each == int(0.5 * 5000 * 64 * 4) and cache.count == plan.layout["trainers"]
+    # replicated rows: one buffer a host, which every Trainer maps; private copies otherwise
+    assert cache.each == int(0.5 * 5000 * 64 * 4) and cache.count == 1
+    own = plan_job(dataclasses.replace(cfg, cache=dataclasses.replace(cfg.cache,
+                                                                      peer_tier="host")),
+                   ds, limit=MemoryLimit(100 * GIB, "test"), logical=True)
+    assert {t.name: t for t in own.terms}[cache.name].count == plan.layout["trainers"]
     assert terms["topology (mapped files: one copy a host)"].count == 1
     assert terms["topology (mapped files: one copy a host)"].each == ds.graph.nbytes()
     feats = terms["features (mapped file)"]
@@ -85,16 +93,17 @@ def test_a_job_whose_cache_cannot_fit_stops_before_ray_and_passes_with_the_flag(
     monkeypatch.setattr(mp, "PROCESS_BYTES", 1 << 16)
     monkeypatch.setattr(mp, "RAY_SYSTEM_BYTES", 1 << 16)
     ds = load_ondisk(built)
-    base = plan_job(_config(built, batch=8, ratio=0.0), ds, limit=MemoryLimit(100 * GIB, "x"),
+    base = plan_job(_config(built, batch=8, ratio=0.0, peer_tier="host"), ds, limit=MemoryLimit(100 * GIB, "x"),
                     logical=True).total
     cache_each = 5000 * 64 * 4
-    # room for everything but a cache of every row on each of the 3 Trainers
+    # room for everything but a cache of every row on each of the 3 Trainers (private copies:
+    # --peer-tier host)
     limit = MemoryLimit(base + 2 * cache_each, "a test's cgroup")
     monkeypatch.setattr(mp, "host_memory_limit", lambda: limit)
     monkeypatch.setattr(mp, "LOGICAL_DEVICE_BYTES", 1 << 40)
     with pytest.raises(JobConfigError) as e:
-        Job(_config(built, batch=8, ratio=1.0), progress=False).run()
+        Job(_config(built, batch=8, ratio=1.0, peer_tier="host"), progress=False).run()
     assert e.value.field == "cache.cache_ratio" and "lower --cache-ratio (1.0)" in str(e.value)
     assert not ray.is_initialized()
-    plan = plan_job(_config(built, batch=8, ratio=0.1), ds, logical=True)
+    plan = plan_job(_config(built, batch=8, ratio=0.1, peer_tier="host"), ds, logical=True)
     assert plan.refusal() is None                                # the flag it named

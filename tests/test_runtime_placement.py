@@ -232,3 +232,20 @@ def test_bench_compares_placements_with_sample_bytes_counted(ray_cluster):
     assert ratio["feature_bytes_host_to_device"] < ratio["bytes_host_to_device"] < 1.0
     with pytest.raises(SystemExit):
         bench._parse(["--placements", "spread"])
+
+
+def test_replicated_rows_are_held_once_a_host_on_logical_devices(ray_cluster, tmp_path):
+    """Rule 1's Trainers on logical devices (host memory) map the first one's buffer instead
+    of filling a copy each: one buffer a host, the same rows and hits as private copies."""
+    from fgnn.cache.peer_share import segments
+
+    before = set(segments())
+    common = ("--devices", "4", "--samplers", "1", "--cache-ratio", "0.1", "--epochs", "2",
+              "--no-switching", "--placement", "replicate")
+    shared = launch(tmp_path, "shared", *common)
+    own = launch(tmp_path, "own", *common, "--peer-tier", "host")
+    assert set(segments()) <= before  # the one segment is gone with its job
+    assert shared["allocation"]["peer_tier"]["buffers"] == {"exported": 3, "distinct": 1}
+    assert shared["allocation"]["cached_rows"] == own["allocation"]["cached_rows"]
+    assert shared["epochs"][1]["tier_rows"] == own["epochs"][1]["tier_rows"]
+    check_tiers(shared)

@@ -460,7 +460,8 @@ class FeatureStore:
                        h2d: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
                        threads: Optional[int] = None,
                        alloc: Optional[Callable[..., torch.Tensor]] = None,
-                       holders: Optional[torch.Tensor] = None) -> "FeatureStore":
+                       holders: Optional[torch.Tensor] = None,
+                       own: Optional[torch.Tensor] = None) -> "FeatureStore":
         """The store of device ``local`` in a group sharing ``placement``.
 
         Args:
@@ -482,6 +483,11 @@ class FeatureStore:
             holders: the placement's holder bits (:meth:`Placement.holder_bits`) when at hand,
                 e.g. a read-only view of the copy the processes of a host share; default
                 computed here.
+            own: with ``peers_from_host``, this device's rows already filled (e.g. mapped from
+                another store holding the same ids), used instead of filling them.
+
+        Raises:
+            ValueError: on a placement of another size, or ``own`` of another shape or dtype.
         """
         src = as_source(host)
         if placement.num_nodes != src.num_rows:
@@ -491,11 +497,18 @@ class FeatureStore:
         if peers_from_host:
             if not isinstance(local, int) or not 0 <= local < placement.num_devices:
                 raise ValueError(f"local must be in [0, {placement.num_devices}), got {local!r}")
-            own = placement.buffers[local]
-            out = (None if alloc is None else
-                   alloc((int(own.numel()), src.dim), src.dtype, torch.device(device)))
+            ids = placement.buffers[local]
             buffers = [None] * placement.num_devices
-            buffers[local] = fill_rows(src, own, device, nthreads, out=out)
+            if own is not None:
+                if tuple(own.shape) != (int(ids.numel()), src.dim) or own.dtype != src.dtype:
+                    raise ValueError(f"own rows have shape {tuple(own.shape)} and dtype "
+                                     f"{own.dtype}, expected ({int(ids.numel())}, {src.dim}) "
+                                     f"{src.dtype}")
+                buffers[local] = own
+            else:
+                out = (None if alloc is None else
+                       alloc((int(ids.numel()), src.dim), src.dtype, torch.device(device)))
+                buffers[local] = fill_rows(src, ids, device, nthreads, out=out)
         elif buffers is None:
             buffers = [fill_rows(src, b, device, nthreads) for b in placement.buffers]
         if len(buffers) != placement.num_devices:

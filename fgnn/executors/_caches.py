@@ -261,8 +261,7 @@ class CachePlanner:
             counts = [c for c in self.watchdog.get(
                 [e.handle.take_visits.remote() for e in samplers], "a Sampler")
                 if c is not None]
-            self.hotness = (torch.stack(counts).sum(0).float() / self.warmup_epochs
-                            if counts else None)
+            self.hotness = _mean_visits(counts, self.warmup_epochs)
         self._size_caches(memory_reports)
         self.services.refs["hotness"] = (None if self.hotness is None
                                          else self.services.put(self.hotness.numpy()))
@@ -412,6 +411,7 @@ class CachePlanner:
                     + [(e, e.handle.count_reads.remote(n)) for e in execs
                        if e.role != "sampler" and self._counting_reads])
         out, refs = [], self.services.refs
+        fills = self._replica_exports()
         for e in execs:
             if e.role == "sampler":
                 out.append((e, e.handle.set_cache_map.remote(refs["cache_map"])))
@@ -422,9 +422,35 @@ class CachePlanner:
                 alpha = self.alpha_resident if resident else self.alpha_full
                 peers = self._offers(e.device) if self.peer_exports else None
                 self._peers_stale |= bool(self.peer_exports)  # its peers map it next epoch
+                key = self._replica_key(e.device)
+                replica = None if key is None else fills.get(key)
                 out.append((e, e.handle.load_cache.remote(refs["placement"], refs["hotness"],
                                                           alpha, peers,
-                                                          holders=refs.get("cache_map"))))
+                                                          holders=refs.get("cache_map"),
+                                                          replica=replica)))
+                if key is not None and replica is None:  # it fills: the next ones map it
+                    fills[key] = [e.handle.export_cache.remote()]
+        return out
+
+    def _replica_key(self, device: int) -> Optional[int]:
+        """Which buffer of the placement ``device`` caches, when Trainers holding the same ids
+        (Rule 1's replicas, one tensor in the placement) can share one copy: logical devices,
+        whose caches are host memory, through Ray (shared-memory segments); else None."""
+        if (self.placement is None or self.disk_tier or self.services.in_process
+                or self.config.cache.peer_tier == "host"
+                or any(str(d).startswith("cuda") for d in self.workers.devices)
+                or not self.placement.buffers[device].numel()):
+            return None
+        return id(self.placement.buffers[device])
+
+    def _replica_exports(self) -> dict[int, Any]:
+        """Buffer -> the last export of a Trainer holding it (for a Trainer installed again
+        after a restart: its replica is mapped, not filled)."""
+        out: dict[int, Any] = {}
+        for d, x in self.peer_exports.items():
+            key = self._replica_key(d)
+            if key is not None and x.get("handle") is not None:
+                out.setdefault(key, {k: x.get(k) for k in ("handle", "node", "why")})
         return out
 
     def fill(self, execs: list[_Exec]) -> None:
@@ -526,7 +552,12 @@ class CachePlanner:
 
         if not self.peer_opened:
             return None
-        return peer_report(self.config.cache.peer_tier, self.peer_opened)
+        out = peer_report(self.config.cache.peer_tier, self.peer_opened)
+        # the buffers the Trainers hold: a replica maps its filler's (one copy a host)
+        names = [x["handle"].name for x in self.peer_exports.values()
+                 if x.get("handle") is not None]
+        out["buffers"] = {"exported": len(names), "distinct": len(set(names))}
+        return out
 
     def adapt_locality(self, stats: EpochStats) -> None:
         """Song & Jiang Algorithm 2 once per epoch: record the scale ``s`` the epoch sampled
@@ -550,3 +581,14 @@ class CachePlanner:
                 "cache_rows": num_cached_rows(self.alpha_full, n),
                 "cpu_buffer_rows": int(d.cpu_buffer * n), "row_bytes": row,
                 "file_bytes": n * row, "path": self.services.refs["features"].path}
+
+
+def _mean_visits(counts: list[Any], epochs: int) -> Optional[torch.Tensor]:
+    """The Samplers' visit counts summed and divided by the warm-up epochs, as float32: one
+    ``(N,)`` array and the count being added (no stack of every Sampler's)."""
+    if not counts:
+        return None
+    total = torch.as_tensor(counts[0]).to(torch.float32, copy=True)
+    for c in counts[1:]:
+        total += torch.as_tensor(c)
+    return total.div_(epochs)

@@ -30,7 +30,7 @@ __all__ = ["GraphKind", "HOMOGENEOUS", "TYPED", "graph_kind", "build_store"]
 
 def build_store(features: Any, placement: Any, device_index: int,
                 device: str = "cpu", h2d: Any = None, alloc: Any = None,
-                holders: Any = None) -> Any:
+                holders: Any = None, own: Any = None) -> Any:
     """A Trainer's feature store: the rows ``placement`` puts on device ``device_index``
     cached on ``device`` (FGNN §6.1 ``load_cache``) in a buffer ``alloc`` makes (shareable:
     :class:`~fgnn.executors._peers.TrainerPeers`), rows other devices cache in the peer tier
@@ -38,12 +38,14 @@ def build_store(features: Any, placement: Any, device_index: int,
     into it), the rest read from host memory. ``placement=None``: no cache. ``h2d``: the copy
     stream's upload (pinned, non-blocking), which every upload of the store's ``gather`` goes
     through. ``holders``: the placement's holder bits as the host's processes share them (the
-    runtime's cache map in the object store, read in place), else computed here."""
+    runtime's cache map in the object store, read in place), else computed here. ``own``: the
+    rows of this device's share, already filled (another Trainer's replica), else filled here."""
     if placement is None:
         return FeatureStore.single(features, None, device, h2d)
     return FeatureStore.from_placement(features, placement, int(device_index), device=device,
                                        peers_from_host=True, h2d=h2d, alloc=alloc,
-                                       holders=None if holders is None else tensor_from(holders))
+                                       holders=None if holders is None else tensor_from(holders),
+                                       own=own)
 
 
 class GraphKind:
@@ -72,9 +74,9 @@ class GraphKind:
         return torch.zeros(graph.num_nodes, dtype=torch.int32, device=device)
 
     def build_store(self, host: Any, placement: Any, device_index: int, device: str,
-                    h2d: Any, alloc: Any = None, holders: Any = None) -> Any:
+                    h2d: Any, alloc: Any = None, holders: Any = None, own: Any = None) -> Any:
         """The Trainer's :class:`~fgnn.cache.feature_store.FeatureStore` (:func:`build_store`)."""
-        return build_store(host, placement, device_index, device, h2d, alloc, holders)
+        return build_store(host, placement, device_index, device, h2d, alloc, holders, own)
 
     def extract(self, store: Any, sample: Sample) -> tuple[Any, dict[str, Any]]:
         """The sample's input rows split by its marks, and the counters of its
@@ -123,7 +125,7 @@ class TypedKind(GraphKind):
         return _typed.new_visits(graph, device)
 
     def build_store(self, host: Any, placement: Any, device_index: int, device: str,
-                    h2d: Any, alloc: Any = None, holders: Any = None
+                    h2d: Any, alloc: Any = None, holders: Any = None, own: Any = None
                     ) -> Any:  # noqa: D102 - replicated: no peers
         return _typed.build_store(host, placement, device)
 

@@ -132,6 +132,25 @@ class TrainerPeers:
         self.sources, self.reasons = sources, reasons
         return {"sources": sources, "reasons": reasons}
 
+    def adopt(self, replica: Optional[dict[str, Any]], device: torch.device
+              ) -> Optional[torch.Tensor]:
+        """The rows of another Trainer's buffer holding the same ids on this host (its
+        :meth:`export`), mapped to serve as this Trainer's own cache and exported under the
+        same handle (the owner keeps the segment); None (this Trainer fills its own) for a
+        device that is not the host's memory, another node, no handle or a mapping refused."""
+        self.close()
+        handle = None if replica is None else replica.get("handle")
+        if (device.type != "cpu" or not isinstance(handle, BufferHandle)
+                or handle.kind != "shm" or replica.get("node") != current_node()):
+            return None
+        try:
+            self._own = open_buffer(handle, device)
+        except PeerShareError as err:
+            self._why = str(err)
+            return None
+        self._handle = handle
+        return self._own
+
     def close(self) -> None:
         """Stop sharing this Trainer's buffer (its segment's name is removed; readers keep
         their mappings)."""

@@ -26,6 +26,7 @@ leases back in the queue.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
@@ -61,6 +62,8 @@ from fgnn.sampling.base import Sample, per_type, per_type_tensors
 from fgnn.models.step import forward_backward
 from fgnn.tasks.base import StepRule
 from fgnn.tasks.node import NODE_STEP
+
+log = logging.getLogger(__name__)
 
 __all__ = ["TrainerExecutor"]
 
@@ -250,7 +253,8 @@ class TrainerExecutor:
 
     def load_cache(self, placement: Optional[Placement], hotness: Optional[Any] = None,
                    alpha: float = 0.0, peers: Optional[dict[int, Any]] = None,
-                   holders: Optional[Any] = None) -> int:
+                   holders: Optional[Any] = None,
+                   replica: Optional[dict[str, Any]] = None) -> int:
         """Fill the cache once the runtime has chosen it (after the warm-up epochs, and again
         after a restart); returns the rows this device caches.
 
@@ -263,6 +267,10 @@ class TrainerExecutor:
                 Trainer); None: every peer from the host copy until :meth:`open_peers`.
             holders: the placement's holder bits, read in place (the runtime's cache map in
                 the object store, one copy a host); None: computed from ``placement``.
+            replica: the export (:meth:`export_cache`) of a Trainer on this host caching the
+                same ids in host memory (logical devices, replicated placement), or ``[ref]`` of
+                that call: its rows are mapped as this Trainer's cache instead of a copy of
+                them; None (or a replica that cannot be mapped): fill its own.
 
         Raises:
             ValueError: for ``alpha`` outside ``[0, 1]``.
@@ -280,9 +288,7 @@ class TrainerExecutor:
             self.lookahead = self._disk.window if ahead and self.role != "standby" else 0
             return int(alpha * self.labels.numel())
         self.peers.close()  # the buffer being replaced is no longer shared
-        self.store = self.kind.build_store(self._host, placement, self.device_index,
-                                           str(self.device), self.copies.h2d, self.peers.alloc,
-                                           holders)
+        self.store = self._build_store(placement, holders, replica)
         if peers:
             self.open_peers(peers)
         if self.local_sampler is not None:  # time-sharing: this device marks its own samples
@@ -290,6 +296,24 @@ class TrainerExecutor:
                 None if placement is None else
                 holders if holders is not None else placement.holder_bits())
         return self.cached_rows()
+
+    def _build_store(self, placement: Optional[Placement], holders: Optional[Any],
+                     replica: Optional[dict[str, Any]]) -> Any:
+        """The feature store over the replica's rows when they can be mapped and match this
+        device's share of ``placement``, else over rows it fills itself."""
+        own = None if placement is None else self.peers.adopt(_resolved(replica), self.device)
+        if own is not None:
+            try:
+                return self.kind.build_store(self._host, placement, self.device_index,
+                                             str(self.device), self.copies.h2d,
+                                             self.peers.alloc, holders, own)
+            except ValueError as err:  # another shape: fill this Trainer's own
+                log.warning("%s fills its own cache: the replica does not fit (%s)",
+                            self.name, err)
+                self.peers.close()
+        return self.kind.build_store(self._host, placement, self.device_index,
+                                     str(self.device), self.copies.h2d, self.peers.alloc,
+                                     holders)
 
     def export_cache(self) -> dict[str, Any]:
         """This Trainer's cache buffer for its peers: ``{"handle", "node", "why"}``
@@ -752,3 +776,17 @@ class TrainerExecutor:
             self.metrics.stage_seconds("train", rec.train_s)
             self.metrics.batch_done(rec.extract_s + rec.train_s)
         return self.queue.ack.remote(self.name, task_id, rec)
+
+
+def _resolved(replica: Any) -> Optional[dict[str, Any]]:
+    """A replica's export: given, or ``[ref]`` of the filling Trainer's call (fetched here, so
+    a filler that died leaves this Trainer to fill its own, not failed with it)."""
+    if not isinstance(replica, list):
+        return replica
+    import ray
+
+    try:
+        return ray.get(replica[0])
+    except Exception as err:  # noqa: BLE001 - no replica: this Trainer fills its own
+        log.warning("the cache replica is not there (%s): filling this Trainer's own", err)
+        return None
