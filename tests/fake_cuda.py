@@ -231,10 +231,13 @@ class FakeCuda:
         host_read = func in _HOST_READS or (func is torch.Tensor.to and _to_host(args, kwargs))
         for a in flat:
             self._check_use(a, stream, host_read)
-        if host_read:
-            self.syncs += 1
+        if host_read:  # the host waits for the stream's work so far
+            self.complete(stream, self.seq)
             self.host_reads.append(stream)
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor):  # a host copy: plain host memory
+                out = out.as_subclass(torch.Tensor).clone()
+            return out
         target = _to_device(args, kwargs) if func is torch.Tensor.to else None
         out = func(*args, **kwargs)
         if target is not None and self.is_cuda(target):

@@ -614,7 +614,7 @@ class FeatureStore:
         # came through host memory (ids on a device are copied once), on this store's device
         # for one that is already there (CUDA IPC, time-sharing: only the misses' ids cross).
         on_device = (self.split_on_device and torch.is_tensor(input_nodes)
-                     and input_nodes.device == self.device)
+                     and gpu.device_of(input_nodes) == self.device)
         where = self.device if on_device else torch.device("cpu")
         ids = torch.as_tensor(input_nodes)
         idx = self._check_ids(ids if on_device else ids.cpu())
@@ -637,7 +637,7 @@ class FeatureStore:
         if n_host == m:  # every row comes from the host: the gathered rows are the result
             self._count(0, n_peer, n_miss, n_peer)
             return self._read_host(idx.cpu())
-        to_out = self._h2d if where.type == "cpu" else (lambda t: t)
+        to_out = self._h2d if gpu.is_host(where) else (lambda t: t)
         out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
         if n_host:
             rows = self._read_host(idx.index_select(0, host_sel).cpu())
