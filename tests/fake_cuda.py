@@ -137,7 +137,7 @@ class Copy:
     nbytes: int
 
 
-@dataclass
+@dataclass(eq=False)
 class _InFlight:
     src: torch.Tensor
     version: int

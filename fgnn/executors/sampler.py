@@ -222,7 +222,8 @@ class SamplerExecutor:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.name, self.device = name, actor_device(device)
-        self.transport = choose_transport(transport, self.device.type, one_node, shared_gpu)
+        kind = "cuda" if gpu.is_cuda(self.device) else self.device.type
+        self.transport = choose_transport(transport, kind, one_node, shared_gpu)
         self.kind = graph_kind(graph)  # homogeneous or typed topology
         self.graph = self.kind.graph_from_payload(graph, self.device)
         self.sampler = sampler
