@@ -273,12 +273,14 @@ class SamplerExecutor:
         (the latter is what the caching allocator holds, and what sizes the cache)."""
         from fgnn.sampling.remap import Remapper
 
-        cuda = gpu.is_cuda(self.device)
-        return {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
-                "max_sample_bytes": self._max_sample_bytes,
-                "cuda_peak_bytes": gpu.max_memory_allocated(self.device) if cuda else None,
-                "cuda_reserved_bytes": gpu.max_memory_reserved(self.device) if cuda else None,
-                "graph_bytes": self.graph.nbytes()}
+        out = {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
+               "max_sample_bytes": self._max_sample_bytes,
+               "cuda_peak_bytes": None, "cuda_reserved_bytes": None,
+               "graph_bytes": self.graph.nbytes()}
+        if gpu.is_cuda(self.device):
+            out["cuda_peak_bytes"] = gpu.max_memory_allocated(self.device)
+            out["cuda_reserved_bytes"] = gpu.max_memory_reserved(self.device)
+        return out
 
     def set_cache_map(self, cache_map: Any) -> None:
         """Mark against ``cache_map`` from now on (the caches are chosen after the warm-up); a
