@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fgnn.executors.scheduler import (StandbyPolicy, TaskScheduler, allocate, epoch_batches,
-                                      profit)
+                                      profit, trainer_seconds)
 
 
 # ---------------------------------------------------------------------------- allocate
@@ -31,11 +31,19 @@ def test_allocate_exact(n_g, t_s, t_t, expected):
     assert n_s + n_t == n_g
 
 
-def test_allocate_float_noise_does_not_add_a_sampler():
-    # 0.3 / 0.1 = 2.9999999999999996 in binary floating point; N_g / (K + 1) must read as 1.
-    n_s, n_t, k = allocate(4, 0.1, 0.3)
-    assert (n_s, n_t) == (1, 3)
-    assert k == pytest.approx(3.0)
+@pytest.mark.parametrize("n_g, t_s, t_t, want", [
+    (6, 0.1, 0.1, (3, 3)),   # N_g * T_s / (T_s + T_t) = 3.0000000000000004 in floats
+    (7, 0.1, 0.6, (1, 6)),   # 1.0000000000000002
+    (9, 0.1, 0.2, (3, 6)),   # 2.9999999999999996 (rounds down: the tolerance only forgives)
+])
+def test_allocate_float_noise_does_not_add_a_sampler(n_g, t_s, t_t, want):
+    # inputs whose quotient, as allocate computes it, is an integer only up to rounding: an
+    # exact ceiling would add a Sampler to the first two
+    assert allocate(n_g, t_s, t_t)[:2] == want
+
+
+def test_allocate_still_ceils_a_real_fraction():
+    assert allocate(6, 0.1, 0.1 * (1 - 1e-6))[:2] == (4, 2)   # 3.0000015 -> 4
 
 
 def test_allocate_on_measured_times():
@@ -77,6 +85,22 @@ def test_profit_negative_and_policy():
     assert pol.should_fetch(7)              # 0.7 / 3 - 0.2 = 0.033
     assert not pol.should_fetch(7, 0.3)     # measured T_t' replaces the estimate
     assert StandbyPolicy(1.0, 0, 5.0).should_fetch(0)  # N_t = 0: +inf
+
+
+def test_a_standby_declines_at_zero_profit_and_takes_above_it():
+    # FGNN §5.3: the standby is woken only when P > 0; P == 0 (it would finish together with
+    # the normal Trainers) declines. Exact binary values: P is exactly 0 at M_r = 4.
+    pol = StandbyPolicy(t_train=0.5, num_trainers=2, t_standby=1.0)
+    assert profit(4, 0.5, 2, 1.0) == 0.0
+    assert not pol.should_fetch(4)
+    assert pol.should_fetch(5)                      # P = 0.25
+    assert not pol.should_fetch(2, 0.5)             # measured T_t' = 0.5: P = 0 again
+    assert pol.should_fetch(2, 0.25)
+
+
+def test_trainer_seconds_is_extract_plus_train_per_batch():
+    assert trainer_seconds(1.0, 3.0, 8) == 0.5
+    assert trainer_seconds(0.0, 0.0, 0) == 0.0
 
 
 @pytest.mark.parametrize("args, name", [

@@ -138,6 +138,11 @@ def test_slow_trainer_makes_the_standby_take_batches(ray_cluster, dataset):
     assert d["standby_batches"].get("fgnn-standby-0", 0) > 0
     assert d["batches_by"]["fgnn-standby-0"] == d["standby_batches"]["fgnn-standby-0"]
     assert set(rt.actor_names) == {"fgnn-sampler-0", "fgnn-standby-0", "fgnn-trainer-1"}
+    # the slow standby (0.3 s a batch more) measures its own T_t' after its first batch: with
+    # at most queue_size tasks left, P = M_r * T_t / N_t - T_t' is not positive and it declines
+    assert d["standby_declines"].get("fgnn-standby-0", 0) >= 1
+    assert result.epochs[0].declines == sum(d["standby_declines"].values())
+    assert d["standby_batches"]["fgnn-standby-0"] < d["batches_by"]["fgnn-trainer-1"]
 
 
 def test_killed_trainers_mid_epoch_still_train_each_batch_once(ray_cluster, dataset):

@@ -109,7 +109,7 @@ from fgnn.executors.inline import InlineActor
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.sampler import trainers_share_gpu
-from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
+from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks, trainer_seconds
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.procmem import process_memory
 from fgnn.reaper import ring_prefix, sweep_stale_rings
@@ -626,7 +626,7 @@ class Runtime:
         the re-layout (§5.3)."""
         rt, n = self.config.runtime, self.services.num_devices
         t_s = stats.sample.total / max(1, stats.batches)
-        t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
+        t_t = trainer_seconds(stats.extract_s, stats.train_s, stats.batches)
         self._k = t_t / t_s
         self.profile_times = {"T_s": t_s, "T_t": t_t}
         self.coordinator.warm_t_train = t_t
