@@ -40,6 +40,18 @@ def test_copy_stream_pins_copies_on_its_stream_and_hands_over_to_training(fake_c
     assert torch.equal((x * 2).cpu(), host * 2)  # used on the training stream: allowed
 
 
+def test_the_copy_event_is_on_the_copy_stream_wherever_it_is_recorded(fake_cuda):
+    from fgnn.executors._streams import CopyStream
+
+    cs = CopyStream(fake_cuda.device(0))
+    with cs.scope():
+        x = cs.h2d(torch.ones(4))
+    ev = cs.record()  # outside the scope: still after the copy stream's work
+    assert ev.stream is cs.stream
+    cs.wait(ev, [x])
+    assert float((x + 1).sum()) == 8.0
+
+
 def test_a_copy_used_on_the_training_stream_without_the_handover_is_refused(fake_cuda):
     from fgnn.executors._streams import CopyStream
 
