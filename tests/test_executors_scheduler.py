@@ -142,3 +142,20 @@ def test_task_scheduler_dynamic_handout_and_faults():
     assert s.issued == 7
     with pytest.raises(ValueError, match="num_tasks"):
         TaskScheduler(-1)
+
+
+def test_the_standby_and_the_allocation_take_the_same_t_t():
+    """T_t is Extract + Train per mini-batch (§5.3) for both: the standby's profit leaves the
+    evaluation seconds out, as the allocation does."""
+    from types import SimpleNamespace
+
+    from fgnn.executors._epoch import EpochCoordinator
+
+    recs = [SimpleNamespace(role="trainer", extract_s=0.25, train_s=0.5, eval_s=4.0),
+            SimpleNamespace(role="trainer", extract_s=0.25, train_s=1.0, eval_s=4.0),
+            SimpleNamespace(role="standby", extract_s=9.0, train_s=9.0, eval_s=0.0)]
+    ep = SimpleNamespace(acc=SimpleNamespace(records=recs),
+                         trainers=[SimpleNamespace(alive=True), SimpleNamespace(alive=False)])
+    pol = EpochCoordinator._standby_policy(SimpleNamespace(warm_t_train=None), ep)
+    assert pol.t_train == trainer_seconds(0.5, 1.5, 2) == 1.0
+    assert pol.num_trainers == 1
