@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fgnn import gpu
 from fgnn.atomic import atomic_open
 
 __all__ = ["Checkpoint", "CheckpointError", "save_checkpoint", "load_checkpoint",
@@ -148,8 +149,8 @@ def capture_rng_state(generators: Generators = None) -> dict[str, Any]:
         "python": _python_state_to_plain(random.getstate()),
         "generators": {k: g.get_state() for k, g in _as_generator_dict(generators).items()},
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if gpu.is_available() and gpu.initialized():
+        state["cuda"] = gpu.rng_state_all()
     return state
 
 
@@ -170,8 +171,8 @@ def restore_rng_state(state: Mapping[str, Any], generators: Generators = None, *
         kind, keys, pos, has_gauss, gauss = state["numpy"]
         np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
         random.setstate(_plain_to_python_state(state["python"]))
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all([t.cpu() for t in state["cuda"]])
+        if "cuda" in state and gpu.is_available():
+            gpu.set_rng_state_all([t.cpu() for t in state["cuda"]])
     stored = state.get("generators", {})
     for name, gen in _as_generator_dict(generators).items():
         if name not in stored:

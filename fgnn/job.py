@@ -27,6 +27,7 @@ from typing import IO, Any, Callable, Optional
 
 import torch
 
+from fgnn import gpu
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
 from fgnn.monitor.stats import RunResult, early_stop_message
@@ -151,11 +152,11 @@ def describe_devices(devices: int, cluster_gpus: Optional[float] = None) -> tupl
     """
     n = plural(devices, "device")
     if cluster_gpus is not None:
-        kind = "gpu" if torch.cuda.is_available() else "logical"
+        kind = "gpu" if gpu.is_available() else "logical"
         what = "GPUs" if kind == "gpu" else "Ray logical GPUs"
         return kind, (f"{n}: {what} of the Ray cluster "
                       f"({cluster_gpus:g} GPU resources in total)")
-    n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    n_cuda = gpu.device_count() if gpu.is_available() else 0
     if n_cuda >= devices:
         return "gpu", f"{n}: CUDA GPUs ({n_cuda} present)"
     why = ("no CUDA device found" if n_cuda == 0
@@ -267,14 +268,14 @@ class Job:
                 raise JobConfigError("train.checkpoint_dir", cfg.train.checkpoint_dir,
                                      f"holds no checkpoint {CHECKPOINT_NAME} to resume from")
         rc = cfg.runtime
-        if rc.address in (None, "local") and torch.cuda.is_available():
-            n_cuda = torch.cuda.device_count()
+        if rc.address in (None, "local") and gpu.is_available():
+            n_cuda = gpu.device_count()
             if n_cuda < rc.gpus_needed:
                 raise JobConfigError("runtime.devices", rc.devices,
                                      f"only {n_cuda} CUDA devices are present")
         from fgnn.executors.host import uses_ray
 
-        if rc.address in (None, "local") and not torch.cuda.is_available() and uses_ray(rc):
+        if rc.address in (None, "local") and not gpu.is_available() and uses_ray(rc):
             _check_executor_memory(rc.devices, rc.devices_used)  # in-process: no processes
         check_address(rc.address)
 
@@ -455,7 +456,7 @@ class Job:
     def _say_in_process(self) -> None:
         """The devices line of a job that runs without Ray (one device, in this process)."""
         rc = self.config.runtime
-        cuda = torch.cuda.is_available()
+        cuda = gpu.is_available()
         self.device_kind = "gpu" if cuda else "logical"
         where = "CUDA GPU 0" if cuda else "the CPU (no CUDA device found)"
         line = (f"1 device: {where}, in this process; no Ray (one device needs none; --ray "

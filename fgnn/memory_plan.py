@@ -280,10 +280,10 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
         logical: devices are Ray logical devices on the CPU (the caches are host memory);
             default: no CUDA device.
     """
-    import torch
+    from fgnn import gpu
 
     limit = limit if limit is not None else host_memory_limit()
-    logical = (not torch.cuda.is_available()) if logical is None else logical
+    logical = (not gpu.is_available()) if logical is None else logical
     lay = _layout(config)
     tc = config.train
     batch = int(tc.batch_size or 1)

@@ -104,7 +104,8 @@ def validate_report(report: Mapping[str, Any]) -> None:
     ``samplers``, ``trainers``, ``K``); ``preprocess`` (``load_s``, ``presample_s``);
     ``epochs`` (non-empty list; each with ``epoch``, ``time_s``, ``sample_s`` holding ``total``,
     ``S``, ``M``, ``C``, ``extract_s``, ``train_s``, ``hit_rate`` in [0, 1],
-    ``bytes_host_to_device``, ``switches``, ``batches``, ``loss`` (number or null)); ``final``
+    ``bytes_host_to_device``, ``switches``, ``batches``, ``loss`` (number or null); optional
+    ``declines``, the standbys' declined tasks); ``final``
     (``train_acc``, ``val_acc``, ``test_acc`` in [0, 1], the last two null where their split
     is empty; with ``config.task == "link"``
     :data:`LINK_FINAL` instead, and any other ``final`` entry (MRR, Hits@K) in [0, 1]).
@@ -184,6 +185,7 @@ def _check_epoch(ep: Any, p: str) -> None:
     _number(ep, "hit_rate", p, hi=1.0)
     for key in ("bytes_host_to_device", "switches", "batches"):
         _number(ep, key, p, integer=True)
+    _optional_number(ep, "declines", p, integer=True)
     _number(ep, "loss", p, lo=None, nullable=True)
     _optional_number(ep, "eval_s", p)
     _optional_number(ep, "val_acc", p, hi=1.0, nullable=True)

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fgnn import gpu
 from fgnn.checkpoint import load_checkpoint, save_checkpoint
 from fgnn.config import TrainConfig
 from fgnn.data.dataset import Dataset, Features
@@ -118,7 +119,7 @@ def extract_features(features: Features, input_nodes: torch.Tensor,
                          f"{type(features).__name__}")
     if not rows.is_floating_point():
         rows = rows.float()
-    return rows.to(device, non_blocking=True)
+    return gpu.to_device(rows, device)
 
 
 class FeatureBuffer:

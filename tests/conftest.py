@@ -141,3 +141,14 @@ def cli_error(capsys):
         return err[0]
 
     return run
+
+
+@pytest.fixture
+def fake_cuda():
+    """A recording fake of two GPUs swapped in for :mod:`fgnn.gpu` (``tests/fake_cuda.py``);
+    at the end, no pinned buffer was overwritten under an in-flight copy."""
+    from fake_cuda import FakeCuda, install
+
+    with install(FakeCuda(gpus=2)) as fake:
+        yield fake
+        fake.check()

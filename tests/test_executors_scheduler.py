@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fgnn.executors.scheduler import (StandbyPolicy, TaskScheduler, allocate, epoch_batches,
-                                      profit)
+                                      profit, trainer_seconds)
 
 
 # ---------------------------------------------------------------------------- allocate
@@ -31,11 +31,19 @@ def test_allocate_exact(n_g, t_s, t_t, expected):
     assert n_s + n_t == n_g
 
 
-def test_allocate_float_noise_does_not_add_a_sampler():
-    # 0.3 / 0.1 = 2.9999999999999996 in binary floating point; N_g / (K + 1) must read as 1.
-    n_s, n_t, k = allocate(4, 0.1, 0.3)
-    assert (n_s, n_t) == (1, 3)
-    assert k == pytest.approx(3.0)
+@pytest.mark.parametrize("n_g, t_s, t_t, want", [
+    (6, 0.1, 0.1, (3, 3)),   # N_g * T_s / (T_s + T_t) = 3.0000000000000004 in floats
+    (7, 0.1, 0.6, (1, 6)),   # 1.0000000000000002
+    (9, 0.1, 0.2, (3, 6)),   # 2.9999999999999996 (rounds down: the tolerance only forgives)
+])
+def test_allocate_float_noise_does_not_add_a_sampler(n_g, t_s, t_t, want):
+    # inputs whose quotient, as allocate computes it, is an integer only up to rounding: an
+    # exact ceiling would add a Sampler to the first two
+    assert allocate(n_g, t_s, t_t)[:2] == want
+
+
+def test_allocate_still_ceils_a_real_fraction():
+    assert allocate(6, 0.1, 0.1 * (1 - 1e-6))[:2] == (4, 2)   # 3.0000015 -> 4
 
 
 def test_allocate_on_measured_times():
@@ -79,6 +87,22 @@ def test_profit_negative_and_policy():
     assert StandbyPolicy(1.0, 0, 5.0).should_fetch(0)  # N_t = 0: +inf
 
 
+def test_a_standby_declines_at_zero_profit_and_takes_above_it():
+    # FGNN §5.3: the standby is woken only when P > 0; P == 0 (it would finish together with
+    # the normal Trainers) declines. Exact binary values: P is exactly 0 at M_r = 4.
+    pol = StandbyPolicy(t_train=0.5, num_trainers=2, t_standby=1.0)
+    assert profit(4, 0.5, 2, 1.0) == 0.0
+    assert not pol.should_fetch(4)
+    assert pol.should_fetch(5)                      # P = 0.25
+    assert not pol.should_fetch(2, 0.5)             # measured T_t' = 0.5: P = 0 again
+    assert pol.should_fetch(2, 0.25)
+
+
+def test_trainer_seconds_is_extract_plus_train_per_batch():
+    assert trainer_seconds(1.0, 3.0, 8) == 0.5
+    assert trainer_seconds(0.0, 0.0, 0) == 0.0
+
+
 @pytest.mark.parametrize("args, name", [
     ((-1, 1.0, 1, 1.0), "remaining"), ((1, -1.0, 1, 1.0), "t_train"),
     ((1, 1.0, -1, 1.0), "num_trainers"), ((1, 1.0, 1, float("nan")), "t_standby"),
@@ -118,3 +142,20 @@ def test_task_scheduler_dynamic_handout_and_faults():
     assert s.issued == 7
     with pytest.raises(ValueError, match="num_tasks"):
         TaskScheduler(-1)
+
+
+def test_the_standby_and_the_allocation_take_the_same_t_t():
+    """T_t is Extract + Train per mini-batch (§5.3) for both: the standby's profit leaves the
+    evaluation seconds out, as the allocation does."""
+    from types import SimpleNamespace
+
+    from fgnn.executors._epoch import EpochCoordinator
+
+    recs = [SimpleNamespace(role="trainer", extract_s=0.25, train_s=0.5, eval_s=4.0),
+            SimpleNamespace(role="trainer", extract_s=0.25, train_s=1.0, eval_s=4.0),
+            SimpleNamespace(role="standby", extract_s=9.0, train_s=9.0, eval_s=0.0)]
+    ep = SimpleNamespace(acc=SimpleNamespace(records=recs),
+                         trainers=[SimpleNamespace(alive=True), SimpleNamespace(alive=False)])
+    pol = EpochCoordinator._standby_policy(SimpleNamespace(warm_t_train=None), ep)
+    assert pol.t_train == trainer_seconds(0.5, 1.5, 2) == 1.0
+    assert pol.num_trainers == 1

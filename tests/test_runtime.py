@@ -138,6 +138,25 @@ def test_slow_trainer_makes_the_standby_take_batches(ray_cluster, dataset):
     assert d["standby_batches"].get("fgnn-standby-0", 0) > 0
     assert d["batches_by"]["fgnn-standby-0"] == d["standby_batches"]["fgnn-standby-0"]
     assert set(rt.actor_names) == {"fgnn-sampler-0", "fgnn-standby-0", "fgnn-trainer-1"}
+    assert result.epochs[0].declines == sum(d["standby_declines"].values())
+
+
+def test_a_standby_without_profit_declines_and_the_report_counts_it(ray_cluster, dataset):
+    # FGNN §5.3: a standby takes a task only when P = M_r * T_t / N_t - T_t' > 0. A one-task
+    # queue leaves M_r <= 1 when the Sampler's share is done and the slow standby wakes: with
+    # N_t = 1 and T_t' estimated as T_t, P <= 0 at its first check, so it must decline and train
+    # nothing (a standby that never declined would take the task left in the queue).
+    from dataclasses import replace
+
+    cfg = job(devices=2, samplers=1, epochs=1)
+    cfg = replace(cfg, runtime=replace(cfg.runtime, queue_size=1))
+    rt = Runtime(cfg, dataset, faults=FaultSpec(slow_trainers={0: 0.3}))
+    result = rt.run()
+    assert_exactly_once(rt, result, dataset, cfg)
+    d = rt.details[-1]
+    assert d["standby_declines"] == {"fgnn-standby-0": 1}
+    assert result.epochs[0].declines == 1 and result.epochs[0].switches == 0
+    assert d["batches_by"].get("fgnn-standby-0", 0) == 0
 
 
 def test_killed_trainers_mid_epoch_still_train_each_batch_once(ray_cluster, dataset):

@@ -28,6 +28,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from fgnn import gpu
+
 __all__ = [
     "CacheBudget",
     "DeviceCachePlan",
@@ -149,11 +151,11 @@ class CudaPeakMeter:
 
     def measure(self, step: Callable[[], Any]) -> int:
         """Reset the peak counter, run ``step``, synchronise and read the peak."""
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
+        gpu.synchronize(self.device)
+        gpu.reset_peak(self.device)
         step()
-        torch.cuda.synchronize(self.device)
-        return int(torch.cuda.max_memory_allocated(self.device))
+        gpu.synchronize(self.device)
+        return gpu.max_memory_allocated(self.device)
 
 
 def _tensors_of(objs: Iterable[Any]) -> list[torch.Tensor]:
@@ -205,7 +207,7 @@ def measure_step_peak(step: Callable[[], Any], device: torch.device | str = "cpu
         raise ValueError(f"step must be callable, got {type(step).__name__}")
     if meter is None:
         dev = torch.device(device)
-        meter = CudaPeakMeter(dev) if dev.type == "cuda" else TensorAllocationMeter(resident)
+        meter = CudaPeakMeter(dev) if gpu.is_cuda(dev) else TensorAllocationMeter(resident)
     return int(meter.measure(step))
 
 
@@ -312,9 +314,9 @@ def choose_cache_ratio(step: Optional[Callable[[], Any]] = None, *,
     """
     dev = torch.device(device)
     if budget_bytes is None:
-        if dev.type != "cuda":
+        if not gpu.is_cuda(dev):
             raise ValueError("budget_bytes is required on CPU (a simulated device budget)")
-        budget_bytes = int(torch.cuda.get_device_properties(dev).total_memory)
+        budget_bytes = gpu.total_memory(dev)
     if peak_bytes is None:
         if step is None:
             raise ValueError("choose_cache_ratio needs step (to measure) or peak_bytes")

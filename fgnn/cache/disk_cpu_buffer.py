@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from fgnn import gpu
 from fgnn.cache.hit_stats import HitStats
 from fgnn.cache.source import FeatureSource
 
@@ -95,7 +96,7 @@ class CPUBufferedSource:
         self.capacity = capacity
         self.row_bytes = row_bytes
         self.stats = CPUBufferStats()
-        pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+        pin = gpu.is_available() if pin_memory is None else bool(pin_memory)
         self.pin = pin
         # slot[v] = position of row v in the buffer, -1 when not buffered.
         self.slot = torch.full((n,), -1, dtype=torch.int32 if n < 2**31 else torch.int64)
@@ -106,7 +107,7 @@ class CPUBufferedSource:
         else:
             self.ids = torch.empty(0, dtype=torch.int64)
         self.slot[self.ids] = torch.arange(capacity, dtype=self.slot.dtype)
-        self.buffer = torch.empty((capacity, f), dtype=backing.dtype, pin_memory=pin)
+        self.buffer = gpu.empty_host((capacity, f), backing.dtype, pin)
         for s in range(0, capacity, chunk_rows):
             e = min(s + chunk_rows, capacity)
             self.buffer[s:e] = backing.read(self.ids[s:e])
@@ -159,7 +160,7 @@ class CPUBufferedSource:
         if n_hit == ids.numel():
             out = self.buffer[slots]
         else:
-            out = torch.empty((ids.numel(), self.dim), dtype=self.dtype, pin_memory=self.pin)
+            out = gpu.empty_host((ids.numel(), self.dim), self.dtype, self.pin)
             out[hit] = self.buffer[slots[hit]]
             miss = ~hit
             out[miss] = self.backing.read(ids[miss])

@@ -33,6 +33,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
+from fgnn import gpu
+
 __all__ = ["DiskStats", "DiskFeatureSource", "NpyLayout", "read_npy_layout", "PAGE_SIZE",
            "direct_io_supported"]
 
@@ -187,7 +189,7 @@ class DiskFeatureSource:
         self.max_staging_pages = max(int(max_staging_bytes) // self.page_size,
                                      -(-self.layout.row_bytes // self.page_size) + 1)
         self.num_threads = int(num_threads)
-        self.pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+        self.pin = gpu.is_available() if pin_memory is None else bool(pin_memory)
         self.stats = DiskStats()
         self._lock = threading.Lock()
         self.direct = bool(direct)
@@ -283,7 +285,7 @@ class DiskFeatureSource:
         """
         ids_np = self._check_ids(ids)
         m, f = ids_np.size, self.dim
-        out = torch.empty((m, f), dtype=self.dtype, pin_memory=self.pin)
+        out = gpu.empty_host((m, f), self.dtype, self.pin)
         with self._lock:
             self.stats.requests += 1
             self.stats.rows += m

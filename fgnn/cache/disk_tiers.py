@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from fgnn import gpu
 from fgnn.cache.disk_accumulator import AccessAccumulator
 from fgnn.cache.disk_cpu_buffer import CPUBufferedSource
 from fgnn.cache.disk_source import DiskFeatureSource
@@ -178,7 +179,7 @@ class DiskTiers:
             return out
 
         if self.cache is None:
-            return from_host(input_nodes).to(self.device, non_blocking=True)
+            return gpu.to_device(from_host(input_nodes), self.device)
         admit = None
         if self.cpu_buffer is not None and self.cpu_buffer.capacity > 0:
             # The device cache conserves *storage* bandwidth (§3.4): rows the constant CPU

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import torch
 
+from fgnn import gpu
 from fgnn.cache.hit_stats import HitStats
 
 __all__ = ["CacheStats", "DeviceSoftwareCache", "EVICTION_POLICIES"]
@@ -159,7 +160,7 @@ class DeviceSoftwareCache:
         self.stats.misses += int(miss_ids.numel())
         self.stats.hit_bytes += n_hit * self.row_bytes
         if miss_ids.numel():
-            rows = read_missing(miss_ids).to(self.device, non_blocking=True)
+            rows = gpu.to_device(read_missing(miss_ids), self.device)
             out[miss] = rows
             if admit is not None:
                 keep = admit(miss_ids).to(self.device)

@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from fgnn import gpu
 from fgnn.cache.lookup import CacheLookup, read_from
 from fgnn.cache.placement import Placement, bits_dtype, hot_order
 from fgnn.cache.source import FeatureSource
@@ -106,12 +107,11 @@ def upload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``t`` on ``device``: from pinned memory and non-blocking when ``device`` is CUDA (the
     caching host allocator keeps a pinned copy alive until its transfer is done), a plain move
     elsewhere; a tensor already there is returned as is."""
-    if t.device == device:
+    here = gpu.device_of(t)
+    if here == device:
         return t
-    if device.type == "cuda" and t.device.type == "cpu":
-        if not t.is_pinned():
-            t = t.pin_memory()
-        return t.to(device, non_blocking=True)
+    if gpu.is_cuda(device) and gpu.is_host(here):
+        return gpu.to_device(gpu.pin(t), device)
     return t.to(device)
 
 
@@ -288,12 +288,15 @@ def fill_rows(host: HostLike, ids: torch.Tensor, device: torch.device | str = "c
     else:
         rows = out
     step = max(1, FILL_CHUNK_BYTES // _row_bytes(src))
-    if dev.type == "cpu" and dense:  # the result is host memory: read straight into it
+    if gpu.is_host(dev) and dense:  # the result is host memory: read straight into it
         for a in range(0, k, step):
             src._read_unchecked(idx[a:a + step], out=rows[a:a + step], threads=threads)
         return rows
-    stage = (torch.empty(min(step, k), src.dim, dtype=src.dtype,
-                         pin_memory=dev.type == "cuda") if dense and k else None)
+    stage = None
+    if dense and k:
+        shape = (min(step, k), src.dim)
+        stage = gpu.empty_pinned(shape, src.dtype) if gpu.is_cuda(dev) else \
+            torch.empty(shape, dtype=src.dtype)
     for a in range(0, k, step):
         part = idx[a:a + step]
         if stage is not None:
@@ -421,9 +424,9 @@ class FeatureStore:
         self._h2d = h2d if h2d is not None else (lambda t: upload(t, self.device))
         #: split a batch whose ids are already on this store's device there (CUDA: samples
         #: that came over CUDA IPC or were sampled on the device); else on the host
-        self.split_on_device = self.device.type == "cuda"
+        self.split_on_device = gpu.is_cuda(self.device)
         self._device_lookup: Optional[CacheLookup] = None
-        self._pin = self.device.type == "cuda" and torch.cuda.is_available()
+        self._pin = gpu.is_cuda(self.device) and gpu.is_available()
         # CUDA only: one pinned staging buffer for host rows, grown as needed, reused per batch
         # once the previous batch's asynchronous copy out of it has finished.
         self._staging: Optional[torch.Tensor] = None
@@ -620,7 +623,7 @@ class FeatureStore:
         # came through host memory (ids on a device are copied once), on this store's device
         # for one that is already there (CUDA IPC, time-sharing: only the misses' ids cross).
         on_device = (self.split_on_device and torch.is_tensor(input_nodes)
-                     and input_nodes.device == self.device)
+                     and gpu.device_of(input_nodes) == self.device)
         where = self.device if on_device else torch.device("cpu")
         ids = torch.as_tensor(input_nodes)
         idx = self._check_ids(ids if on_device else ids.cpu())
@@ -643,7 +646,7 @@ class FeatureStore:
         if n_host == m:  # every row comes from the host: the gathered rows are the result
             self._count(0, n_peer, n_miss, n_peer)
             return self._read_host(idx.cpu())
-        to_out = self._h2d if where.type == "cpu" else (lambda t: t)
+        to_out = self._h2d if gpu.is_host(where) else (lambda t: t)
         out = torch.empty(m, self.dim, dtype=self.host.dtype, device=self.device)
         if n_host:
             rows = self._read_host(idx.index_select(0, host_sel).cpu())
@@ -666,11 +669,11 @@ class FeatureStore:
             if not k:
                 continue
             p = lookup.positions(d, idx.index_select(0, sel))
-            if buf.device != self.device:  # a buffer on another device: gathered there, its
+            where = gpu.device_of(buf)
+            if where != self.device:  # a buffer on another device: gathered there, its
                 # copy queued, not waited for (non-blocking)
-                rows = buf.index_select(0, upload(p, buf.device)).to(self.device,
-                                                                      non_blocking=True)
-            elif buf.device.type == "cpu":  # host memory (a CPU cache, a peer's shared-memory
+                rows = gpu.to_device(buf.index_select(0, upload(p, where)), self.device)
+            elif gpu.is_host(where):  # host memory (a CPU cache, a peer's shared-memory
                 # segment): gathered by the pool, as host rows are
                 rows = _gather_rows(buf, p, self.threads)
             else:  # this device: its own cache, or a peer's mapped over CUDA IPC
@@ -743,15 +746,14 @@ class FeatureStore:
             if self._staging_done is not None:
                 self._staging_done.synchronize()  # last batch's copy out of the buffer is done
             if self._staging is None or self._staging.shape[0] < k:
-                self._staging = torch.empty(max(k, 1), self.dim, dtype=self.host.dtype,
-                                            pin_memory=True)
+                self._staging = gpu.empty_pinned((max(k, 1), self.dim), self.host.dtype)
             stage = self._staging[:k]
             if dense:
                 self.host._read_unchecked(ids, out=stage, threads=self.threads)
             else:
                 stage.copy_(self.host.read(ids))
-            rows = stage.to(self.device, non_blocking=True)
-            self._staging_done = torch.cuda.Event()
+            rows = gpu.to_device(stage, self.device)
+            self._staging_done = gpu.event()
             self._staging_done.record()
         return rows
 

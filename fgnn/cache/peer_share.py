@@ -40,6 +40,8 @@ from typing import Optional, Union
 
 import torch
 
+from fgnn import gpu
+
 __all__ = ["BufferHandle", "PeerShareError", "SEGMENT_STEM", "discard", "export_buffer",
            "exporter_alive", "host_key", "open_buffer", "release", "release_all", "segments",
            "shared_empty", "shm_dir", "sweep_stale"]
@@ -120,7 +122,7 @@ def shm_dir() -> Optional[str]:
 
 def _gpu_uuid(device: torch.device) -> str:
     try:
-        return str(torch.cuda.get_device_properties(device).uuid)
+        return gpu.device_uuid(device)
     except (AttributeError, RuntimeError, AssertionError):
         return ""
 
@@ -186,20 +188,19 @@ def export_buffer(tensor: torch.Tensor) -> BufferHandle:
                 host=host_key(), pid=os.getpid())
     if t.numel() == 0:
         return BufferHandle("empty", **base)
-    if t.device.type == "cuda":
-        from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
-
+    if gpu.on_cuda(t):
         try:
-            fn, args = reduce_tensor(t)
+            fn, args = gpu.ipc_export(t)
         except RuntimeError as err:
             raise PeerShareError(f"CUDA IPC cannot share this tensor: {err}") from err
-        if fn is not rebuild_cuda_tensor:
+        if not gpu.ipc_is_cuda(fn):
             raise PeerShareError(f"torch shares this tensor with {fn.__name__}, not CUDA IPC")
         name = f"ipc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         with _LOCK:
             _OWNED[name] = t
-        return BufferHandle("ipc", name=name, ipc=tuple(args), gpu=_gpu_uuid(t.device), **base)
-    if t.device.type != "cpu":
+        return BufferHandle("ipc", name=name, ipc=tuple(args), gpu=_gpu_uuid(gpu.device_of(t)),
+                            **base)
+    if not gpu.is_host(gpu.device_of(t)):
         raise PeerShareError(f"cannot share a tensor on {t.device}")
     with _LOCK:
         name = _SEGMENT_OF.get(t.untyped_storage().data_ptr())
@@ -346,20 +347,18 @@ def _open_segment(h: BufferHandle) -> torch.Tensor:
 
 
 def _open_ipc(h: BufferHandle, device: Optional[Union[torch.device, str]]) -> torch.Tensor:
-    if not torch.cuda.is_available():
+    if not gpu.is_available():
         raise PeerShareError(f"a CUDA IPC handle, and CUDA is not available in this process "
                              f"(torch {torch.__version__})")
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
     dev = torch.device(device) if device is not None else None
-    if dev is not None and dev.type != "cuda":
+    if dev is not None and not gpu.is_cuda(dev):
         raise PeerShareError(f"a CUDA IPC handle cannot be mapped on {dev}")
     args = list(h.ipc)
     # storage_device: map it on this device (the exporter's index means another GPU here)
     args[6] = dev.index if dev is not None and dev.index is not None else \
-        torch.cuda.current_device()
+        gpu.current_device()
     try:
-        return rebuild_cuda_tensor(*args)
+        return gpu.ipc_open(args)
     except Exception as err:  # noqa: BLE001 - every refusal becomes a host read, with why
         raise PeerShareError(f"CUDA IPC refused the handle of GPU {h.gpu or '?'} on "
                              f"cuda:{args[6]}: {type(err).__name__}: {err}") from err

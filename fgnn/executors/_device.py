@@ -18,6 +18,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
+from fgnn import gpu
+
 __all__ = ["AUTO", "resolve_device", "actor_device", "bind_device", "node_nvidia_gpus"]
 
 #: The device argument that asks an executor to take the device Ray assigned it.
@@ -89,8 +91,8 @@ def node_nvidia_gpus() -> int:
 def bind_device(device: torch.device) -> torch.device:
     """Make a CUDA ``device`` the calling thread's current device (``torch.cuda.set_device``;
     CUDA's current device is per thread); other devices pass through."""
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    if gpu.is_cuda(device):
+        gpu.set_device(device)
     return device
 
 
@@ -110,7 +112,7 @@ def actor_device(requested: Union[str, torch.device] = AUTO) -> torch.device:
         ids = ray.get_gpu_ids() if ray.is_initialized() else []
     except Exception:  # not inside a Ray worker
         ids = []
-    cuda = torch.cuda.is_available()
+    cuda = gpu.is_available()
     node_gpus = node_nvidia_gpus() if ids and not cuda else 0
     return bind_device(resolve_device(ids, cuda, os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                      torch.cuda.device_count() if cuda else 0, node_gpus))
+                                      gpu.device_count() if cuda else 0, node_gpus))

@@ -28,7 +28,7 @@ from fgnn.executors._faults import _RESTART_TIMEOUT_S, RuntimeFailure, Watchdog,
 from fgnn.executors._ledger import epoch_ledger
 from fgnn.executors._typed import sum_typed
 from fgnn.executors._workers import Services, WorkerGroup, _Exec
-from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler
+from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, trainer_seconds
 from fgnn.executors.task_record import TaskRecord
 from fgnn.monitor.stats import EpochStats, SampleTimes
 
@@ -88,6 +88,8 @@ class _Epoch:
     """Sampler devices whose standby was started."""
     switched: dict[str, int] = field(default_factory=dict)
     """Standby name -> batches it trained."""
+    declined: dict[str, int] = field(default_factory=dict)
+    """Standby name -> runs it ended by declining a fetch (profit not positive)."""
     seen: int = 0
     done: int = 0
     last_loss: float = float("nan")
@@ -315,7 +317,7 @@ class EpochCoordinator:
         import ray
 
         try:
-            self._finished(e, host.get(r), ep.switched)
+            self._finished(e, host.get(r), ep)
         except ray.exceptions.RayError as err:
             sv = self.services
             self.watchdog.get([sv.queue.retire.remote(e.name), sv.ps.release.remote(e.name)],
@@ -407,7 +409,7 @@ class EpochCoordinator:
                     self.workers.failed(sampling[r][0], err)
                 continue
             if r in running:
-                self._finished(running[r], res, ep.switched)
+                self._finished(running[r], res, ep)
         if pending:
             hung = sorted({names[r] for r in pending})
             raise self.watchdog.failure(
@@ -415,10 +417,13 @@ class EpochCoordinator:
                 f"after the last task: hung (a stopped process?), and the job stopped "
                 f"(runtime.stall_timeout_s, --stall-timeout, sets the limit)")
 
-    def _finished(self, e: _Exec, res: dict[str, Any], switched: dict[str, int]) -> None:
-        """Book a Trainer's finished ``run_epoch``: standby batches, memory report."""
+    def _finished(self, e: _Exec, res: dict[str, Any], ep: _Epoch) -> None:
+        """Book a Trainer's finished ``run_epoch``: standby batches and declines, memory
+        report."""
         if e.role == "standby" and res["batches"] > 0:
-            switched[e.name] = switched.get(e.name, 0) + res["batches"]
+            ep.switched[e.name] = ep.switched.get(e.name, 0) + res["batches"]
+        if e.role == "standby" and res.get("declined"):
+            ep.declined[e.name] = ep.declined.get(e.name, 0) + 1
         if res.get("memory") is not None:
             self.memory_reports[e.name] = res["memory"]
 
@@ -426,7 +431,8 @@ class EpochCoordinator:
         """T_t from the normal Trainers' records so far (else the warm-up epoch's), N_t alive."""
         recs = [r for r in ep.acc.records if r.role == "trainer"]
         if recs:
-            t_t = sum(r.extract_s + r.train_s + r.eval_s for r in recs) / len(recs)
+            t_t = trainer_seconds(sum(r.extract_s for r in recs), sum(r.train_s for r in recs),
+                                  len(recs))
         elif self.warm_t_train is not None:
             t_t = self.warm_t_train
         else:
@@ -482,7 +488,7 @@ class EpochCoordinator:
             sample_bytes=sample_bytes, tier_rows=tier_rows, tier_bytes=tier_bytes,
             peer_host_rows=int(sum(r.tier_rows.get("peer_host", 0) for r in recs)),
             load_ratio=extract_s / (extract_s + train_s) if extract_s + train_s > 0 else 0.0,
-            switches=len(ep.switched), batches=len(recs),
+            switches=len(ep.switched), declines=sum(ep.declined.values()), batches=len(recs),
             loss=float(np.mean(losses)) if losses else float("nan"),
             samplers=n if ts else sum(1 for s in ep.samplers if s.alive),
             trainers=n if ts else sum(1 for t in ep.trainers if t.alive),
@@ -499,6 +505,7 @@ class EpochCoordinator:
         return {
             "epoch": ep.epoch, "warmup": ep.measure,
             "standby_batches": dict(ep.switched),
+            "standby_declines": dict(ep.declined),
             "batches_by": _count_by(recs),
             "rpc_s": sum(r.rpc_s for r in recs),
             "fetch_s": sum(r.fetch_s for r in recs),

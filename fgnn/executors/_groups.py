@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 import torch
 
+from fgnn import gpu
+
 __all__ = ["abort_group", "gpu_identity", "group_backend", "group_broadcast", "group_sum",
            "group_sum_count", "is_nccl", "new_group", "wait_work"]
 
@@ -38,18 +40,16 @@ NCCL_ERROR_HANDLING = "2"
 def gpu_identity(device: torch.device) -> str:
     """The physical GPU of ``device`` (its UUID): the same in every process on that GPU, whatever
     each process's ``CUDA_VISIBLE_DEVICES`` numbering."""
-    return str(torch.cuda.get_device_properties(device).uuid)
+    return gpu.device_uuid(device)
 
 
 def nccl_group(store: Any, rank: int, size: int, timeout: datetime.timedelta,
                device: torch.device) -> Any:
     """A ``ProcessGroupNCCL`` of ``size`` ranks on ``store`` (``device``: this rank's GPU)."""
-    import torch.distributed as dist
-
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_ERROR_HANDLING)
-    opts = dist.ProcessGroupNCCL.Options()
+    opts = gpu.nccl_options()
     opts._timeout = timeout
-    return dist.ProcessGroupNCCL(store, rank, size, opts)
+    return gpu.nccl_process_group(store, rank, size, opts, device)
 
 
 def group_backend(store: Any, rank: int, size: int, identity: str) -> str:
@@ -78,7 +78,7 @@ def new_group(store: Any, generation: int, rank: int, size: int, device: torch.d
 
     prefixed = dist.PrefixStore(f"fgnn-g{generation}", store)
     timeout = datetime.timedelta(seconds=timeout_s)
-    if device.type == "cuda" and group_backend(prefixed, rank, size,
+    if gpu.is_cuda(device) and group_backend(prefixed, rank, size,
                                                identity(device)) == "nccl":
         return nccl(prefixed, rank, size, timeout, device)
     return dist.ProcessGroupGloo(prefixed, rank, size, timeout)
@@ -150,10 +150,13 @@ def _read_done(t: torch.Tensor) -> float:
     """``float(t)`` of a CUDA tensor whose producer the host has already seen complete, copied
     on a side stream: it does not wait behind the training kernels queued on the device's
     default stream (the reducer thread shares the device with the training thread)."""
-    if t.device.type != "cuda":
+    if not gpu.on_cuda(t):
         return float(t)
-    stream = _SIDE_STREAMS.setdefault(t.device, torch.cuda.Stream(t.device))
-    with torch.cuda.stream(stream):
+    where = gpu.device_of(t)
+    stream = _SIDE_STREAMS.get(where)
+    if stream is None:
+        stream = _SIDE_STREAMS[where] = gpu.new_stream(where)
+    with gpu.use_stream(stream):
         return float(t)
 
 

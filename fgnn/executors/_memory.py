@@ -19,12 +19,12 @@ evaluation chunk, the gather, fragmentation and CUDA contexts are added there) a
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
+from fgnn import gpu
 from fgnn.cache.budget import TensorAllocationMeter, resident_bytes
 from fgnn.sampling.base import per_type_tensors
 
@@ -36,18 +36,10 @@ def context_bytes(device: torch.device) -> Optional[int]:
     counts for this process (NVML) less what torch's allocator reserved. None where NVML is
     not installed or does not list this process (e.g. another PID namespace): the sizing then
     assumes :data:`~fgnn.cache.sizing.CUDA_CONTEXT_BYTES`."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda._get_nvml_device_index(device))
-        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                if p.pid == os.getpid()]
-    except Exception:  # noqa: BLE001 - no NVML, no permission, no such process: not measured
+    used = gpu.nvml_process_bytes(device)
+    if used is None:
         return None
-    if not used or used[0] is None:
-        return None
-    return max(0, int(used[0]) - int(torch.cuda.memory_reserved(device)))
+    return max(0, used - gpu.memory_reserved(device))
 
 
 def batch_bytes(batch: Any) -> int:
@@ -74,14 +66,15 @@ class StepMemoryMeter:
         self.step_peak: Optional[int] = None
         self.gather_bytes = 0
         self._base = 0
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = int(torch.cuda.memory_allocated(self.device))
+        self.cuda = gpu.is_cuda(self.device)
+        if self.cuda:
+            gpu.synchronize(self.device)
+            gpu.reset_peak(self.device)
+            self._base = gpu.memory_allocated(self.device)
 
     def run(self, step: Callable[[Any], Optional[dict]], batch: Any) -> Optional[dict]:
         """Run ``step(batch)``; the first call on CPU is measured."""
-        if self.device.type == "cuda" or self.step_peak is not None:
+        if self.cuda or self.step_peak is not None:
             return step(batch)
         meter = TensorAllocationMeter([self.model, *_inputs(batch), batch.labels,
                                        batch.sample.tensors()])
@@ -105,16 +98,16 @@ class StepMemoryMeter:
         out: dict[str, Any] = {"device_total_bytes": None, "device_free_bytes": None,
                                "process_bytes": None, "context_bytes": None}
         peak = self.step_peak
-        if self.device.type == "cuda":
+        if self.cuda:
             from fgnn.cache.sizing import CUDA_CONTEXT_BYTES
 
-            torch.cuda.synchronize(self.device)
-            peak = int(torch.cuda.max_memory_allocated(self.device)) - self._base
-            free, total = (int(x) for x in torch.cuda.mem_get_info(self.device))
+            gpu.synchronize(self.device)
+            peak = gpu.max_memory_allocated(self.device) - self._base
+            free, total = gpu.mem_get_info(self.device)
             ctx = context_bytes(self.device)
-            reserved = int(torch.cuda.memory_reserved(self.device))
+            reserved = gpu.memory_reserved(self.device)
             out = {"device_total_bytes": total, "device_free_bytes": free,
                    "process_bytes": reserved + (CUDA_CONTEXT_BYTES if ctx is None else ctx),
                    "context_bytes": ctx}
         return {"model_bytes": int(resident_bytes(self.model)), "step_peak_bytes": peak,
-                "gather_bytes": 0 if self.device.type == "cuda" else self.gather_bytes, **out}
+                "gather_bytes": 0 if self.cuda else self.gather_bytes, **out}

@@ -25,6 +25,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
+from fgnn import gpu
+
 __all__ = ["CopyStream", "StageClock", "Lap"]
 
 
@@ -37,8 +39,8 @@ class CopyStream:
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
-        self.cuda = self.device.type == "cuda"
-        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.cuda = gpu.is_cuda(self.device)
+        self.stream = gpu.new_stream(self.device) if self.cuda else None
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -46,25 +48,24 @@ class CopyStream:
         if not self.cuda:
             yield
             return
-        with torch.cuda.stream(self.stream):
+        with gpu.use_stream(self.stream):
             yield
 
     def h2d(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` on the device: pinned and non-blocking from the host on CUDA (inside
         :meth:`scope`), a plain move elsewhere; a tensor already there is returned as is."""
-        if t.device == self.device:
+        here = gpu.device_of(t)
+        if here == self.device:
             return t
         if not self.cuda:
             return t.to(self.device)
-        if t.device.type == "cpu" and not t.is_pinned():
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
+        return gpu.to_device(gpu.pin(t) if gpu.is_host(here) else t, self.device)
 
     def record(self) -> Optional[Any]:
         """An event after everything queued on the copy stream so far (None off CUDA)."""
         if not self.cuda:
             return None
-        ev = torch.cuda.Event()
+        ev = gpu.event()
         ev.record(self.stream)
         return ev
 
@@ -73,11 +74,11 @@ class CopyStream:
         it, so the allocator does not reuse their memory while training still reads them."""
         if event is None or not self.cuda:
             return
-        current = torch.cuda.current_stream(self.device)
+        current = gpu.current_stream(self.device)
         current.wait_event(event)
         for t in tensors:
-            if t is not None and t.device.type == "cuda":
-                t.record_stream(current)
+            if t is not None and gpu.on_cuda(t):
+                gpu.record_stream(t, current)
 
 
 class Lap:
@@ -108,12 +109,12 @@ class StageClock:
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
-        self.cuda = self.device.type == "cuda"
+        self.cuda = gpu.is_cuda(self.device)
 
     def _mark(self) -> Any:
         # on this device's current stream, whatever the thread's current device is
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record(torch.cuda.current_stream(self.device))
+        ev = gpu.event(timing=True)
+        ev.record(gpu.current_stream(self.device))
         return ev
 
     def start(self) -> Any:

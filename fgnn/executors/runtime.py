@@ -85,6 +85,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from fgnn import gpu
 from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
@@ -108,7 +109,7 @@ from fgnn.executors.inline import InlineActor
 from fgnn.executors.step_ledger import StepLedger
 from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.sampler import trainers_share_gpu
-from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks
+from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks, trainer_seconds
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.procmem import process_memory
 from fgnn.reaper import ring_prefix, sweep_stale_rings
@@ -292,7 +293,7 @@ class Runtime:
         """
         self.load_resume()
         if self.in_process:
-            self._driver_device_kind = "gpu" if torch.cuda.is_available() else "logical"
+            self._driver_device_kind = "gpu" if gpu.is_available() else "logical"
         else:
             with self.timeline.phase("ray_start"):
                 self._init_ray()
@@ -331,7 +332,7 @@ class Runtime:
         import ray
 
         rt = self.config.runtime
-        self._driver_device_kind = "gpu" if torch.cuda.is_available() else "logical"
+        self._driver_device_kind = "gpu" if gpu.is_available() else "logical"
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if rt.address is None and self._driver_device_kind == "logical":
@@ -412,7 +413,7 @@ class Runtime:
         actors, the one device the driver's (the first GPU, else the CPU)."""
         sv, tc = self.services, self.config.train
         sv.one_node = sv.shared_gpu = True
-        sv.torch_device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        sv.torch_device = "cuda:0" if gpu.is_available() else "cpu"
         sv.queue = InlineActor(QueueService, ARGS_ACTOR, self.config.runtime.queue_size)
         sv.ps = InlineActor(ParameterServer, "fgnn-ps", copy.deepcopy(self.model).cpu(),
                             tc.lr, tc.weight_decay, self.checkpointer.resume_optimizer)
@@ -625,7 +626,7 @@ class Runtime:
         the re-layout (§5.3)."""
         rt, n = self.config.runtime, self.services.num_devices
         t_s = stats.sample.total / max(1, stats.batches)
-        t_t = (stats.extract_s + stats.train_s) / max(1, stats.batches)
+        t_t = trainer_seconds(stats.extract_s, stats.train_s, stats.batches)
         self._k = t_t / t_s
         self.profile_times = {"T_s": t_s, "T_t": t_t}
         self.coordinator.warm_t_train = t_t

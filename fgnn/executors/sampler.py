@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import torch
 
+from fgnn import gpu
 from fgnn.executors._common import (_device_tag, configure_torch, metrics_for,
                                     task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
@@ -147,14 +148,13 @@ def host_copy(sample: Sample, narrow: bool = False) -> Sample:
     def stage(t: torch.Tensor) -> torch.Tensor:
         if narrow and t.dtype == torch.int64:
             t = t.to(torch.int32)
-        if t.device.type == "cpu":
+        if gpu.is_host(gpu.device_of(t)):
             return t
-        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return out.copy_(t, non_blocking=True)
+        return gpu.copy_into(gpu.empty_pinned(t.shape, t.dtype), t)
 
     moved = sample.map(stage)
-    for dev in {t.device for t in sample.tensors() if t.device.type == "cuda"}:
-        torch.cuda.current_stream(dev).synchronize()  # one wait for every copy
+    for dev in {gpu.device_of(t) for t in sample.tensors() if gpu.on_cuda(t)}:
+        gpu.current_stream(dev).synchronize()  # one wait for every copy
     return moved
 
 
@@ -222,7 +222,8 @@ class SamplerExecutor:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.name, self.device = name, actor_device(device)
-        self.transport = choose_transport(transport, self.device.type, one_node, shared_gpu)
+        kind = "cuda" if gpu.is_cuda(self.device) else self.device.type
+        self.transport = choose_transport(transport, kind, one_node, shared_gpu)
         self.kind = graph_kind(graph)  # homogeneous or typed topology
         self.graph = self.kind.graph_from_payload(graph, self.device)
         self.sampler = sampler
@@ -272,14 +273,14 @@ class SamplerExecutor:
         (the latter is what the caching allocator holds, and what sizes the cache)."""
         from fgnn.sampling.remap import Remapper
 
-        cuda = self.device.type == "cuda"
-        return {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
-                "max_sample_bytes": self._max_sample_bytes,
-                "cuda_peak_bytes": int(torch.cuda.max_memory_allocated(self.device))
-                if cuda else None,
-                "cuda_reserved_bytes": int(torch.cuda.max_memory_reserved(self.device))
-                if cuda else None,
-                "graph_bytes": self.graph.nbytes()}
+        out = {"scratch_bytes": Remapper.scratch_bytes(self.graph.num_nodes),
+               "max_sample_bytes": self._max_sample_bytes,
+               "cuda_peak_bytes": None, "cuda_reserved_bytes": None,
+               "graph_bytes": self.graph.nbytes()}
+        if gpu.is_cuda(self.device):
+            out["cuda_peak_bytes"] = gpu.max_memory_allocated(self.device)
+            out["cuda_reserved_bytes"] = gpu.max_memory_reserved(self.device)
+        return out
 
     def set_cache_map(self, cache_map: Any) -> None:
         """Mark against ``cache_map`` from now on (the caches are chosen after the warm-up); a
@@ -287,11 +288,11 @@ class SamplerExecutor:
         §4: the vertices stored on the group's devices)."""
         self.cache_map = _check_cache_map(cache_map, self.device)
         # the C step narrows ids to int32 where they fit (a CUDA Sampler's host copy only)
-        self._narrow = self.device.type == "cuda" and _narrowable(self.graph, self.cache_map)
+        self._narrow = gpu.is_cuda(self.device) and _narrowable(self.graph, self.cache_map)
         if isinstance(self.sampler, LocalityAwareKHop):
             self.sampler.set_local(None if self.cache_map is None else self.cache_map != 0)
-        if self.device.type == "cuda":  # once per cache choice: a time-sharing Trainer samples
-            torch.cuda.current_stream(self.device).synchronize()  # on its copy stream
+        if gpu.is_cuda(self.device):  # once per cache choice: a time-sharing Trainer samples
+            gpu.current_stream(self.device).synchronize()  # on its copy stream
 
     def set_scale(self, scale: float) -> None:
         """Set the scale factor ``s`` of a locality-aware sampler (Song & Jiang Eq. 8); the
@@ -365,7 +366,7 @@ class SamplerExecutor:
         if self.transport == "cuda_ipc":  # the sample stays on this GPU; Trainers read it
             ref = host.put(pack_sample_tensors(sample), inline, _tensor_transport="cuda_ipc")
         else:
-            if self.device.type != "cpu":  # host memory side of the queue
+            if not gpu.is_host(self.device):  # host memory side of the queue
                 sample = host_copy(sample, narrow=self._narrow)
             ref = host.put(pack_sample(sample), inline)
         nbytes = sample.nbytes()

@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 import torch
 
-__all__ = ["allocate", "profit", "epoch_batches", "step_tasks", "StandbyPolicy", "TaskScheduler"]
+__all__ = ["allocate", "profit", "trainer_seconds", "epoch_batches", "step_tasks", "StandbyPolicy", "TaskScheduler"]
 
 #: Relative tolerance of the ceiling in :func:`allocate`: measured times are floats, and a ratio
 #: that is an integer up to rounding (``0.3 / 0.1``) must not add a Sampler.
@@ -62,6 +62,13 @@ def allocate(num_devices: int, t_sample: float, t_train: float) -> tuple[int, in
     n_s = math.ceil(share - _CEIL_RTOL * max(1.0, share))
     n_s = min(max(n_s, 1), n_g)
     return n_s, n_g - n_s, k
+
+
+def trainer_seconds(extract_s: float, train_s: float, batches: int) -> float:
+    """T_t of FGNN §5.3, the one definition both :func:`allocate` and :func:`profit` take: a
+    Trainer's seconds per mini-batch, Extract + Train, from ``batches`` mini-batches' sums
+    (0 batches: 0)."""
+    return (float(extract_s) + float(train_s)) / max(1, int(batches))
 
 
 def profit(remaining: int, t_train: float, num_trainers: int, t_standby: float) -> float:

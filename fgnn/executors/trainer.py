@@ -630,7 +630,9 @@ class TrainerExecutor:
             measure: measure the training step's device memory (the warm-up epoch).
 
         Returns:
-            ``{"name", "role", "batches", "time_s", "switched", "memory"}``; ``memory`` is the
+            ``{"name", "role", "batches", "time_s", "switched", "declined", "memory"}``
+            (``declined``: a standby stopped because the profit of its next fetch was not
+            positive); ``memory`` is the
             :class:`~fgnn.executors._memory.StepMemoryMeter` report when measured (plus the
             local sampler's working set in time-sharing mode), else None.
         """
@@ -642,10 +644,12 @@ class TrainerExecutor:
             run = ((lambda x: self._train(epoch, x, has_next)) if plan is None
                    else (lambda x: self._score(x, plan)))
             return run(b) if meter is None else meter.run(run, b)
+        declined = False
         if policy is None:
             batches, last_ack = self._run_pipelined(step, epoch, generation, plan)
         else:
-            batches, last_ack = self._run_standby(step, policy, epoch, generation, plan)
+            batches, last_ack, declined = self._run_standby(step, policy, epoch, generation,
+                                                            plan)
         if last_ack is not None:
             host.get(last_ack)
         memory = self._memory_report(meter, batches)
@@ -653,7 +657,7 @@ class TrainerExecutor:
             unflatten_into(saved, self.params)
         return {"name": self.name, "role": self.role, "batches": batches,
                 "time_s": time.perf_counter() - t_start, "switched": batches > 0,
-                "memory": memory}
+                "declined": declined, "memory": memory}
 
     def _begin_run(self, epoch: int, plan: Optional[EvalPlan], weights: Optional[torch.Tensor]
                    ) -> tuple[int, Optional[torch.Tensor]]:
@@ -697,15 +701,15 @@ class TrainerExecutor:
 
     def _run_standby(self, step: Callable[..., Optional[TaskRecord]],
                      policy: StandbyPolicy, epoch: int, generation: int,
-                     plan: Optional[EvalPlan]) -> tuple[int, Any]:
+                     plan: Optional[EvalPlan]) -> tuple[int, Any, bool]:
         """A standby's loop: decide per fetch whether it profits (FGNN §5.3); returns the
-        batches done and the last acknowledgement's ref."""
+        batches done, the last acknowledgement's ref and whether it declined a fetch."""
         batches, busy, last_ack = 0, 0.0, None
         while not self._stop.is_set():
             remaining = host.get(self.queue.qsize.remote())
             measured = busy / batches if batches else None
             if not policy.should_fetch(remaining, measured):
-                break
+                return batches, last_ack, True
             t0 = time.perf_counter()
             batch = self._fetch(epoch, generation, plan)
             if batch is None:
@@ -718,7 +722,7 @@ class TrainerExecutor:
             busy += time.perf_counter() - t0 - rec.wait_s - rec.step_wait_s
             last_ack = self._ack(batch.task_id, rec)
             batches += 1
-        return batches, last_ack
+        return batches, last_ack, False
 
     def _memory_report(self, meter: Optional[StepMemoryMeter], batches: int
                        ) -> Optional[dict[str, Any]]:

@@ -14,6 +14,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from fgnn import gpu
+
 __all__ = ["CSRGraph", "TopologyFiles", "CHUNK"]
 
 #: Elements per pass of the whole-graph scans (degrees, checks): no E-sized temporary is made.
@@ -176,10 +178,10 @@ class CSRGraph:
 
     def pin_memory(self) -> "CSRGraph":
         """Return a copy in page-locked host memory (no-op without CUDA)."""
-        if not torch.cuda.is_available():
+        if not gpu.is_available():
             return self
-        w = None if self.weights is None else self.weights.pin_memory()
-        return CSRGraph._trusted(self.indptr.pin_memory(), self.indices.pin_memory(), w)
+        w = None if self.weights is None else gpu.pin(self.weights)
+        return CSRGraph._trusted(gpu.pin(self.indptr), gpu.pin(self.indices), w)
 
     @classmethod
     def _trusted(cls, indptr: torch.Tensor, indices: torch.Tensor,

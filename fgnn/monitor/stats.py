@@ -73,6 +73,9 @@ class EpochStats:
     """The scale factor ``s`` the locality-aware sampler used in this epoch (None for other
     samplers)."""
     switches: int = 0
+    declines: int = 0
+    """Standby runs of the epoch that ended by declining a task: the profit of the next fetch
+    was not positive (FGNN §5.3)."""
     batches: int = 0
     loss: float = float("nan")
     samplers: int = 0
