@@ -329,6 +329,21 @@ def load_cache(hotness: torch.Tensor, alpha: float, host: HostLike,
     return FeatureCache(ids, fill_rows(src, ids, device, extract_threads()))
 
 
+def _own_rows(src: FeatureSource, ids: torch.Tensor, device: torch.device | str, threads: int,
+              alloc: Optional[Callable[..., torch.Tensor]], own: Optional[torch.Tensor]
+              ) -> torch.Tensor:
+    """A store's own buffer: ``own`` (rows already filled) when it has the buffer's shape and
+    dtype, else rows of ``ids`` filled into what ``alloc`` makes (or a new tensor)."""
+    shape = (int(ids.numel()), src.dim)
+    if own is not None:
+        if tuple(own.shape) != shape or own.dtype != src.dtype:
+            raise ValueError(f"own rows have shape {tuple(own.shape)} and dtype {own.dtype}, "
+                             f"expected {shape} {src.dtype}")
+        return own
+    out = None if alloc is None else alloc(shape, src.dtype, torch.device(device))
+    return fill_rows(src, ids, device, threads, out=out)
+
+
 TIERS = ("device", "peer", "host")
 
 
@@ -500,18 +515,9 @@ class FeatureStore:
         if peers_from_host:
             if not isinstance(local, int) or not 0 <= local < placement.num_devices:
                 raise ValueError(f"local must be in [0, {placement.num_devices}), got {local!r}")
-            ids = placement.buffers[local]
             buffers = [None] * placement.num_devices
-            if own is not None:
-                if tuple(own.shape) != (int(ids.numel()), src.dim) or own.dtype != src.dtype:
-                    raise ValueError(f"own rows have shape {tuple(own.shape)} and dtype "
-                                     f"{own.dtype}, expected ({int(ids.numel())}, {src.dim}) "
-                                     f"{src.dtype}")
-                buffers[local] = own
-            else:
-                out = (None if alloc is None else
-                       alloc((int(ids.numel()), src.dim), src.dtype, torch.device(device)))
-                buffers[local] = fill_rows(src, ids, device, nthreads, out=out)
+            buffers[local] = _own_rows(src, placement.buffers[local], device, nthreads, alloc,
+                                       own)
         elif buffers is None:
             buffers = [fill_rows(src, b, device, nthreads) for b in placement.buffers]
         if len(buffers) != placement.num_devices:
