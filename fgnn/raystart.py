@@ -45,11 +45,13 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
+from fgnn.reaper import end_processes, ray_descendants
+
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
            "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
            "local_system_config", "retry_startup", "shutdown", "startup_timed_out",
            "RayStartError", "GCS_PORT_WAIT_S", "ALONGSIDE_LOAD_PER_CORE", "local_head_node",
-           "local_node_processes"]
+           "local_node_processes", "stop_interrupted_start"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
@@ -372,7 +374,69 @@ def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> An
             ctx.dashboard_url = api_server.url  # known once the API server is up
         return ctx
 
-    return retry_startup(start, say)
+    with _interruptible_start():
+        return retry_startup(start, say)
+
+
+@contextmanager
+def _interruptible_start() -> Iterator[None]:
+    """While a local node starts: ``SIGTERM`` raises fgnn's :class:`~fgnn.sigterm.Terminated`
+    (Ray's own handler, a ``sys.exit(15)`` installed at the top of ``ray.init``, is kept out),
+    and an interrupt (Ctrl-C, ``SIGTERM``, an exit) ends what the start had started, its agents
+    included (:func:`stop_interrupted_start`), before it goes on."""
+    from fgnn.sigterm import interrupt_on_sigterm
+
+    before = ray_descendants()
+    restore = interrupt_on_sigterm()
+    try:
+        with _no_ray_sigterm_handler():
+            yield
+    except (KeyboardInterrupt, SystemExit):
+        stop_interrupted_start(before)
+        raise
+    finally:
+        restore()
+
+
+@contextmanager
+def _no_ray_sigterm_handler() -> Iterator[None]:
+    """Keep ``ray.init`` from installing its ``SIGTERM`` handler (``sys.exit``: exit 15 and no
+    line); a Ray without the hook is left as it is."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(ray_utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+
+
+def stop_interrupted_start(before: set[int] = frozenset()) -> set[int]:
+    """End a local node whose start was interrupted: the Ray processes this process started
+    since (not in ``before``), their descendants and what its raylet started (the
+    ``DashboardAgent`` and ``RuntimeEnvAgent`` lived about 61 s more otherwise), killed at
+    once; then Ray's state in this process is reset (``ray.shutdown``). Returns the processes
+    killed."""
+    import ray
+
+    if ray.is_initialized():  # the start had finished: Ray's own shutdown first
+        try:
+            shutdown()
+        except Exception:
+            pass
+    killed = end_processes(ray_descendants() - set(before))
+    try:
+        ray.shutdown()
+    except Exception:
+        pass
+    return killed
 
 
 #: The modules ``ray.dashboard.optional_deps`` imports to learn that the dashboard can start.
