@@ -214,7 +214,7 @@ class Runtime:
         planner = planner_for(self.task, self.kind)
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
-        self.caches.say = self.timeline.say
+        self.caches.say = self.workers.say = self.timeline.say
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
 
