@@ -544,10 +544,15 @@ class Job:
         from fgnn.checkpoint import CheckpointError
         from fgnn.executors.runtime import Runtime
 
+        from fgnn.models.size import ModelTooLarge
+
         cfg = self.config
-        runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
-                          on_batch=progress.on_batch, on_epoch=progress.on_epoch,
-                          on_eval_batch=progress.on_eval, timeline=self.timeline)
+        try:
+            runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
+                              on_batch=progress.on_batch, on_epoch=progress.on_epoch,
+                              on_eval_batch=progress.on_eval, timeline=self.timeline)
+        except ModelTooLarge as e:  # before the model is built: one line naming the field
+            raise JobConfigError("model.hidden", cfg.model.hidden, str(e)) from e
         if not from_spec:
             runtime.identity["dataset"]["spec"] = None
         try:
