@@ -83,9 +83,24 @@ _MONITOR = "monitor"
 _DASHBOARD_LOGGER = "ray._private.services"
 
 
+#: Ray's setting of how often each process sends its task events to the GCS; 0 sends none.
+TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
+
+
 def local_system_config() -> dict[str, Any]:
-    """The ``_system_config`` of a local Ray that fgnn starts (``ray.init(_system_config=...)``)."""
-    return {"max_direct_call_object_size": INLINE_OBJECT_BYTES}
+    """The ``_system_config`` of a local Ray that fgnn starts (``ray.init(_system_config=...)``):
+    larger inline objects (:data:`INLINE_OBJECT_BYTES`), and no task events unless the user's
+    ``RAY_task_events_report_interval_ms`` asks for them.
+
+    Ray's GCS keeps an event of every task (up to 100,000, and then the ids of those it drops)
+    for the dashboard's task list and ``ray list tasks``; a job's driver polls its queue and
+    its Trainers claim steps many times an epoch, so the GCS grew 15.4 MiB per 100 epochs on
+    Cora with 2 devices (issue 40, ``bench/soak.py``). fgnn's own metrics and the actors' list
+    do not come from task events."""
+    config: dict[str, Any] = {"max_direct_call_object_size": INLINE_OBJECT_BYTES}
+    if TASK_EVENTS_ENV not in os.environ:
+        config["task_events_report_interval_ms"] = 0
+    return config
 
 
 def explicit_token_auth() -> str:
