@@ -52,22 +52,23 @@ def _tree(root: int) -> list[int]:
 
 
 def _name(pid: int, root: int) -> Optional[str]:
-    """A stable name of a process: ``driver``, ``gcs_server``, ``ray::TrainerExecutor``..."""
+    """What a process is: ``driver``, ``gcs_server``, ``ray::TrainerExecutor`` (Ray's title
+    without the method it runs now), ``agent.py``, ``python -c``..."""
     if pid == root:
         return "driver"
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = [a.decode(errors="replace")
+                for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     except OSError:
         return None
-    first = argv[0].decode(errors="replace").strip()
-    if first.startswith("ray::"):
-        return first.split()[0]
-    for arg in argv[:4]:
-        base = os.path.basename(arg.decode(errors="replace"))
-        if base in ("gcs_server", "raylet", "dashboard.py", "agent.py", "main.py",
-                    "ray_process_reaper.py", "log_monitor.py", "monitor.py"):
-            return base
-    return os.path.basename(first) or None
+    if not argv:
+        return None
+    if argv[0].startswith("ray::"):
+        return argv[0].split()[0].split(".")[0]
+    if len(argv) > 1 and argv[1] == "-c":
+        return "python -c"
+    scripts = [os.path.basename(a) for a in argv[:4] if a.endswith(".py")]
+    return scripts[0] if scripts else os.path.basename(argv[0])
 
 
 def _rss(pid: int) -> Optional[int]:
@@ -80,18 +81,13 @@ def _rss(pid: int) -> Optional[int]:
     return None
 
 
-def sample(root: int) -> dict[str, int]:
-    """RSS by process name of ``root``'s tree (names made unique with ``#k``)."""
-    out: dict[str, int] = {}
+def sample(root: int) -> dict[int, tuple[str, int]]:
+    """``pid -> (name, RSS)`` of ``root``'s tree."""
+    out: dict[int, tuple[str, int]] = {}
     for pid in sorted(_tree(root)):
         name, rss = _name(pid, root), _rss(pid)
-        if name is None or rss is None:
-            continue
-        key, k = name, 1
-        while key in out:
-            k += 1
-            key = f"{name}#{k}"
-        out[key] = rss
+        if name is not None and rss is not None:
+            out[pid] = (name, rss)
     return out
 
 
@@ -121,22 +117,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, bufsize=1)
-    series: dict[str, list[tuple[int, int]]] = {}
+    series: dict[int, list[tuple[int, int]]] = {}
+    names: dict[int, str] = {}
     for line in proc.stdout:
         m = _EPOCH.search(line)
-        if not m or "val_acc" not in line and "loss" not in line:
+        if not m or "loss" not in line:
             continue
         epoch = int(m.group(1))
         if epoch % args.every and epoch != args.epochs:
             continue
-        for name, rss in sample(proc.pid).items():
-            series.setdefault(name, []).append((epoch, rss))
+        for pid, (name, rss) in sample(proc.pid).items():
+            names.setdefault(pid, name)
+            series.setdefault(pid, []).append((epoch, rss))
     status = proc.wait()
     procs = {}
-    for name, pts in sorted(series.items()):
+    for pid, pts in sorted(series.items(), key=lambda kv: (names[kv[0]], kv[0])):
         late = [(e, b) for e, b in pts if e > args.warmup]
-        procs[name] = {"first_mib": pts[0][1] / 2 ** 20, "last_mib": pts[-1][1] / 2 ** 20,
-                       "samples": len(late), "mib_per_100_epochs": slope_per_100(late)}
+        procs[f"{names[pid]} (pid {pid})"] = {
+            "first_mib": pts[0][1] / 2 ** 20, "last_mib": pts[-1][1] / 2 ** 20,
+            "samples": len(late), "mib_per_100_epochs": slope_per_100(late)}
     worst = max((p["mib_per_100_epochs"] for p in procs.values()
                  if p["mib_per_100_epochs"] is not None), default=None)
     return {"command": " ".join(cmd[1:]), "exit": status, "epochs": args.epochs,
@@ -163,7 +162,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = run(args)
     for name, row in out["processes"].items():
         slope = row["mib_per_100_epochs"]
-        print(f"{name:<32} {row['first_mib']:8.1f} -> {row['last_mib']:8.1f} MiB  "
+        print(f"{name:<40} {row['first_mib']:8.1f} -> {row['last_mib']:8.1f} MiB  "
               f"{'n/a' if slope is None else f'{slope:+.2f}'} MiB/100 epochs")
     print(json.dumps(out, indent=2))
     if args.json:
