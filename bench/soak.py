@@ -65,8 +65,9 @@ def _name(pid: int, root: int) -> Optional[str]:
         return None
     if argv[0].startswith("ray::"):
         return argv[0].split()[0].split(".")[0]
-    if len(argv) > 1 and argv[1] == "-c":
-        return "python -c"
+    if "-c" in argv[1:4]:
+        code = argv[argv.index("-c") + 1] if argv.index("-c") + 1 < len(argv) else ""
+        return "forkserver" if "forkserver" in code else "python -c"
     scripts = [os.path.basename(a) for a in argv[:4] if a.endswith(".py")]
     return scripts[0] if scripts else os.path.basename(argv[0])
 
