@@ -200,7 +200,7 @@ class CachePlanner:
                 for r in reports if r.get("device_total_bytes")]
         if gpus:
             return min(gpus)
-        trainers = sum(1 for e in self.workers.execs if e.role == "trainer")
+        trainers = len(self.workers.alive("trainer"))
         return logical_device_bytes(trainers, host_memory_limit())
 
     def _gpu_terms(self, reports: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:

@@ -71,8 +71,9 @@ def test_the_runtime_sizes_the_cache_with_the_plans_budget(monkeypatch):
 
     group = _group(GIB)
     monkeypatch.setattr(memory, "host_memory_limit", lambda: group)
-    execs = [SimpleNamespace(role=r) for r in ("sampler", "trainer", "trainer", "standby")]
-    planner = SimpleNamespace(config=JobConfig(), workers=SimpleNamespace(execs=execs),
+    roles = ("sampler", "trainer", "trainer", "standby")
+    alive = lambda role: [r for r in roles if r == role]  # noqa: E731
+    planner = SimpleNamespace(config=JobConfig(), workers=SimpleNamespace(alive=alive),
                               services=SimpleNamespace(gpus_per_device=1.0))
     budget = CachePlanner._device_budget(planner, [{"device_total_bytes": None}])
     assert budget == logical_device_bytes(2, group) == GIB // 8
