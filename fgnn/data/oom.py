@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from fgnn.data.memory import _UNLIMITED, _own_groups, _read_int, format_bytes
+from fgnn.data.memory import UNLIMITED, own_groups, read_int, format_bytes
 from fgnn.procmem import proc_field
 
 __all__ = ["OomKill", "OomWatch", "oom_kills"]
@@ -53,11 +53,11 @@ def oom_kills(cgroup_root: str = "/sys/fs/cgroup",
     """The ``oom_kill`` counter of every memory group of this process that has a limit (its
     own and those above it), by the group's directory."""
     out = {}
-    for sub, version in _own_groups(Path(proc_cgroup), Path(cgroup_root)):
+    for sub, version in own_groups(Path(proc_cgroup), Path(cgroup_root)):
         limit_f, _, events_f = _FILES[version]
-        limit = _read_int(sub / limit_f)
+        limit = read_int(sub / limit_f)
         count = proc_field(sub / events_f, "oom_kill")
-        if limit is not None and limit < _UNLIMITED and count is not None:
+        if limit is not None and limit < UNLIMITED and count is not None:
             out[str(sub)] = count
     return out
 
@@ -96,5 +96,5 @@ class OomWatch:
     def _kill(self, group: Path, kills: int) -> OomKill:
         version = "v1" if (group / "memory.limit_in_bytes").exists() else "v2"
         limit_f, peak_f, _ = _FILES[version]
-        return OomKill(str(group), kills, _read_int(group / peak_f),
-                       int(_read_int(group / limit_f) or 0))
+        return OomKill(str(group), kills, read_int(group / peak_f),
+                       int(read_int(group / limit_f) or 0))
