@@ -65,6 +65,8 @@ def _name(pid: int, root: int) -> Optional[str]:
         return None
     if argv[0].startswith("ray::"):
         return argv[0].split()[0].split(".")[0]
+    if len(argv) == 1 and " -c " in argv[0]:  # a child that set its title: one string
+        return "forkserver child" if "forkserver" in argv[0] else "python -c"
     if "-c" in argv[1:4]:
         code = argv[argv.index("-c") + 1] if argv.index("-c") + 1 < len(argv) else ""
         return "forkserver" if "forkserver" in code else "python -c"
