@@ -41,6 +41,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, TypeVar
@@ -398,19 +399,64 @@ def _interruptible_start() -> Iterator[None]:
     """While a local node starts: ``SIGTERM`` raises fgnn's :class:`~fgnn.sigterm.Terminated`
     (Ray's own handler, a ``sys.exit(15)`` installed at the top of ``ray.init``, is kept out),
     and an interrupt (Ctrl-C, ``SIGTERM``, an exit) ends what the start had started, its agents
-    included (:func:`stop_interrupted_start`), before it goes on."""
-    from fgnn.sigterm import interrupt_on_sigterm
+    included (:func:`stop_interrupted_start`), before it goes on.
 
+    A signal whose exception Python swallowed (raised inside a callback whose errors it only
+    prints, e.g. ``logging``'s at-fork hook while Ray starts a process: ``Exception ignored in
+    <function _releaseLock>``) is noted all the same: once the start returns, the node is
+    stopped and the interrupt raised."""
     before = ray_descendants()
-    restore = interrupt_on_sigterm()
+    received: list[int] = []
+    restore = _note_signals(received)
     try:
         with _no_ray_sigterm_handler():
             yield
     except (KeyboardInterrupt, SystemExit):
         stop_interrupted_start(before)
         raise
+    except Exception:
+        if not received:
+            raise
+        stop_interrupted_start(before)  # an error after a swallowed signal: the signal wins
+        raise _interrupt_of(received[0]) from None
+    else:
+        if received:  # the signal's exception was swallowed: raise it now
+            stop_interrupted_start(before)
+            raise _interrupt_of(received[0])
     finally:
         restore()
+
+
+def _interrupt_of(signum: int) -> KeyboardInterrupt:
+    """The exception a signal raises in a job: :class:`~fgnn.sigterm.Terminated` for
+    ``SIGTERM``, ``KeyboardInterrupt`` for Ctrl-C."""
+    from fgnn.sigterm import Terminated
+
+    if signum == signal.SIGTERM:
+        return Terminated(f"received {signal.Signals(signum).name}")
+    return KeyboardInterrupt()
+
+
+def _note_signals(received: list[int]) -> Callable[[], None]:
+    """Handlers of ``SIGINT`` and ``SIGTERM`` (unless ignored) that append the signal to
+    ``received`` and raise its interrupt (:func:`_interrupt_of`); returns what puts the
+    previous handlers back (a no-op outside the main thread, where Python sets no handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise _interrupt_of(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # an ignored signal stays so
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+    return restore
 
 
 @contextmanager

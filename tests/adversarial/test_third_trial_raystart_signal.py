@@ -92,3 +92,33 @@ def test_a_signal_while_ray_starts_ends_the_node_and_says_so(tmp_path, sig, stat
             proc.kill()
         for pid in _left(tree):
             os.kill(pid, signal.SIGKILL)
+
+
+class _SignalInDel:
+    """Sends ``sig`` to this process from ``__del__``, where Python only prints an exception
+    (``Exception ignored in ...``), as in ``logging``'s at-fork hook while Ray starts a
+    process: the interrupt's exception is swallowed there."""
+
+    def __init__(self, sig: int) -> None:
+        self.sig = sig
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.sig)
+        time.sleep(0.5)  # the handler runs here, and its exception is swallowed
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_whose_exception_python_swallowed_still_stops_the_start(monkeypatch, sig):
+    from fgnn import raystart
+    from fgnn.sigterm import Terminated
+
+    stopped = []
+    monkeypatch.setattr(raystart, "stop_interrupted_start", lambda before: stopped.append(1))
+    went_on = []
+    with pytest.raises(Terminated if sig == signal.SIGTERM else KeyboardInterrupt):
+        with raystart._interruptible_start():
+            _SignalInDel(sig)  # dropped at once: __del__ runs, the interrupt is swallowed
+            went_on.append(1)  # the start went on as Ray's did
+    assert went_on == [1] and stopped == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
