@@ -215,10 +215,12 @@ class CacheConfig:
         type=float_in(0.0, 1.0, auto=True), cli_default="auto", metavar="auto|A")
     """α, the cached share of vertices; ``None`` chooses it from ``device_memory_gib``."""
     device_memory_gib: Optional[float] = flag(
-        None, "device memory budget in GiB; auto uses the free device memory, 1 GiB on CPU",
+        None, "device memory budget in GiB; auto uses the free device memory, on CPU a quarter "
+        "of the host's memory (cgroup) over the Trainers, at most 1 GiB",
         name="--device-memory", type=float_in(0.0, None, lo_open=True, auto=True),
         cli_default="auto", metavar="GiB")
-    """Device memory budget; ``None`` uses the device's free memory (or 1 GiB on CPU)."""
+    """Device memory budget; ``None`` uses the device's free memory (on CPU, a quarter of the
+    host's memory over the Trainers, at most 1 GiB: :func:`fgnn.cache.budget.logical_device_bytes`)."""
     placement: str = flag(
         "replicate", "cached rows across Trainers (Song & Jiang §3.2): replicate (Rule 1, every "
         "Trainer caches the hottest rows), algorithm1 (Rule 2, Algorithm 1 spreads them and "

@@ -545,10 +545,15 @@ class Job:
         from fgnn.checkpoint import CheckpointError
         from fgnn.executors.runtime import Runtime
 
+        from fgnn.models.size import ModelTooLarge
+
         cfg = self.config
-        runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
-                          on_batch=progress.on_batch, on_epoch=progress.on_epoch,
-                          on_eval_batch=progress.on_eval, timeline=self.timeline)
+        try:
+            runtime = Runtime(cfg, self.dataset, sampler=self.sampler, model=self.model,
+                              on_batch=progress.on_batch, on_epoch=progress.on_epoch,
+                              on_eval_batch=progress.on_eval, timeline=self.timeline)
+        except ModelTooLarge as e:  # before the model is built: one line naming the field
+            raise JobConfigError("model.hidden", cfg.model.hidden, str(e)) from e
         if not from_spec:
             runtime.identity["dataset"]["spec"] = None
         try:
@@ -585,19 +590,32 @@ class Job:
         else:
             url, cluster_gpus = self._start_ray()
             started = True
+        try:
+            self._say_devices(url, cluster_gpus)
+        except BaseException:  # Ctrl-C or SIGTERM too: the node this call started ends
+            if started:
+                shutdown_ray()
+            raise
+        return started
+
+    def _say_devices(self, url: Optional[str], cluster_gpus: Optional[float]) -> None:
+        """Print the devices and dashboard lines of the cluster :meth:`_init_ray` started or
+        joined (the cluster shut down by the caller should this raise).
+
+        Raises:
+            JobConfigError: on ``runtime.devices`` when the cluster has too few GPUs.
+        """
+        rc = self.config.runtime
         used = rc.devices_used
         self.device_kind, line = describe_devices(used, cluster_gpus)
         note = devices_note(used, rc.devices, rc.mode)
         if note:
             line += f"; {note}"
         if cluster_gpus is not None and cluster_gpus < rc.gpus_needed:
-            if started:
-                ray.shutdown()
             raise JobConfigError("runtime.devices", rc.devices,
                                  f"the Ray cluster has only {cluster_gpus:g} GPU resources")
         self._say(f"fgnn: {line}")
         self._say_dashboard(url)
-        return started
 
     def _start_ray(self) -> tuple[Optional[str], Optional[float]]:
         """``ray.init`` a new local node (``runtime.address`` None or ``"local"``, with the

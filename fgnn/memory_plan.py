@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fgnn.cache.budget import logical_device_bytes
 from fgnn.data.memory import MemoryLimit, format_bytes, host_memory_limit
 from fgnn.evaluation import eval_chunk
 
@@ -28,7 +29,8 @@ __all__ = ["Term", "MemoryPlan", "plan_job", "PROCESS_BYTES", "RAY_SYSTEM_BYTES"
 PROCESS_BYTES = 450 << 20
 #: Ray's own processes on a local node (GCS, raylet, agents; measured about 300 MiB).
 RAY_SYSTEM_BYTES = 400 << 20
-#: Bytes of device memory per logical device when ``--device-memory`` is not given.
+#: The most device memory a logical device gets when ``--device-memory`` is not given (its
+#: share of the host's memory may be less: :func:`~fgnn.cache.budget.logical_device_bytes`).
 LOGICAL_DEVICE_BYTES = 1 << 30
 #: Live copies of a layer's activations in one training step (output, its gradient, the
 #: aggregation's, the nonlinearity's and dropout's masks).
@@ -204,15 +206,19 @@ def _data_terms(dataset: Any, copies: int) -> list[Term]:
     return out
 
 
-def _cache_each(config: Any, dataset: Any, logical: bool) -> int:
-    """Host bytes of one Trainer's cache on a logical device (0 on a GPU: device memory)."""
+def _cache_each(config: Any, dataset: Any, logical: bool, trainers: int = 1,
+                limit: Optional[MemoryLimit] = None) -> int:
+    """Host bytes of one Trainer's cache on a logical device (0 on a GPU: device memory):
+    without ``--device-memory``, its share of the host's ``limit`` over ``trainers``
+    (:func:`~fgnn.cache.budget.logical_device_bytes`, at most :data:`LOGICAL_DEVICE_BYTES`)."""
     if not logical or config.cache.policy == "none":
         return 0
     fbytes = dataset.num_nodes * dataset.feature_row_bytes
     if config.cache.cache_ratio is not None:
         return int(config.cache.cache_ratio * fbytes)
     budget = (int(config.cache.device_memory_gib * 2 ** 30)
-              if config.cache.device_memory_gib is not None else LOGICAL_DEVICE_BYTES)
+              if config.cache.device_memory_gib is not None else
+              logical_device_bytes(trainers, limit, LOGICAL_DEVICE_BYTES))
     return min(budget, fbytes)
 
 
@@ -298,7 +304,7 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
                              field="runtime.devices"))
         terms.insert(1, Term("Ray's own processes", RAY_SYSTEM_BYTES, 1))
     holders = lay["trainers"] + lay.get("standbys", 0)
-    cache = _cache_each(config, dataset, logical)
+    cache = _cache_each(config, dataset, logical, lay["trainers"], limit)
     if cache:
         # Rule 1's Trainers on one host map one filled buffer (shared memory)
         shared = (config.cache.placement == "replicate" and config.cache.peer_tier != "host"

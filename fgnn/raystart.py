@@ -41,15 +41,18 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, TypeVar
+
+from fgnn.reaper import end_processes, ray_descendants
 
 __all__ = ["AUTH_MODE_ENV", "INLINE_OBJECT_BYTES", "LOOPBACK", "explicit_token_auth",
            "join_errors", "token_auth_enabled", "token_hint", "init_local", "init_with_dashboard",
            "local_system_config", "retry_startup", "shutdown", "startup_timed_out",
            "RayStartError", "GCS_PORT_WAIT_S", "ALONGSIDE_LOAD_PER_CORE", "local_head_node",
-           "local_node_processes"]
+           "local_node_processes", "stop_interrupted_start"]
 
 #: Largest task argument or return value a Ray that fgnn starts passes inline (Ray's default is
 #: 100 KiB); it covers the gradients and weights of models up to a million parameters.
@@ -81,9 +84,24 @@ _MONITOR = "monitor"
 _DASHBOARD_LOGGER = "ray._private.services"
 
 
+#: Ray's setting of how often each process sends its task events to the GCS; 0 sends none.
+TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
+
+
 def local_system_config() -> dict[str, Any]:
-    """The ``_system_config`` of a local Ray that fgnn starts (``ray.init(_system_config=...)``)."""
-    return {"max_direct_call_object_size": INLINE_OBJECT_BYTES}
+    """The ``_system_config`` of a local Ray that fgnn starts (``ray.init(_system_config=...)``):
+    larger inline objects (:data:`INLINE_OBJECT_BYTES`), and no task events unless the user's
+    ``RAY_task_events_report_interval_ms`` asks for them.
+
+    Ray's GCS keeps an event of every task (up to 100,000, and then the ids of those it drops)
+    for the dashboard's task list and ``ray list tasks``; a job's driver polls its queue and
+    its Trainers claim steps many times an epoch, so the GCS grew 15.4 MiB per 100 epochs on
+    Cora with 2 devices (issue 40, ``bench/soak.py``). fgnn's own metrics and the actors' list
+    do not come from task events."""
+    config: dict[str, Any] = {"max_direct_call_object_size": INLINE_OBJECT_BYTES}
+    if TASK_EVENTS_ENV not in os.environ:
+        config["task_events_report_interval_ms"] = 0
+    return config
 
 
 def explicit_token_auth() -> str:
@@ -372,7 +390,114 @@ def init_local(say: Optional[Callable[[str], None]] = None, **kwargs: Any) -> An
             ctx.dashboard_url = api_server.url  # known once the API server is up
         return ctx
 
-    return retry_startup(start, say)
+    with _interruptible_start():
+        return retry_startup(start, say)
+
+
+@contextmanager
+def _interruptible_start() -> Iterator[None]:
+    """While a local node starts: ``SIGTERM`` raises fgnn's :class:`~fgnn.sigterm.Terminated`
+    (Ray's own handler, a ``sys.exit(15)`` installed at the top of ``ray.init``, is kept out),
+    and an interrupt (Ctrl-C, ``SIGTERM``, an exit) ends what the start had started, its agents
+    included (:func:`stop_interrupted_start`), before it goes on.
+
+    A signal whose exception Python swallowed (raised inside a callback whose errors it only
+    prints, e.g. ``logging``'s at-fork hook while Ray starts a process: ``Exception ignored in
+    <function _releaseLock>``) is noted all the same: once the start returns, the node is
+    stopped and the interrupt raised."""
+    before = ray_descendants()
+    received: list[int] = []
+    restore = _note_signals(received)
+    try:
+        with _no_ray_sigterm_handler():
+            yield
+    except (KeyboardInterrupt, SystemExit):
+        stop_interrupted_start(before)
+        raise
+    except Exception:
+        if not received:
+            raise
+        stop_interrupted_start(before)  # an error after a swallowed signal: the signal wins
+        raise _interrupt_of(received[0]) from None
+    else:
+        if received:  # the signal's exception was swallowed: raise it now
+            stop_interrupted_start(before)
+            raise _interrupt_of(received[0])
+    finally:
+        restore()
+
+
+def _interrupt_of(signum: int) -> KeyboardInterrupt:
+    """The exception a signal raises in a job: :class:`~fgnn.sigterm.Terminated` for
+    ``SIGTERM``, ``KeyboardInterrupt`` for Ctrl-C."""
+    from fgnn.sigterm import Terminated
+
+    if signum == signal.SIGTERM:
+        return Terminated(f"received {signal.Signals(signum).name}")
+    return KeyboardInterrupt()
+
+
+def _note_signals(received: list[int]) -> Callable[[], None]:
+    """Handlers of ``SIGINT`` and ``SIGTERM`` (unless ignored) that append the signal to
+    ``received`` and raise its interrupt (:func:`_interrupt_of`); returns what puts the
+    previous handlers back (a no-op outside the main thread, where Python sets no handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise _interrupt_of(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # an ignored signal stays so
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+    return restore
+
+
+@contextmanager
+def _no_ray_sigterm_handler() -> Iterator[None]:
+    """Keep ``ray.init`` from installing its ``SIGTERM`` handler (``sys.exit``: exit 15 and no
+    line); a Ray without the hook is left as it is."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(ray_utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+
+
+def stop_interrupted_start(before: set[int] = frozenset()) -> set[int]:
+    """End a local node whose start was interrupted: the Ray processes this process started
+    since (not in ``before``), their descendants and what its raylet started (the
+    ``DashboardAgent`` and ``RuntimeEnvAgent`` lived about 61 s more otherwise), killed at
+    once; then Ray's state in this process is reset (``ray.shutdown``). Returns the processes
+    killed."""
+    import ray
+
+    if ray.is_initialized():  # the start had finished: Ray's own shutdown first
+        try:
+            shutdown()
+        except Exception:
+            pass
+    killed = end_processes(ray_descendants() - set(before))
+    try:
+        ray.shutdown()
+    except Exception:
+        pass
+    return killed
 
 
 #: The modules ``ray.dashboard.optional_deps`` imports to learn that the dashboard can start.

@@ -32,7 +32,8 @@ import sys
 import uuid
 from typing import Optional
 
-__all__ = ["Reaper", "ring_prefix", "sweep_stale_rings", "watch_driver"]
+__all__ = ["Reaper", "end_processes", "ray_descendants", "ring_prefix", "sweep_stale_rings",
+           "watch_driver"]
 
 #: Ring files of a job: ``fgnn-ring-<driver pid>-<random>-<member>-<incarnation>``.
 RING_STEM = "fgnn-ring"
@@ -161,18 +162,50 @@ def _started_by(raylets: set[int]) -> set[int]:
     return out
 
 
+def _kill_all(pids: set[int]) -> None:
+    """``SIGKILL`` each of ``pids`` but this process (one already gone is skipped)."""
+    for pid in pids - {os.getpid()}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def ray_descendants(pid: Optional[int] = None) -> set[int]:
+    """The processes below ``pid`` (default: this process) whose command line names Ray: the
+    GCS, raylet, dashboard, agents, workers and Ray's own reaper of a node it started."""
+    out = set()
+    for child in _descendants({os.getpid() if pid is None else int(pid)}):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"ray" in f.read():
+                    out.add(child)
+        except OSError:
+            continue
+    return out
+
+
+def end_processes(pids: set[int], rounds: int = 2) -> set[int]:
+    """Kill (``SIGKILL``) ``pids``, their descendants and what a raylet among them started (its
+    agents and workers, marked ``RAY_RAYLET_PID``), ``rounds`` times over (a raylet may start an
+    agent while the first round runs); returns every process killed. For a node whose start was
+    interrupted: no part of it then waits for the raylet's death to be noticed (the agents did,
+    about 61 s)."""
+    killed: set[int] = set()
+    for _ in range(max(1, rounds)):
+        live = {pid for pid in pids | killed if _start_time(pid) is not None}
+        targets = live | _descendants(live) | _started_by(pids | killed)
+        _kill_all(targets)
+        killed |= targets
+    return killed
+
+
 def reap(spec: dict) -> None:
     """The driver died: kill what is left of its node's processes (those it was told of,
     their descendants, what its raylet started), remove its ring files."""
     known = {int(pid): start for pid, start in spec.get("pids", {}).items()}
     alive = {pid for pid, start in known.items() if _start_time(pid) == start}
-    targets = alive | _descendants(alive) | _started_by(set(known))
-    targets.discard(os.getpid())
-    for pid in targets:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    _kill_all(alive | _descendants(alive) | _started_by(set(known)))
     for path in glob.glob(spec["rings"]) if spec.get("rings") else ():
         try:
             os.unlink(path)

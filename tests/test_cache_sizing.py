@@ -210,7 +210,7 @@ def _sizer(mode="factored", exchange="server", transport="object_store", gpd=0.5
     return sizer
 
 
-def test_the_runtime_budget_uses_free_memory_and_the_measured_context():
+def test_the_runtime_budget_uses_free_memory_and_the_measured_context(monkeypatch):
     reports = [{"device_total_bytes": 80 * GIB, "device_free_bytes": 30 * GIB,
                 "process_bytes": 3 * GIB, "context_bytes": 400 * MIB},
                {"device_total_bytes": 80 * GIB, "device_free_bytes": 60 * GIB,
@@ -218,6 +218,9 @@ def test_the_runtime_budget_uses_free_memory_and_the_measured_context():
     sizer = _sizer()
     assert sizer._device_budget(reports) == 33 * GIB  # not 0.5 x 80 GiB of total memory
     assert sizer._gpu_terms(reports, cuda=True) == {"context_bytes": 400 * MIB, "nccl": 0}
+    import fgnn.data.memory as memory
+
+    monkeypatch.setattr(memory, "host_memory_limit", lambda: None)  # the host's share: below
     assert sizer._device_budget([{"device_total_bytes": None}]) == GIB  # a logical device
     # the collective on distinct GPUs holds NCCL buffers; members sharing a GPU use gloo
     assert _sizer(exchange="collective", gpd=1.0)._gpu_terms(reports, True)["nccl"] == 256 * MIB

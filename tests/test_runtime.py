@@ -182,6 +182,45 @@ def test_killed_trainers_mid_epoch_still_train_each_batch_once(ray_cluster, data
     assert [e.trainers for e in result.epochs] == [3, 2]
 
 
+def test_an_oom_killed_trainer_is_named_and_its_leases_counted_as_reissued(ray_cluster,
+                                                                          dataset):
+    """Issue 40: a Trainer the kernel's OOM killer ends (here killed through Ray, with the
+    memory group's kill counter faked) is named in one line, Ray restarts it, and the epoch's
+    ledger counts the leases it held, handed out again, as reissued (it said 0)."""
+    from fgnn.data.oom import OomKill
+    from fgnn.monitor.timeline import Timeline
+
+    class OneKill:
+        def __init__(self):
+            self.left = 1
+
+        def new_kill(self):
+            self.left -= 1
+            return OomKill("/sys/fs/cgroup/memory/a3", 1, 4 << 30, 4 << 30) if \
+                self.left == 0 else None
+
+    cfg = job(devices=4, samplers=1, epochs=1, switching=False)
+    killed, said = [], []
+
+    def on_batch(epoch, done, total, loss):
+        if done == 3 and not killed:
+            ray.kill(ray.get_actor("fgnn-trainer-2"), no_restart=False)
+            killed.append(epoch)
+
+    rt = Runtime(cfg, dataset, on_batch=on_batch, timeline=Timeline(announce=said.append),
+                 faults=FaultSpec(slow_trainers={0: 0.1, 1: 0.1, 2: 0.1}))
+    rt.workers.oom = OneKill()
+    result = rt.run()
+    assert killed == [0]
+    assert_exactly_once(rt, result, dataset, cfg)
+    named = [s for s in said if "OOM killer" in s]
+    assert named == rt.workers.oom_deaths and len(named) == 1, said
+    assert named[0].startswith("warning: Trainer 2 was killed by the kernel's OOM killer "
+                               "(its memory group /sys/fs/cgroup/memory/a3 peaked at 4.0 GiB "
+                               "of its 4.0 GiB limit); Ray restarts it"), named
+    assert result.epochs[0].ledger["reissued"] >= 1, result.epochs[0].ledger
+
+
 def test_killed_sampler_mid_epoch_resamples_its_lost_batches(ray_cluster, dataset):
     # the restarted Sampler re-samples the tasks in flight and those whose samples it owned;
     # 20 tasks of 8 seeds, so that back-pressure holds tasks in flight when the kill comes

@@ -29,8 +29,37 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from fgnn import gpu
+from fgnn.data.memory import MemoryLimit
+
+#: The most memory a Ray logical device (CPU) simulates when ``--device-memory`` is not given.
+LOGICAL_DEVICE_MAX_BYTES = 1 << 30
+#: The share of the host's memory (a cgroup's whole limit, where there is one) that the caches
+#: of a job's logical devices may take together when ``--device-memory`` is not given.
+LOGICAL_CACHE_SHARE = 0.25
+
+
+def logical_device_bytes(trainers: int, limit: Optional[MemoryLimit],
+                         cap: int = LOGICAL_DEVICE_MAX_BYTES) -> int:
+    """The automatic memory of one logical device: :data:`LOGICAL_CACHE_SHARE` of what the
+    host can give (the cgroup's whole limit where known, else what is free now) split over the
+    ``trainers`` that hold a cache, at most ``cap``. A logical device's "device memory" is host
+    memory, so a job in a 1 GiB group no longer plans a 1 GiB cache per Trainer: 2 Trainers
+    get 128 MiB each, and the memory plan counts what they will hold.
+
+    Args:
+        trainers: the Trainers holding a cache (at least 1 is assumed).
+        limit: :func:`~fgnn.data.memory.host_memory_limit` (None: unknown, ``cap``).
+        cap: the most a device gets (:data:`LOGICAL_DEVICE_MAX_BYTES`).
+    """
+    if limit is None:
+        return int(cap)
+    whole = limit.total if limit.total is not None else limit.bytes
+    return max(0, min(int(cap), int(LOGICAL_CACHE_SHARE * whole) // max(1, int(trainers))))
 
 __all__ = [
+    "LOGICAL_CACHE_SHARE",
+    "LOGICAL_DEVICE_MAX_BYTES",
+    "logical_device_bytes",
     "CacheBudget",
     "DeviceCachePlan",
     "SIZING_MARGIN_FRACTION",

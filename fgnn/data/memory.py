@@ -22,9 +22,10 @@ from typing import Optional
 
 from fgnn.procmem import proc_field
 
-__all__ = ["MemoryLimit", "host_memory_limit", "format_bytes", "check_fits"]
+__all__ = ["MemoryLimit", "UNLIMITED", "host_memory_limit", "format_bytes", "check_fits",
+           "own_groups", "read_int"]
 
-_UNLIMITED = 1 << 60                                              # cgroup v1 "no limit" is ~2**63
+UNLIMITED = 1 << 60                                              # cgroup v1 "no limit" is ~2**63
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _read_int(path: Path) -> Optional[int]:
+def read_int(path: Path) -> Optional[int]:
+    """The integer a cgroup file holds; None when unreadable or not a number (``max``)."""
     try:
         text = path.read_text().strip()
     except OSError:
@@ -64,7 +66,7 @@ def _meminfo(path: Path) -> Optional[MemoryLimit]:
     return None if kib is None else MemoryLimit(kib * 1024, f"MemAvailable in {path}")
 
 
-def _own_groups(proc_cgroup: Path, root: Path) -> list[tuple[Path, str]]:
+def own_groups(proc_cgroup: Path, root: Path) -> list[tuple[Path, str]]:
     """The memory cgroup directories of this process, its own first and then each parent up
     to the mount, with their version (``"v1"``/``"v2"``), from ``/proc/self/cgroup``."""
     try:
@@ -94,10 +96,10 @@ def _cgroup_level(sub: Path, version: str) -> Optional[MemoryLimit]:
                                    if version == "v2" else
                                    ("memory.limit_in_bytes", "memory.usage_in_bytes",
                                     ("total_inactive_file", "total_active_file")))
-    limit = _read_int(sub / limit_f)
-    if limit is None or limit >= _UNLIMITED:
+    limit = read_int(sub / limit_f)
+    if limit is None or limit >= UNLIMITED:
         return None
-    usage = _read_int(sub / usage_f) or 0
+    usage = read_int(sub / usage_f) or 0
     # file pages (page cache, mapped files) are reclaimable: what a mapped topology holds is
     # counted by the memory plan, not as already in use
     usage -= min(usage, sum(proc_field(sub / "memory.stat", k) or 0 for k in file_keys))
@@ -108,7 +110,7 @@ def _cgroup_level(sub: Path, version: str) -> Optional[MemoryLimit]:
 
 def _cgroup(root: Path, proc_cgroup: Path) -> Optional[MemoryLimit]:
     """The tightest limit of this process's memory cgroup and its ancestors."""
-    found = [m for sub, v in _own_groups(proc_cgroup, root)
+    found = [m for sub, v in own_groups(proc_cgroup, root)
              if (m := _cgroup_level(sub, v)) is not None]
     return min(found, key=lambda m: m.bytes) if found else None
 

@@ -186,8 +186,11 @@ class CachePlanner:
     def _device_budget(self, reports: list[dict[str, Any]]) -> int:
         """``--device-memory``, else on a GPU each Trainer's :func:`~fgnn.cache.sizing.
         gpu_budget` (its share of the GPU, at most what was free plus what it held; the
-        smallest), else the 1 GiB simulated device of a logical GPU."""
+        smallest), else a logical device's share of the host's memory, at most 1 GiB
+        (:func:`~fgnn.cache.budget.logical_device_bytes`, as the memory plan counts it)."""
+        from fgnn.cache.budget import logical_device_bytes
         from fgnn.cache.sizing import gpu_budget
+        from fgnn.data.memory import host_memory_limit
 
         cfg = self.config
         if cfg.cache.device_memory_gib is not None:
@@ -195,7 +198,10 @@ class CachePlanner:
         gpus = [gpu_budget(r["device_total_bytes"], self.services.gpus_per_device,
                            r.get("device_free_bytes"), r.get("process_bytes") or 0)
                 for r in reports if r.get("device_total_bytes")]
-        return min(gpus) if gpus else 2 ** 30
+        if gpus:
+            return min(gpus)
+        trainers = len(self.workers.alive("trainer"))
+        return logical_device_bytes(trainers, host_memory_limit())
 
     def _gpu_terms(self, reports: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
         """Terms every GPU device has: the measured context (the largest, None when no

@@ -25,7 +25,7 @@ from fgnn.evaluation import EvalPlan, SplitScore
 from fgnn.executors import host
 from fgnn.executors._common import metrics_for
 from fgnn.executors._faults import _RESTART_TIMEOUT_S, RuntimeFailure, Watchdog, pass_name
-from fgnn.executors._ledger import epoch_ledger
+from fgnn.executors._ledger import epoch_ledger, redelivered
 from fgnn.executors._typed import sum_typed
 from fgnn.executors._workers import Services, WorkerGroup, _Exec
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, trainer_seconds
@@ -374,9 +374,12 @@ class EpochCoordinator:
                                             "the queue or the parameter server", ep.epoch)
         ledger = {**ledger, **qledger}
         sched, acc = ep.sched, ep.acc
-        acc.reissued = sched.issued - (0 if mode == "time-sharing" else ep.total)
+        # handed out again: tasks the driver issued twice, and leases the queue gave once more
+        # (a dead Trainer's, given back by ``retire``)
+        again = redelivered(qledger.get("deliveries", {}))
+        acc.reissued = sched.issued - (0 if mode == "time-sharing" else ep.total) + again
         acc.ledger = epoch_ledger(ep.total, sched.issued, acc.lost,
-                                  max(0, sched.issued - ep.total), ledger)
+                                  max(0, sched.issued - ep.total) + again, ledger)
         stats = self._epoch_stats(ep, elapsed)
         self.details.append(self._epoch_details(ep, ledger))
         return stats
@@ -450,9 +453,11 @@ class EpochCoordinator:
             return
         self.watchdog.abort(self.services.queue, "no executors left")
         what = "Trainer" if not can_train else "Sampler"
+        oom = len(self.workers.oom_deaths)
+        why = f" ({oom} killed by the kernel's OOM killer, said above)" if oom else ""
         raise self.watchdog.failure(
-            f"{pass_name(epoch)}: every {what} executor died and could not be restarted; "
-            f"the job stopped")
+            f"{pass_name(epoch)}: every {what} executor died and could not be restarted"
+            f"{why}; the job stopped")
 
     def _stalled(self, epoch: int, done: int, total: int, depth: int) -> None:
         """Stop: no task finished for ``runtime.stall_timeout_s``. The failure checkpoint is the

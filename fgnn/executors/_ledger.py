@@ -13,11 +13,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["LEDGER_KEYS", "epoch_ledger"]
+__all__ = ["LEDGER_KEYS", "epoch_ledger", "redelivered"]
 
 #: Integer counts of a ledger, in the order the report's table prints them.
 LEDGER_KEYS = ("tasks", "issued", "lost", "reissued", "pushed", "applied", "applied_twice",
                "missing", "rejected")
+
+
+def redelivered(deliveries: Mapping[int, int]) -> int:
+    """Leases the queue handed out again (task id -> times delivered): every delivery of a
+    task after its first, e.g. the leases of a dead Trainer given back and taken by another."""
+    return int(sum(n - 1 for n in deliveries.values() if n > 1))
 
 
 def epoch_ledger(tasks: int, issued: int, lost: int, reissued: int,
@@ -28,7 +34,8 @@ def epoch_ledger(tasks: int, issued: int, lost: int, reissued: int,
         tasks: tasks of the epoch (mini-batches times tasks per mini-batch).
         issued: tasks handed out to be sampled, reissues included.
         lost: samples lost with a dead Sampler before a Trainer read them.
-        reissued: tasks handed out again after a fault.
+        reissued: tasks handed out again after a fault (issued twice by the driver, or a lease
+            the queue gave once more: :func:`redelivered`).
         server: the parameter server's ledger, task id -> count: ``attempts``, ``applied``,
             ``rejected``.
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from fgnn.causes import root_cause
 from fgnn.config import JobConfig
+from fgnn.data.oom import OomWatch
 from fgnn.executors import host
 from fgnn.executors._actors import LocalSampling, make_actor, stash_args, wait_stashed
 from fgnn.executors._common import NonFiniteLoss
@@ -32,7 +33,14 @@ from fgnn.executors.trainer import TrainerExecutor
 from fgnn.sampling.base import Sampler
 from fgnn.tasks.contracts import UserCodeError
 
-__all__ = ["Services", "WorkerGroup"]
+__all__ = ["Services", "WorkerGroup", "executor_title"]
+
+
+def executor_title(e: "_Exec") -> str:
+    """``Trainer 2``, ``Sampler 0``, ``standby Trainer 1``: an executor as the console names
+    it (its role and device)."""
+    role = "standby Trainer" if e.role == "standby" else e.role.capitalize()
+    return f"{role} {e.device}"
 
 
 @dataclass
@@ -141,6 +149,12 @@ class WorkerGroup:
         self.last_reinstall: list[tuple[_Exec, Any]] = []
         self._pending: list[Any] = []
         self._started_at = 0.0
+        #: prints one line on the console (set by the runtime)
+        self.say: Callable[[str], None] = lambda line: None
+        #: the kernel's OOM kills in the job's memory group since the executors started
+        self.oom = OomWatch()
+        #: the lines naming executors the OOM killer ended, in order
+        self.oom_deaths: list[str] = []
 
     @property
     def names(self) -> list[str]:
@@ -273,6 +287,7 @@ class WorkerGroup:
         now = time.perf_counter()
         if isinstance(err, ray.exceptions.ActorDiedError):
             e.alive = False
+            self._named_if_oom(e, restarts=False)
             return False
         if e.first_failure is None or now - e.first_failure > 2 * _RESTART_TIMEOUT_S:
             e.first_failure = now
@@ -280,11 +295,27 @@ class WorkerGroup:
         e.gen += 1
         if now - e.first_failure > _RESTART_TIMEOUT_S:
             e.alive = False
+            self._named_if_oom(e, restarts=False)
             return False
+        self._named_if_oom(e, restarts=True)
         time.sleep(0.1)  # let Ray mark the actor as restarting before the resubmission
         # a restarted executor is built without its cache
         self.last_reinstall = self.reinstall([e])
         return True
+
+    def _named_if_oom(self, e: _Exec, restarts: bool) -> None:
+        """Say so in one line when the kernel's OOM killer ended ``e`` (a kill counted in the
+        job's memory group since the last death looked at: :class:`~fgnn.data.oom.OomWatch`)."""
+        kill = self.oom.new_kill()
+        if kill is None:
+            return
+        then = ("Ray restarts it and the run goes on" if restarts else
+                "it is not restarted: the run goes on without it, and stops if no "
+                f"{'Sampler' if e.role == 'sampler' else 'Trainer'} is left")
+        line = (f"warning: {executor_title(e)} was killed by the kernel's OOM killer "
+                f"({kill.describe()}); {then}")
+        self.oom_deaths.append(line)
+        self.say(line)
 
     def kill_all(self) -> None:
         """Stop every executor (best effort: some may be gone already)."""

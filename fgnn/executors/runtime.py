@@ -187,6 +187,8 @@ class Runtime:
         self.task = build_task(config, dataset, model)
         dataset = self.task.training_dataset(dataset)  # a link job: the training message graph
         config = self.config = _settle_sizes(config, self.task, dataset)  # auto batch, eval chunk
+        if model is None:  # its size against the host's memory before it is built
+            _check_model_size(config, dataset, self.task, self.sampler.num_layers)
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else self.task.build_model(
             config, dataset, self.sampler.num_layers)
@@ -215,7 +217,7 @@ class Runtime:
         planner = planner_for(self.task, self.kind)
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
-        self.caches.say = self.timeline.say
+        self.caches.say = self.workers.say = self.timeline.say
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
 
@@ -883,3 +885,20 @@ def _settle_sizes(config: JobConfig, task: Any, dataset: Dataset) -> JobConfig:
     if train.eval_batch_size is None:
         train = replace(train, eval_batch_size=eval_chunk(train, dataset.feature_row_bytes))
     return config if train is config.train else replace(config, train=train)
+
+
+def _check_model_size(config: JobConfig, dataset: Any, task: Any, num_layers: int) -> None:
+    """Refuse, before it is built, a model whose weights and training state cannot fit the
+    host's memory (:func:`fgnn.models.size.check_model_fits`).
+
+    Raises:
+        fgnn.models.size.ModelTooLarge: naming the largest layer and what shrinks it.
+    """
+    from fgnn.models.size import check_model_fits
+
+    sizes = [f"{what} {int(n):,}" for what, n in (
+        ("classes", getattr(dataset, "num_classes", None)),
+        ("features", getattr(dataset, "feat_dim", None))) if isinstance(n, int)]
+    has = f" (the dataset has {' and '.join(sizes)})" if sizes else ""
+    check_model_fits(lambda: task.build_model(config, dataset, num_layers),
+                     hint=f"lower --hidden ({config.model.hidden}){has}")
