@@ -185,6 +185,7 @@ class Runtime:
         #: what the job learns (:mod:`fgnn.tasks`): items, samples, loss, scores
         self.task = build_task(config, dataset, model)
         dataset = self.task.training_dataset(dataset)  # a link job: the training message graph
+        auto_chunk = config.train.eval_batch_size is None  # the sizing may shrink it
         config = self.config = _settle_sizes(config, self.task, dataset)  # auto batch, eval chunk
         torch.manual_seed(config.train.seed)
         self.model = model if model is not None else self.task.build_model(
@@ -215,6 +216,7 @@ class Runtime:
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
         self.caches.say = self.timeline.say
+        self.caches.eval_chunk_auto = auto_chunk
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
 
@@ -602,6 +604,12 @@ class Runtime:
         with self.timeline.phase("cache_fill"):
             self.caches.choose(self.coordinator.memory_reports)
         self.timeline.move("cache_fill", "sizing", self.caches.sizing_s)
+        chunk, tc = getattr(self.caches, "eval_chunk", None), self.config.train
+        if chunk is not None and chunk != tc.eval_batch_size:  # bounded to leave the cache room
+            self.timeline.say(f"evaluation chunks of {chunk} seeds (not {tc.eval_batch_size}), "
+                              f"so the evaluation leaves the feature cache room; "
+                              f"--eval-batch-size sets them")
+            self.config = replace(self.config, train=replace(tc, eval_batch_size=chunk))
 
     def _train_epoch(self, epoch: int, first: bool) -> EpochStats:
         """One training epoch through the coordinator; after the run's first, the allocation
@@ -711,7 +719,9 @@ class Runtime:
                       "cached_rows": ([] if placement is None
                                       else [int(b.numel()) for b in placement.buffers]),
                       "covered_rows": 0 if placement is None else placement.covered(),
-                      "cache_plans": {k: p.to_dict() for k, p in c.cache_plans.items()}}
+                      "cache_plans": {k: p.to_dict() for k, p in c.cache_plans.items()},
+                      "eval_chunk": self.config.train.eval_batch_size,
+                      "cache_empty": getattr(c, "cache_empty", None)}
         allocation.update(self.profile_times)
         if c.reorder_info is not None:
             allocation["reorder"] = {k: v for k, v in c.reorder_info.items() if k != "seconds"}
