@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from fgnn.fieldtypes import check_types
+from fgnn.given import track_given
 from fgnn.flags import (RelationFanouts, auto_count, fanout_list, flag, float_in, host_or_off,
                         int_at_least, k_list, relation_fanout, section, subset_count)
 
@@ -94,6 +95,7 @@ def _finite(obj: Any, *names: str) -> None:
             _fail(type(obj).__name__, name, value, "must be a finite number")
 
 
+@track_given
 @dataclass
 class SamplerConfig:
     """How mini-batches are sampled."""
@@ -200,6 +202,7 @@ class SamplerConfig:
         self.relation_fanouts = out
 
 
+@track_given
 @dataclass
 class CacheConfig:
     """The trainer-side feature cache (FGNN §6)."""
@@ -296,6 +299,7 @@ class CacheConfig:
                   f"must be one of {', '.join(PEER_TIERS)}")
 
 
+@track_given
 @dataclass
 class DiskConfig:
     """Where Trainers read feature rows that miss their device cache (GIDS, Park et al.)."""
@@ -348,6 +352,7 @@ class DiskConfig:
             _fail("DiskConfig", "threads", self.threads, "must be >= 1")
 
 
+@track_given
 @dataclass
 class ModelConfig:
     """The GNN model (FGNN §7.1 defaults)."""
@@ -403,6 +408,7 @@ def auto_batch_size(num_train: int) -> int:
 SEED_RANGE = (0, (1 << 32) - 1)
 
 
+@track_given
 @dataclass
 class TrainConfig:
     """The optimisation loop."""
@@ -495,6 +501,7 @@ class TrainConfig:
         return replace(self, batch_size=auto_batch_size(num_train))
 
 
+@track_given
 @dataclass
 class RuntimeConfig:
     """How devices are laid out (FGNN §5)."""
@@ -604,6 +611,7 @@ class RuntimeConfig:
                   f"must be one of {', '.join(EXCHANGES)}")
 
 
+@track_given
 @dataclass
 class LinkConfig:
     """Link prediction (``JobConfig.task="link"``): the edge split, the training negatives, the
@@ -673,6 +681,7 @@ class LinkConfig:
             _fail("LinkConfig", "hits_k", self.hits_k, "must all be >= 1")
 
 
+@track_given
 @dataclass
 class JobConfig:
     """A whole training job."""

@@ -414,8 +414,9 @@ class Job:
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
         relation = f" of {cfg.link.edge_type}" if cfg.link.edge_type else ""
-        self._say(f"fgnn: task {cfg.task}{relation}, recipe {cfg.recipe} (defaults for the "
-                  f"flags not given)")
+        model = cfg.model.name if self.model is None else type(self.model).__name__
+        self._say(f"fgnn: task {cfg.task}{relation}, model {model}, recipe {cfg.recipe} "
+                  f"(defaults for the settings not given)")
         return load_s
 
     def _train(self, runtime: Any, progress: Any) -> RunResult:

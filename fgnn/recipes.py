@@ -35,7 +35,8 @@ report carries it).
 
 :func:`resolve_recipe` is the one way a recipe reaches a job, from ``launch.py`` (which knows the
 flags typed) and from Python (:class:`fgnn.Job` resolves a config whose ``recipe`` is ``auto``,
-the default; the fields left at their defaults are the ones not given). It also fills the
+the default; the fields the configs' constructors were not given are the ones not given,
+:mod:`fgnn.given`: ``TrainConfig(epochs=200)`` keeps 200 even where 200 is the default). It also fills the
 per-model sampler defaults (:func:`model_sampler`). ``recipe="off"`` (``--recipe off``) applies
 no recipe. Independently of the recipe, ``train.batch_size=None`` (the default) adapts the batch
 to the training split (:func:`fgnn.config.auto_batch_size`) when the job starts.
@@ -49,6 +50,7 @@ from typing import Any, Collection, Mapping, Optional
 
 from fgnn.config import DEFAULT_FANOUTS, JobConfig
 from fgnn.data.spec import parse_spec
+from fgnn.given import given_of
 
 __all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
            "FULL_FANOUT", "FULL_BATCH", "recipe_for", "apply_recipe", "resolve_recipe",
@@ -209,8 +211,8 @@ def resolve_recipe(config: JobConfig, given: Optional[Collection[str]] = None) -
     Args:
         config: the job as built from flags or in Python.
         given: dotted fields the user set (``launch.py``: the flags typed); ``None``: the fields
-            whose values differ from a default :class:`JobConfig`'s (:func:`given_fields`), so
-            a field left at, or set to, its default takes the recipe's value.
+            the configs' constructors were given (:func:`given_fields`), so a field set to its
+            default value keeps it and only a field left out takes the recipe's value.
 
     Raises:
         ValueError: as the configs' own validation, or :func:`with_spec_options`.
@@ -229,15 +231,21 @@ def resolve_recipe(config: JobConfig, given: Optional[Collection[str]] = None) -
 
 
 def given_fields(config: JobConfig) -> frozenset[str]:
-    """The dotted fields (``"model.hidden"``, ``"dataset"``) whose values in ``config`` differ
-    from those of ``JobConfig()``: what a config built in Python sets."""
+    """The dotted fields (``"model.hidden"``, ``"dataset"``) a config built in Python sets: those
+    its constructors were given (:func:`fgnn.given.given_of`), a value equal to the default
+    included; for an object that records none (built without its ``__init__``), the fields whose
+    values differ from those of ``JobConfig()``."""
     default, out = JobConfig(), set()
+    top = given_of(config)
     for f in dataclasses.fields(JobConfig):
         value, ref = getattr(config, f.name), getattr(default, f.name)
         if dataclasses.is_dataclass(value):
-            out |= {f"{f.name}.{g.name}" for g in dataclasses.fields(value)
-                    if getattr(value, g.name) != getattr(ref, g.name)}
-        elif value != ref:
+            names = given_of(value)
+            if names is None:
+                names = {g.name for g in dataclasses.fields(value)
+                         if getattr(value, g.name) != getattr(ref, g.name)}
+            out |= {f"{f.name}.{n}" for n in names}
+        elif (f.name in top) if top is not None else value != ref:
             out.add(f.name)
     return frozenset(out)
 

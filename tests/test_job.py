@@ -88,6 +88,10 @@ def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
     assert report["preprocess"]["load_s"] >= 0
     assert len(report["epochs"]) == 2 and all(e["batches"] > 0 for e in report["epochs"])
     assert report["config"]["runtime"]["devices"] == 2
+    # the report and the console name the model that ran: the custom one by its class
+    assert report["allocation"]["model"] == "MeanSAGE" and "model MeanSAGE" in log
+    from fgnn.report import format_report
+    assert "model MeanSAGE" in format_report(report)
     assert png_path_for(cfg.report).read_bytes()[:4] == b"\x89PNG"
     # a Job runs once: a second run would start from these weights and report it as fresh
     weights = {k: v.clone() for k, v in job.model.state_dict().items()}

@@ -188,6 +188,8 @@ class Runtime:
         auto_chunk = config.train.eval_batch_size is None  # the sizing may shrink it
         config = self.config = _settle_sizes(config, self.task, dataset)  # auto batch, eval chunk
         torch.manual_seed(config.train.seed)
+        #: the model that runs, as the report names it: a custom one by its class name
+        self.model_name = config.model.name if model is None else type(model).__name__
         self.model = model if model is not None else self.task.build_model(
             config, dataset, self.sampler.num_layers)
         from fgnn.model_file import job_identity
@@ -708,7 +710,8 @@ class Runtime:
         """The report's ``allocation``: what ran, the caches, the profile."""
         rt, c = self.config.runtime, self.caches
         placement = c.placement
-        allocation = {"devices": self.services.num_devices, "devices_requested": rt.devices,
+        allocation = {"model": self.model_name,
+                      "devices": self.services.num_devices, "devices_requested": rt.devices,
                       "val_subset": self.val_subset,
                       "samplers": self._n_s, "trainers": self._n_t, "K": self._k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
