@@ -30,7 +30,7 @@ __all__ = [
     "auto_batch_size",
 ]
 
-MODELS = ("gcn", "sage", "pinsage")
+MODELS = ("gcn", "sage", "pinsage", "gat")
 MODES = ("factored", "time-sharing", "single")
 SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
 EVAL_MODES = ("sampled", "layerwise", "none")
@@ -49,8 +49,9 @@ PEER_TIERS = ("auto", "host")
 FEATURE_PARTITIONS = ("replicate", "hotness", "hash")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
 FRONTIERS = ("all", "new")
-#: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
-RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec")
+#: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN, GAE,
+#: the PinSAGE recommender, Veličković et al.'s Planetoid GAT.
+RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec", "velickovic")
 #: ``JobConfig.recipe`` besides a recipe's name: ``auto`` (:class:`fgnn.Job` picks the recipe
 #: of the dataset, model and task, as ``launch.py`` does) or ``off`` (none: the config as built).
 RECIPE_CHOICES = ("auto", "off") + RECIPES
@@ -74,7 +75,7 @@ LINK_EXCLUDE = ("none", "self", "reverse")
 LINK_DECODERS = ("dot", "mlp")
 
 #: FGNN §7.1 defaults per model.
-DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
+DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": (), "gat": (10, 10)}
 _FANOUTS_PER_MODEL = ", ".join(f"{m} {','.join(map(str, f)) or '(random walks)'}"
                                for m, f in DEFAULT_FANOUTS.items())
 
@@ -357,9 +358,9 @@ class DiskConfig:
 class ModelConfig:
     """The GNN model (FGNN §7.1 defaults)."""
 
-    name: str = flag("gcn", "GNN model; with --task link the encoder (gcn or sage)",
-                     name="--model", choices=MODELS)
-    """``gcn``, ``sage`` or ``pinsage``."""
+    name: str = flag("gcn", "GNN model (gat: multi-head attention, Velickovic et al.); with "
+                     "--task link the encoder (gcn, sage or gat)", name="--model", choices=MODELS)
+    """``gcn``, ``sage``, ``pinsage`` or ``gat``."""
     hidden: int = flag(256, "hidden size", type=int_at_least(1), metavar="H")
     """Hidden size."""
     dropout: float = flag(0.5, "dropout between layers, in [0, 1)", type=_UNIT_OPEN, metavar="P")
@@ -368,6 +369,10 @@ class ModelConfig:
                                 type=_UNIT_OPEN, metavar="P")
     """Dropout on the raw input features (PyG's and DGL's models use none; Kipf & Welling's
     Cora recipe 0.5)."""
+    heads: int = flag(8, "gat: attention heads of each hidden layer (concatenated; --hidden "
+                      "features each)", type=int_at_least(1), metavar="H")
+    """GAT: attention heads of each hidden layer, ``hidden`` features each (the output layer
+    has one head)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -376,6 +381,8 @@ class ModelConfig:
             _fail("ModelConfig", "name", self.name, f"must be one of {', '.join(MODELS)}")
         if self.hidden < 1:
             _fail("ModelConfig", "hidden", self.hidden, "must be >= 1")
+        if self.heads < 1:
+            _fail("ModelConfig", "heads", self.heads, "must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             _fail("ModelConfig", "dropout", self.dropout, "must lie in [0, 1)")
         if not 0.0 <= self.input_dropout < 1.0:

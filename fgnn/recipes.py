@@ -1,6 +1,6 @@
 """Training recipes: the settings a dataset and model get when the user sets nothing else.
 
-Four recipes exist:
+Five recipes exist:
 
 * ``fgnn-7.1`` -- the FGNN §7.1 defaults of :mod:`fgnn.config` (3-layer GCN with fanouts
   15, 10, 5, hidden 256, ...), for every dataset without a published recipe.
@@ -24,6 +24,12 @@ Four recipes exist:
   excluded in both directions (``bench/link_gae.py``, which reaches the paper's AUC with these),
   drawn with frontier ``new`` (PyG's): at these fanouts the same GCN as ``all``, with a shorter
   Sample stage and only the seeds' hop checked for seed edges.
+* ``velickovic`` -- Veličković et al.'s GAT recipe (ICLR 2018, §3.3, Cora) for the Planetoid
+  datasets with ``--model gat``: 2 layers, 8 heads of 8 features (concatenated, ELU) and one
+  output head, dropout 0.6 on every layer's input (the features too) and on the attention
+  coefficients, Adam with lr 0.005 and weight decay 5e-4, 200 epochs (PyG's example; the test
+  score is that of the best validation epoch), the full neighbourhood and one batch of the
+  training split, as Kipf & Welling's.
 * ``pinsage-rec`` -- ``task="recsys"`` with ``--model pinsage`` (any dataset; the job refuses
   one that is not a user-item graph): the single-process recommender recipe of
   :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.tasks.recsys`).
@@ -53,6 +59,7 @@ from fgnn.data.spec import parse_spec
 from fgnn.given import given_of
 
 __all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
+           "VELICKOVIC_RECIPE",
            "FULL_FANOUT", "FULL_BATCH", "recipe_for", "apply_recipe", "resolve_recipe",
            "given_fields", "model_sampler", "with_spec_options"]
 
@@ -132,6 +139,24 @@ GAE_RECIPE = Recipe(
     spec_options={"normalize_features": False},
 )
 
+VELICKOVIC_RECIPE = Recipe(
+    "velickovic",
+    f"Velickovic et al.'s GAT: 2 layers, 8 heads x 8 features, 1 output head, dropout 0.6 "
+    f"(input and attention too), lr 0.005, weight decay 5e-4, 200 epochs, full neighbourhood "
+    f"(fanouts {FULL_FANOUT},{FULL_FANOUT}), one batch of the training split",
+    {
+        "model.hidden": 8,
+        "model.heads": 8,
+        "model.dropout": 0.6,
+        "model.input_dropout": 0.6,
+        "train.lr": 0.005,
+        "train.weight_decay": 5e-4,
+        "train.epochs": 200,
+        "train.batch_size": FULL_BATCH,
+        "sampler.fanouts": (FULL_FANOUT, FULL_FANOUT),
+    },
+)
+
 PINSAGE_REC_RECIPE = Recipe(
     "pinsage-rec",
     "PinSAGE as a recommender (Ying et al. 2018, fgnn.hetero.recsys's recipe): 2 layers of "
@@ -171,7 +196,7 @@ def recipe_for(dataset: str, model: str, task: str = "node") -> Recipe:
         return FGNN_RECIPE
     if task == "link":
         return GAE_RECIPE if model in ("gcn", "sage") else FGNN_RECIPE
-    return KIPF_RECIPE if model == "gcn" else FGNN_RECIPE
+    return {"gcn": KIPF_RECIPE, "gat": VELICKOVIC_RECIPE}.get(model, FGNN_RECIPE)
 
 
 def apply_recipe(config: JobConfig, recipe: Recipe, given: Collection[str] = ()) -> JobConfig:

@@ -1,4 +1,4 @@
-"""GNN models that train on sampled blocks: GCN, GraphSAGE and PinSAGE (FGNN §7.1).
+"""GNN models that train on sampled blocks: GCN, GraphSAGE and PinSAGE (FGNN §7.1), and GAT.
 
 The model contract. A model is any ``torch.nn.Module`` whose ``forward`` takes
 
@@ -34,6 +34,7 @@ from torch import nn
 
 from fgnn.config import ModelConfig
 from fgnn.models.aggregate import edge_weight_sum, weighted_mean, weighted_sum
+from fgnn.models.gat import GAT, GATConv
 from fgnn.models.gcn import GCN, GCNConv
 from fgnn.models.pinsage import PinSAGE, PinSAGEConv
 from fgnn.models.sage import GraphSAGE, SAGEConv
@@ -41,6 +42,8 @@ from fgnn.models.sage import GraphSAGE, SAGEConv
 __all__ = [
     "GCN",
     "GCNConv",
+    "GAT",
+    "GATConv",
     "GraphSAGE",
     "SAGEConv",
     "PinSAGE",
@@ -53,7 +56,8 @@ __all__ = [
 ]
 
 #: ``ModelConfig.name`` -> model class.
-MODEL_CLASSES: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "pinsage": PinSAGE}
+MODEL_CLASSES: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "pinsage": PinSAGE,
+                                             "gat": GAT}
 
 
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, num_layers: int) -> nn.Module:
@@ -66,12 +70,14 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, num_layers: int
         num_layers: number of layers, equal to the sampler's number of blocks.
 
     Returns:
-        A :class:`GCN`, :class:`GraphSAGE` or :class:`PinSAGE`.
+        A :class:`GCN`, :class:`GraphSAGE`, :class:`PinSAGE` or :class:`GAT` (``cfg.heads``
+        heads of ``cfg.hidden`` features per hidden layer).
 
     Raises:
         ValueError: for an unknown ``cfg.name`` or a non-positive dimension.
     """
     if cfg.name not in MODEL_CLASSES:
         raise ValueError(f"cfg.name must be one of {', '.join(MODEL_CLASSES)}, got {cfg.name!r}")
+    extra = {"heads": cfg.heads} if cfg.name == "gat" else {}
     return MODEL_CLASSES[cfg.name](in_dim, num_classes, num_layers=num_layers, hidden=cfg.hidden,
-                                   dropout=cfg.dropout, input_dropout=cfg.input_dropout)
+                                   dropout=cfg.dropout, input_dropout=cfg.input_dropout, **extra)
