@@ -275,6 +275,11 @@ class Job:
         from fgnn.executors.host import uses_ray
 
         if rc.address in (None, "local") and not torch.cuda.is_available() and uses_ray(rc):
+            from fgnn.cores import check_device_cores
+
+            why = check_device_cores(rc.devices_used)  # processes the cores cannot start
+            if why is not None:
+                raise JobConfigError("runtime.devices", rc.devices, why)
             _check_executor_memory(rc.devices, rc.devices_used)  # in-process: no processes
         check_address(rc.address)
 

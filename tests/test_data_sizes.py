@@ -202,6 +202,8 @@ def test_cli_huge_spec(no_ray, capsys, tmp_path):
 def test_cli_too_many_logical_devices(no_ray, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(memory, "host_memory_limit", lambda: MemoryLimit(4 * GIB, "test limit"))
+    import fgnn.cores
+    monkeypatch.setattr(fgnn.cores, "usable_cores", lambda: 10 ** 6)  # memory, not cores, binds
     line = _cli_error(["--devices", "100000"], capsys, tmp_path)
     assert line.startswith("launch.py: error: argument --devices: 100000 Ray logical GPUs need "
                            "at least 100002 executor processes of about 300.0 MiB each")
