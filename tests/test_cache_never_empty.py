@@ -22,6 +22,8 @@ def test_the_bound_leaves_the_cache_its_room():
     # the cache wants only 32: everything else may go to the evaluation
     assert bounded_eval_ratio(125.0, 900, 1000, 32) == 125.0
     assert bounded_eval_ratio(125.0, 2000, 1000, 32) == pytest.approx(1 + 124 * 968 / 2000)
+    # the training terms fill the budget: no chunk makes room, so the chunk stays
+    assert bounded_eval_ratio(125.0, 900, -5, 32) == 125.0
     assert chunk_for_ratio(2.5, 66, 2) == 82 and chunk_for_ratio(0.5, 66, 2) == 33
 
 
@@ -74,3 +76,4 @@ def test_a_forced_empty_cache_says_why(ray_cluster, rmat16):
     assert a["alpha"] == 0 and a["cache_empty"]["term"] in a["cache_plans"]["full"]["resident"]
     said = [line for line in lines if "feature cache empty" in line]
     assert len(said) == 1 and "--device-memory" in said[0]
+    assert not any("evaluation chunks of" in line for line in lines)  # no chunk makes room

@@ -42,7 +42,8 @@ def bounded_eval_ratio(ratio: float, extra_bytes: int, free_bytes: int,
 
     The excess grows linearly with the ratio (:func:`fgnn.cache.sizing.device_terms`), from 0
     at 1 to ``extra_bytes`` at ``ratio``. It may take ``max(share × free_bytes, free_bytes −
-    cache_bytes_wanted)``: half of what is free, or everything the cache cannot use.
+    cache_bytes_wanted)``: half of what is free, or everything the cache cannot use. Where the
+    training terms leave nothing free, no chunk makes room and ``ratio`` stays.
 
     Args:
         ratio: the ratio of the chunk in force (``>= 1``).
@@ -56,9 +57,9 @@ def bounded_eval_ratio(ratio: float, extra_bytes: int, free_bytes: int,
     """
     if ratio < 1.0 or not 0.0 < share <= 1.0:
         raise ValueError(f"ratio must be >= 1 and share in (0, 1], got {ratio}, {share}")
-    if ratio == 1.0 or extra_bytes <= 0:
-        return ratio
-    allowed = max(share * max(0, free_bytes), free_bytes - cache_bytes_wanted, 0)
+    if ratio == 1.0 or extra_bytes <= 0 or free_bytes <= 0:
+        return ratio  # (no room for a cache row whatever the chunk: the plan says why)
+    allowed = max(share * free_bytes, free_bytes - cache_bytes_wanted)
     if extra_bytes <= allowed:
         return ratio
     return 1.0 + (ratio - 1.0) * allowed / extra_bytes
