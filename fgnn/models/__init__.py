@@ -16,7 +16,10 @@ A user-defined model with this signature plugs into :mod:`fgnn.training` and the
 trainers unchanged. Optional attributes the runtime reads when present: ``num_layers`` (checked
 against the sampler's) and ``in_dim``. ``Block.weights`` (1/q importance weights of
 locality-aware sampling, visit counts of random walks) should be used as edge weights of the
-aggregation; :mod:`fgnn.models.aggregate` has the helpers the built-in models use.
+aggregation; :mod:`fgnn.models.aggregate` has the helpers the built-in models use. A block also
+gives PyG's view, ``block.edge_index`` (``(2, E)``: senders, then receivers) and ``block.size``
+(``(num_src, num_dst)``), so a PyG layer runs on it as it is:
+``conv((h[:b.num_src], h[:b.num_dst]), b.edge_index, size=b.size)``.
 
 Example::
 
