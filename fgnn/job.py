@@ -363,7 +363,7 @@ class Job:
         warning = batch_warning(batch, num_train)
         if cfg.train.batch_size is None:
             self._say(f"fgnn: {batch_note(batch, num_train, cfg.task)}")
-        elif warning and cfg.recipe != "kipf-welling":  # Kipf & Welling's one batch by design
+        elif warning and cfg.recipe not in ("kipf-welling", "velickovic"):  # one batch by design
             self._say(f"fgnn: warning: {warning}")
         return runtime, progress
 
