@@ -1,5 +1,6 @@
 """Every ``launch.py`` and ``python`` command on every docs page (README.md and docs/*.md), in
-fenced ``bash`` blocks and in inline code, is exercised as written:
+fenced ``bash`` blocks, in the lines of plain fenced blocks that start with one, and in inline
+code, is exercised as written:
 
 - ``launch.py`` commands are parsed by fgnn's own parser (``fgnn.cli.build_parser``) and mapped
   to a config (``config_from_args``), and a Planetoid or named OGB dataset must come with the
@@ -35,6 +36,7 @@ DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 _FENCE = re.compile(r"```([a-z]*)\n(.*?)```", re.S)
 _INLINE = re.compile(r"`([^`]+)`")
 _IS_COMMAND = re.compile(r"(^|[\s/])python(\s|$)|(^|\s)launch\.py(\s|$)")
+_STARTS_COMMAND = re.compile(r"\s*(?:[A-Z_]+=\S+\s+)*(?:time\s+)?(?:\S*/)?(?:python|launch\.py)\s")
 _OPERATORS = {";", "|", "||", "&&", ">", ">>", "2>&1", "&"}
 #: placeholder -> value; all-caps words and ``$VARS`` not named here become a path
 _VALUES = {"S": "0", "N": "2", "D": "2", "H": "16", "E": "1", "LR": "0.01",
@@ -46,8 +48,11 @@ def snippets(text: str) -> list[str]:
     that hold a ``python`` or ``launch.py`` command."""
     out = []
     for lang, body in _FENCE.findall(text):
+        lines = body.replace("\\\n", " ").splitlines()
         if lang == "bash":
-            out += body.replace("\\\n", " ").splitlines()
+            out += lines
+        elif not lang:                   # a plain block: its lines that start with a command
+            out += [ln for ln in lines if _STARTS_COMMAND.match(ln)]
     prose = _FENCE.sub("", text)
     out += [re.sub(r",\n", ",", m.group(1)).replace("\n", " ") for m in _INLINE.finditer(prose)]
     return [s for s in out if _IS_COMMAND.search(s)]
@@ -116,7 +121,7 @@ def parse_launch(argv: list[str], env: dict[str, str]) -> None:
     args = parser.parse_args(argv)
     config_from_args(args)
     kind = parse_spec(args.dataset)[0] if args.dataset else ""
-    if kind in PLANETOID_NAMES and PLANETOID_ENV not in env or kind in OGB_NAMES:
+    if (kind in PLANETOID_NAMES and PLANETOID_ENV not in env) or kind in OGB_NAMES:
         assert args.data_root, f"--dataset {args.dataset} loads only with --data-root DIR"
 
 
