@@ -213,7 +213,8 @@ def test_the_cache_planner_reads_every_cache_policy(policy, want):
     from fgnn.executors._caches import CachePlanner
 
     cfg = JobConfig(cache=CacheConfig(policy=policy))
-    planner = CachePlanner(cfg, None, None, 1, True, None, SimpleNamespace(), None)
+    dataset = SimpleNamespace(feature_row_bytes=64)   # the planner sizes its eval chunk by it
+    planner = CachePlanner(cfg, dataset, None, 1, True, None, SimpleNamespace(), None)
     assert planner.policy == want
 
 
