@@ -33,7 +33,7 @@ from fgnn.causes import root_cause, strip_ansi
 from fgnn.config import JobConfig
 from fgnn.flags import add_flags, build_config, flag_values, leaves, sections
 from fgnn.recipes import (FGNN_RECIPE, GAE_RECIPE, KIPF_RECIPE, PINSAGE_REC_RECIPE, Recipe,
-                          model_sampler, resolve_recipe)
+                          VELICKOVIC_RECIPE, model_sampler, resolve_recipe)
 
 __all__ = ["build_parser", "config_from_args", "main", "flags_markdown", "FLAG_FIELDS"]
 
@@ -59,7 +59,9 @@ _DESCRIPTION = (
     "trains on a small synthetic R-MAT graph. Recipes: --model gcn on cora|citeseer|pubmed uses "
     f"{KIPF_RECIPE.name} ({KIPF_RECIPE.summary}) for every flag not given, and --task link on "
     f"them (with --model gcn or sage) uses {GAE_RECIPE.name} ({GAE_RECIPE.summary}); --task "
-    f"recsys --model pinsage uses {PINSAGE_REC_RECIPE.name} ({PINSAGE_REC_RECIPE.summary}); other "
+    f"recsys --model pinsage uses {PINSAGE_REC_RECIPE.name} ({PINSAGE_REC_RECIPE.summary}); "
+    f"--model gat on cora|citeseer|pubmed uses {VELICKOVIC_RECIPE.name} "
+    f"({VELICKOVIC_RECIPE.summary}); other "
     f"datasets and models use {FGNN_RECIPE.name} ({FGNN_RECIPE.summary}); --recipe off applies "
     "none. The defaults below say where those recipes differ; the run's output and report name "
     "the recipe that applied. --batch-size auto (the default) adapts the batch to the training "
@@ -78,7 +80,23 @@ class _Parser(argparse.ArgumentParser):
     _probe = False
 
     def error(self, message: str) -> NoReturn:  # noqa: D102
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._suggestion(message)}\n")
+
+    def _suggestion(self, message: str) -> str:
+        """``; did you mean --batch-size?`` for an unrecognized flag close to a real one
+        (:func:`difflib.get_close_matches`), else ``""``."""
+        import difflib
+
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for arg in message[len(prefix):].split():
+            if arg.startswith("-"):
+                close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.75)
+                hints += [f"{arg.split('=', 1)[0]}: did you mean {c}?" for c in close]
+        return f" ({'; '.join(hints)})" if hints else ""
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: D102
         ns, extras = super().parse_known_args(args, namespace)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from fgnn.fieldtypes import check_types
+from fgnn.given import track_given
 from fgnn.flags import (RelationFanouts, auto_count, fanout_list, flag, float_in, host_or_off,
                         int_at_least, k_list, relation_fanout, section, subset_count)
 
@@ -29,7 +30,7 @@ __all__ = [
     "auto_batch_size",
 ]
 
-MODELS = ("gcn", "sage", "pinsage")
+MODELS = ("gcn", "sage", "pinsage", "gat")
 MODES = ("factored", "time-sharing", "single")
 SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
 EVAL_MODES = ("sampled", "layerwise", "none")
@@ -48,8 +49,9 @@ PEER_TIERS = ("auto", "host")
 FEATURE_PARTITIONS = ("replicate", "hotness", "hash")
 #: k-hop frontiers: DGL blocks (every vertex so far samples) or PyG's NeighborLoader (new ones).
 FRONTIERS = ("all", "new")
-#: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN.
-RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec")
+#: Named sets of defaults (:mod:`fgnn.recipes`): FGNN §7.1, Kipf & Welling's Planetoid GCN, GAE,
+#: the PinSAGE recommender, Veličković et al.'s Planetoid GAT.
+RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec", "velickovic")
 #: ``JobConfig.recipe`` besides a recipe's name: ``auto`` (:class:`fgnn.Job` picks the recipe
 #: of the dataset, model and task, as ``launch.py`` does) or ``off`` (none: the config as built).
 RECIPE_CHOICES = ("auto", "off") + RECIPES
@@ -73,7 +75,7 @@ LINK_EXCLUDE = ("none", "self", "reverse")
 LINK_DECODERS = ("dot", "mlp")
 
 #: FGNN §7.1 defaults per model.
-DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": ()}
+DEFAULT_FANOUTS = {"gcn": (15, 10, 5), "sage": (25, 10), "pinsage": (), "gat": (10, 10)}
 _FANOUTS_PER_MODEL = ", ".join(f"{m} {','.join(map(str, f)) or '(random walks)'}"
                                for m, f in DEFAULT_FANOUTS.items())
 
@@ -94,6 +96,7 @@ def _finite(obj: Any, *names: str) -> None:
             _fail(type(obj).__name__, name, value, "must be a finite number")
 
 
+@track_given
 @dataclass
 class SamplerConfig:
     """How mini-batches are sampled."""
@@ -200,6 +203,7 @@ class SamplerConfig:
         self.relation_fanouts = out
 
 
+@track_given
 @dataclass
 class CacheConfig:
     """The trainer-side feature cache (FGNN §6)."""
@@ -298,6 +302,7 @@ class CacheConfig:
                   f"must be one of {', '.join(PEER_TIERS)}")
 
 
+@track_given
 @dataclass
 class DiskConfig:
     """Where Trainers read feature rows that miss their device cache (GIDS, Park et al.)."""
@@ -350,13 +355,14 @@ class DiskConfig:
             _fail("DiskConfig", "threads", self.threads, "must be >= 1")
 
 
+@track_given
 @dataclass
 class ModelConfig:
     """The GNN model (FGNN §7.1 defaults)."""
 
-    name: str = flag("gcn", "GNN model; with --task link the encoder (gcn or sage)",
-                     name="--model", choices=MODELS)
-    """``gcn``, ``sage`` or ``pinsage``."""
+    name: str = flag("gcn", "GNN model (gat: multi-head attention, Velickovic et al.); with "
+                     "--task link the encoder (gcn, sage or gat)", name="--model", choices=MODELS)
+    """``gcn``, ``sage``, ``pinsage`` or ``gat``."""
     hidden: int = flag(256, "hidden size", type=int_at_least(1), metavar="H")
     """Hidden size."""
     dropout: float = flag(0.5, "dropout between layers, in [0, 1)", type=_UNIT_OPEN, metavar="P")
@@ -365,6 +371,10 @@ class ModelConfig:
                                 type=_UNIT_OPEN, metavar="P")
     """Dropout on the raw input features (PyG's and DGL's models use none; Kipf & Welling's
     Cora recipe 0.5)."""
+    heads: int = flag(8, "gat: attention heads of each hidden layer (concatenated; --hidden "
+                      "features each)", type=int_at_least(1), metavar="H")
+    """GAT: attention heads of each hidden layer, ``hidden`` features each (the output layer
+    has one head)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -373,6 +383,8 @@ class ModelConfig:
             _fail("ModelConfig", "name", self.name, f"must be one of {', '.join(MODELS)}")
         if self.hidden < 1:
             _fail("ModelConfig", "hidden", self.hidden, "must be >= 1")
+        if self.heads < 1:
+            _fail("ModelConfig", "heads", self.heads, "must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             _fail("ModelConfig", "dropout", self.dropout, "must lie in [0, 1)")
         if not 0.0 <= self.input_dropout < 1.0:
@@ -405,6 +417,7 @@ def auto_batch_size(num_train: int) -> int:
 SEED_RANGE = (0, (1 << 32) - 1)
 
 
+@track_given
 @dataclass
 class TrainConfig:
     """The optimisation loop."""
@@ -497,6 +510,7 @@ class TrainConfig:
         return replace(self, batch_size=auto_batch_size(num_train))
 
 
+@track_given
 @dataclass
 class RuntimeConfig:
     """How devices are laid out (FGNN §5)."""
@@ -606,6 +620,7 @@ class RuntimeConfig:
                   f"must be one of {', '.join(EXCHANGES)}")
 
 
+@track_given
 @dataclass
 class LinkConfig:
     """Link prediction (``JobConfig.task="link"``): the edge split, the training negatives, the
@@ -675,6 +690,7 @@ class LinkConfig:
             _fail("LinkConfig", "hits_k", self.hits_k, "must all be >= 1")
 
 
+@track_given
 @dataclass
 class JobConfig:
     """A whole training job."""

@@ -276,6 +276,11 @@ class Job:
         from fgnn.executors.host import uses_ray
 
         if rc.address in (None, "local") and not gpu.is_available() and uses_ray(rc):
+            from fgnn.cores import check_device_cores
+
+            why = check_device_cores(rc.devices_used)  # processes the cores cannot start
+            if why is not None:
+                raise JobConfigError("runtime.devices", rc.devices, why)
             _check_executor_memory(rc.devices, rc.devices_used)  # in-process: no processes
         check_address(rc.address)
 
@@ -359,7 +364,7 @@ class Job:
         warning = batch_warning(batch, num_train)
         if cfg.train.batch_size is None:
             self._say(f"fgnn: {batch_note(batch, num_train, cfg.task)}")
-        elif warning and cfg.recipe != "kipf-welling":  # Kipf & Welling's one batch by design
+        elif warning and cfg.recipe not in ("kipf-welling", "velickovic"):  # one batch by design
             self._say(f"fgnn: warning: {warning}")
         return runtime, progress
 
@@ -415,8 +420,9 @@ class Job:
         load_s = time.perf_counter() - t0
         self._say(f"fgnn: dataset {self.dataset!r} loaded in {load_s:.2f}s")
         relation = f" of {cfg.link.edge_type}" if cfg.link.edge_type else ""
-        self._say(f"fgnn: task {cfg.task}{relation}, recipe {cfg.recipe} (defaults for the "
-                  f"flags not given)")
+        model = cfg.model.name if self.model is None else type(self.model).__name__
+        self._say(f"fgnn: task {cfg.task}{relation}, model {model}, recipe {cfg.recipe} "
+                  f"(defaults for the settings not given)")
         return load_s
 
     def _train(self, runtime: Any, progress: Any) -> RunResult:

@@ -65,8 +65,11 @@ def model_identity(model: nn.Module, dropout: Optional[float] = None) -> dict[st
 
     name = next((k for k, cls in MODEL_CLASSES.items() if type(model) is cls), None)
     dims = {k: getattr(model, k, None) for k in ("num_layers", "hidden", "in_dim", "num_classes")}
-    return {"name": name, "class": _qualname(model), "dropout": dropout if name else None,
-            **{k: (int(v) if isinstance(v, int) else None) for k, v in dims.items()}}
+    out = {"name": name, "class": _qualname(model), "dropout": dropout if name else None,
+           **{k: (int(v) if isinstance(v, int) else None) for k, v in dims.items()}}
+    if isinstance(getattr(model, "heads", None), int):  # GAT: its heads rebuild its shapes
+        out["heads"] = int(model.heads)
+    return out
 
 
 def dataset_fingerprint(dataset: "Dataset", spec: Optional[str] = None) -> dict[str, Any]:
@@ -319,7 +322,8 @@ def load_model(path: Union[str, os.PathLike], dataset: Optional["Dataset"] = Non
         from fgnn.config import ModelConfig
         from fgnn.models import build_model
 
-        cfg = ModelConfig(m["name"], hidden=int(m["hidden"]), dropout=float(m["dropout"] or 0.0))
+        cfg = ModelConfig(m["name"], hidden=int(m["hidden"]), dropout=float(m["dropout"] or 0.0),
+                          **({"heads": int(m["heads"])} if m.get("heads") else {}))
         model = build_model(cfg, int(m["in_dim"]), int(m["num_classes"]), int(m["num_layers"]))
     else:
         check_identity(path, "model file", meta, {"model": model_identity(model)},

@@ -1,6 +1,6 @@
 """Training recipes: the settings a dataset and model get when the user sets nothing else.
 
-Four recipes exist:
+Five recipes exist:
 
 * ``fgnn-7.1`` -- the FGNN §7.1 defaults of :mod:`fgnn.config` (3-layer GCN with fanouts
   15, 10, 5, hidden 256, ...), for every dataset without a published recipe.
@@ -24,6 +24,12 @@ Four recipes exist:
   excluded in both directions (``bench/link_gae.py``, which reaches the paper's AUC with these),
   drawn with frontier ``new`` (PyG's): at these fanouts the same GCN as ``all``, with a shorter
   Sample stage and only the seeds' hop checked for seed edges.
+* ``velickovic`` -- Veličković et al.'s GAT recipe (ICLR 2018, §3.3, Cora) for the Planetoid
+  datasets with ``--model gat``: 2 layers, 8 heads of 8 features (concatenated, ELU) and one
+  output head, dropout 0.6 on every layer's input (the features too) and on the attention
+  coefficients, Adam with lr 0.005 and weight decay 5e-4, 200 epochs (PyG's example; the test
+  score is that of the best validation epoch), the full neighbourhood and one batch of the
+  training split, as Kipf & Welling's.
 * ``pinsage-rec`` -- ``task="recsys"`` with ``--model pinsage`` (any dataset; the job refuses
   one that is not a user-item graph): the single-process recommender recipe of
   :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.tasks.recsys`).
@@ -35,7 +41,8 @@ report carries it).
 
 :func:`resolve_recipe` is the one way a recipe reaches a job, from ``launch.py`` (which knows the
 flags typed) and from Python (:class:`fgnn.Job` resolves a config whose ``recipe`` is ``auto``,
-the default; the fields left at their defaults are the ones not given). It also fills the
+the default; the fields the configs' constructors were not given are the ones not given,
+:mod:`fgnn.given`: ``TrainConfig(epochs=200)`` keeps 200 even where 200 is the default). It also fills the
 per-model sampler defaults (:func:`model_sampler`). ``recipe="off"`` (``--recipe off``) applies
 no recipe. Independently of the recipe, ``train.batch_size=None`` (the default) adapts the batch
 to the training split (:func:`fgnn.config.auto_batch_size`) when the job starts.
@@ -49,8 +56,10 @@ from typing import Any, Collection, Mapping, Optional
 
 from fgnn.config import DEFAULT_FANOUTS, JobConfig
 from fgnn.data.spec import parse_spec
+from fgnn.given import given_of
 
 __all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
+           "VELICKOVIC_RECIPE",
            "FULL_FANOUT", "FULL_BATCH", "recipe_for", "apply_recipe", "resolve_recipe",
            "given_fields", "model_sampler", "with_spec_options"]
 
@@ -130,6 +139,24 @@ GAE_RECIPE = Recipe(
     spec_options={"normalize_features": False},
 )
 
+VELICKOVIC_RECIPE = Recipe(
+    "velickovic",
+    f"Velickovic et al.'s GAT: 2 layers, 8 heads x 8 features, 1 output head, dropout 0.6 "
+    f"(input and attention too), lr 0.005, weight decay 5e-4, 200 epochs, full neighbourhood "
+    f"(fanouts {FULL_FANOUT},{FULL_FANOUT}), one batch of the training split",
+    {
+        "model.hidden": 8,
+        "model.heads": 8,
+        "model.dropout": 0.6,
+        "model.input_dropout": 0.6,
+        "train.lr": 0.005,
+        "train.weight_decay": 5e-4,
+        "train.epochs": 200,
+        "train.batch_size": FULL_BATCH,
+        "sampler.fanouts": (FULL_FANOUT, FULL_FANOUT),
+    },
+)
+
 PINSAGE_REC_RECIPE = Recipe(
     "pinsage-rec",
     "PinSAGE as a recommender (Ying et al. 2018, fgnn.hetero.recsys's recipe): 2 layers of "
@@ -169,7 +196,7 @@ def recipe_for(dataset: str, model: str, task: str = "node") -> Recipe:
         return FGNN_RECIPE
     if task == "link":
         return GAE_RECIPE if model in ("gcn", "sage") else FGNN_RECIPE
-    return KIPF_RECIPE if model == "gcn" else FGNN_RECIPE
+    return {"gcn": KIPF_RECIPE, "gat": VELICKOVIC_RECIPE}.get(model, FGNN_RECIPE)
 
 
 def apply_recipe(config: JobConfig, recipe: Recipe, given: Collection[str] = ()) -> JobConfig:
@@ -209,8 +236,8 @@ def resolve_recipe(config: JobConfig, given: Optional[Collection[str]] = None) -
     Args:
         config: the job as built from flags or in Python.
         given: dotted fields the user set (``launch.py``: the flags typed); ``None``: the fields
-            whose values differ from a default :class:`JobConfig`'s (:func:`given_fields`), so
-            a field left at, or set to, its default takes the recipe's value.
+            the configs' constructors were given (:func:`given_fields`), so a field set to its
+            default value keeps it and only a field left out takes the recipe's value.
 
     Raises:
         ValueError: as the configs' own validation, or :func:`with_spec_options`.
@@ -229,15 +256,21 @@ def resolve_recipe(config: JobConfig, given: Optional[Collection[str]] = None) -
 
 
 def given_fields(config: JobConfig) -> frozenset[str]:
-    """The dotted fields (``"model.hidden"``, ``"dataset"``) whose values in ``config`` differ
-    from those of ``JobConfig()``: what a config built in Python sets."""
+    """The dotted fields (``"model.hidden"``, ``"dataset"``) a config built in Python sets: those
+    its constructors were given (:func:`fgnn.given.given_of`), a value equal to the default
+    included; for an object that records none (built without its ``__init__``), the fields whose
+    values differ from those of ``JobConfig()``."""
     default, out = JobConfig(), set()
+    top = given_of(config)
     for f in dataclasses.fields(JobConfig):
         value, ref = getattr(config, f.name), getattr(default, f.name)
         if dataclasses.is_dataclass(value):
-            out |= {f"{f.name}.{g.name}" for g in dataclasses.fields(value)
-                    if getattr(value, g.name) != getattr(ref, g.name)}
-        elif value != ref:
+            names = given_of(value)
+            if names is None:
+                names = {g.name for g in dataclasses.fields(value)
+                         if getattr(value, g.name) != getattr(ref, g.name)}
+            out |= {f"{f.name}.{n}" for n in names}
+        elif (f.name in top) if top is not None else value != ref:
             out.add(f.name)
     return frozenset(out)
 

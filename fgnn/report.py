@@ -392,7 +392,8 @@ def format_report(report: Mapping[str, Any]) -> str:
     """
     cfg = report["config"]
     a, fin = report["allocation"], report["final"]
-    model = cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?"
+    model = report.get("allocation", {}).get("model") or (  # a custom model: its class
+        cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?")
     lines = [
         f"dataset  {cfg.get('dataset', '?')}",
         f"run      model {model}   mode {report['mode']}   cache {cache_text(report)}"

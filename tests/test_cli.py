@@ -110,7 +110,7 @@ def _bad(argv: list[str], capsys, tmp_path: Path) -> str:
 @pytest.mark.parametrize("argv, flag, value", [
     (["--dataset", "nosuchdata"], "--dataset", "nosuchdata"),
     (["--dataset", "rmat:scale=oops"], "--dataset", "scale=oops"),
-    (["--model", "gat"], "--model", "gat"),
+    (["--model", "gin"], "--model", "gin"),
     (["--devices", "0"], "--devices", "0"),
     (["--devices", "-3"], "--devices", "-3"),
     (["--devices", "4", "--samplers", "4"], "--samplers", "4"),
@@ -190,3 +190,10 @@ def test_cli_docs_match_parser():
     assert begin in doc and end in doc
     table = doc.split(begin, 1)[1].split(end, 1)[0]
     assert table == flags_markdown(), "docs/cli.md is stale: python -m fgnn.cli --markdown"
+
+
+def test_a_misspelt_flag_gets_a_suggestion(cli_error):
+    line = cli_error(["--batchsize", "64"])
+    assert line.startswith("launch.py: error: unrecognized arguments: --batchsize 64")
+    assert "did you mean --batch-size?" in line
+    assert "did you mean" not in cli_error(["--zzzzzz"])  # nothing close: no guess

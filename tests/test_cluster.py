@@ -4,10 +4,10 @@ this machine (one logical GPU each, token authentication), and Cora trained thro
 
 The test runs the doc's commands, with only what one shared machine needs changed: free ports
 instead of 6379 and 8265, ``127.0.0.1`` for ``HEAD_IP``, a fresh token in ``RAY_AUTH_TOKEN``
-(never the user's ``~/.ray/auth_token``), a private ``--temp-dir``, and the test's data root and
-report path. It stops only the processes of the cluster it started (those naming its temp
-dir, their descendants and the workers its raylets started: :func:`fgnn.reaper.reap`), never
-with ``ray stop``, which would stop every Ray of this user on the machine.
+(never the user's ``~/.ray/auth_token``), a private ``--temp-dir``, and the test's data root
+(the doc's ``DIR``) and report path. It stops only the processes of the cluster it started (those
+naming its temp dir, their descendants and the workers its raylets started:
+:func:`fgnn.reaper.reap`), never with ``ray stop``, which would stop every Ray of this user on the machine.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class DocCluster:
             args += ["--temp-dir", self.temp]
         if args[1] == "launch.py":
             args = [str(self.report) if a == "r.json" else a for a in args]
-            args += ["--data-root", str(self.data_root)]
+            assert "--data-root" in args, line                # the doc's job loads Cora
+            args[args.index("--data-root") + 1] = str(self.data_root)
         return args
 
     def run(self, line: str, timeout: float) -> subprocess.CompletedProcess:

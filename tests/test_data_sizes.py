@@ -202,6 +202,8 @@ def test_cli_huge_spec(no_ray, capsys, tmp_path):
 def test_cli_too_many_logical_devices(no_ray, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(memory, "host_memory_limit", lambda: MemoryLimit(4 * GIB, "test limit"))
+    import fgnn.cores
+    monkeypatch.setattr(fgnn.cores, "usable_cores", lambda: 10 ** 6)  # memory, not cores, binds
     line = _cli_error(["--devices", "100000"], capsys, tmp_path)
     assert line.startswith("launch.py: error: argument --devices: 100000 Ray logical GPUs need "
                            "at least 100002 executor processes of about 300.0 MiB each")
@@ -259,5 +261,9 @@ def test_launch_refuses_under_memory_guard(tmp_path, args, flag):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"launch.py: error: argument {flag}: ")
-    assert "this machine can give" in lines[0]
+    from fgnn.cores import check_device_cores
+    if flag == "--devices" and check_device_cores(100000) is not None:
+        assert "CPU core" in lines[0]  # the cores bind first (tests/test_cores.py)
+    else:
+        assert "this machine can give" in lines[0]
     assert not (tmp_path / "r.json").exists()

@@ -355,3 +355,33 @@ def test_hetero_graphsage_trains_with_learned_user_embeddings():
         opt.step()
     assert float(loss) < 0.2 * first
     assert model.embed["user"].weight.grad is not None
+
+
+def _unlabelled_pyg() -> FakeHeteroData:
+    data = fake_pyg()
+    del data["item"].y
+    return data
+
+
+def _unlabelled_dgl() -> FakeDGLHetero:
+    g = FakeDGLHetero()
+    del g.nodes["item"].data["label"]
+    return g
+
+
+def test_from_pyg_and_from_dgl_take_typed_graphs_without_labels():
+    """A typed link or recommendation graph has no labels: the converters give a dataset whose
+    graph keeps none (``labelled`` False), with every relation and feature as given."""
+    for ds in (from_pyg(_unlabelled_pyg()), from_dgl(_unlabelled_dgl())):
+        assert isinstance(ds, HeteroDataset) and not ds.labelled
+        assert ds.graph.labels is None and ds.graph.num_nodes == NUM
+        assert ds.graph.edge_types == [UI, IU, II]
+        assert _edge_set(ds.graph.edge_index(UI)) == _edge_set(EDGES_UI)
+        assert torch.equal(ds.graph.features["item"], X_ITEM) and "user" not in ds.graph.features
+        assert "no labels" in repr(ds)
+    assert from_pyg(fake_pyg()).labelled                      # labels, when given, still count
+    with pytest.raises(ValueError, match=r"train= splits the nodes of a labelled type, but no "
+                                         r"node type has labels"):
+        from_pyg(_unlabelled_pyg(), train=torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"has no y"):       # a named target still needs its y
+        from_pyg(_unlabelled_pyg(), target_type="item")

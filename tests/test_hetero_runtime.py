@@ -23,8 +23,8 @@ from collections import Counter
 import pytest
 import torch
 
-from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, \
-    TrainConfig
+from fgnn.config import CacheConfig, JobConfig, LinkConfig, ModelConfig, RuntimeConfig, \
+    SamplerConfig, TrainConfig
 from fgnn.data import from_pyg, load_dataset
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.executors._common import task_generator
@@ -213,7 +213,8 @@ def test_the_cache_planner_reads_every_cache_policy(policy, want):
     from fgnn.executors._caches import CachePlanner
 
     cfg = JobConfig(cache=CacheConfig(policy=policy))
-    planner = CachePlanner(cfg, None, None, 1, True, None, SimpleNamespace(), None)
+    dataset = SimpleNamespace(feature_row_bytes=64)   # the planner sizes its eval chunk by it
+    planner = CachePlanner(cfg, dataset, None, 1, True, None, SimpleNamespace(), None)
     assert planner.policy == want
 
 
@@ -253,3 +254,45 @@ def test_job_trains_a_typed_graph_given_through_from_pyg(ray_cluster):
     assert all(ep["loss"] is not None and math.isfinite(ep["loss"]) for ep in res["epochs"])
     assert 0.0 <= res["final"]["test_acc"] <= 1.0
     assert set(res["epochs"][-1]["typed_cache"]) == {"paper", "field"}   # author: no features
+
+
+def _unlabelled_pyg() -> _HeteroDataLike:
+    """The planted typed graph as a HeteroData-like object with no ``y`` on any node type."""
+    planted = load_dataset("hetero:papers=200,authors=60,fields=8,seed=0").graph
+    data = _HeteroDataLike()
+    for t, n in planted.num_nodes.items():
+        data[t].num_nodes = n
+    for t, x in planted.features.items():
+        data[t].x = x
+    for et in planted.edge_types:
+        data[et].edge_index = planted.edge_index(et)
+    return data
+
+
+def test_a_typed_graph_without_labels_refuses_node_classification_in_one_line():
+    from fgnn import Job
+    from fgnn.job import JobConfigError
+
+    cfg = JobConfig(model=ModelConfig(name="sage", hidden=16), sampler=SamplerConfig(fanouts=(3,)),
+                    runtime=RuntimeConfig(devices=1, dashboard_host=None))
+    with pytest.raises(JobConfigError, match=r"task: 'node' needs labels, and no node type .*"
+                                             r"task='link'"):
+        Job(cfg, dataset=from_pyg(_unlabelled_pyg(), name="bare"), progress=False).run()
+
+
+def test_job_trains_link_prediction_on_a_typed_graph_without_labels(ray_cluster):
+    """``from_pyg`` of a HeteroData with no ``y`` (every typed link graph) gives a dataset whose
+    graph keeps no labels, and a typed link ``Job`` trains it end to end."""
+    from fgnn import Job
+
+    ds = from_pyg(_unlabelled_pyg(), name="bare")
+    assert isinstance(ds, HeteroDataset) and not ds.labelled and ds.graph.labels is None
+    cfg = JobConfig(task="link", link=LinkConfig(edge_type="author,writes,paper", neg_ratio=1),
+                    model=ModelConfig(name="sage", hidden=16),
+                    sampler=SamplerConfig(fanouts=(3, 3)),
+                    train=TrainConfig(epochs=2, batch_size=64, lr=0.01, seed=0),
+                    runtime=RuntimeConfig(devices=1, dashboard_host=None))
+    res = Job(cfg, dataset=ds, progress=False).run().to_dict()
+    assert [ep["epoch"] for ep in res["epochs"]] == [0, 1]
+    assert all(ep["loss"] is not None and math.isfinite(ep["loss"]) for ep in res["epochs"])
+    assert 0.0 <= res["final"]["test_auc"] <= 1.0

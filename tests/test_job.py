@@ -23,7 +23,8 @@ TINY = "rmat:scale=8,edge_factor=4,feat_dim=16,num_classes=4,train_frac=0.3,seed
 def _doc_namespace() -> dict:
     """Exec the example classes of docs/api.md (their ``__main__`` parts do not run)."""
     text = (REPO / "docs" / "api.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class " in b]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+              if "class " in b and "torch_geometric" not in b]  # PyG's: tests/test_pyg_blocks.py
     assert len(blocks) == 3, "docs/api.md should hold the sampler, model and task examples"
     ns: dict = {"__name__": "fgnn_api_doc"}  # not importable: Ray pickles the classes by value
     for b in blocks:
@@ -88,6 +89,10 @@ def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
     assert report["preprocess"]["load_s"] >= 0
     assert len(report["epochs"]) == 2 and all(e["batches"] > 0 for e in report["epochs"])
     assert report["config"]["runtime"]["devices"] == 2
+    # the report and the console name the model that ran: the custom one by its class
+    assert report["allocation"]["model"] == "MeanSAGE" and "model MeanSAGE" in log
+    from fgnn.report import format_report
+    assert "model MeanSAGE" in format_report(report)
     assert png_path_for(cfg.report).read_bytes()[:4] == b"\x89PNG"
     # a Job runs once: a second run would start from these weights and report it as fresh
     weights = {k: v.clone() for k, v in job.model.state_dict().items()}

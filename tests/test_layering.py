@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "cache", "sampling"),
     ("data",),                              # loaders, converters, on-disk; homogeneous, typed
     ("graph", "config", "fieldtypes", "flags", "atomic", "raystart", "raylet_watch", "_lazy",
-     "causes", "sigterm", "reaper", "subsets", "threads", "procmem", "gpu"),
+     "causes", "sigterm", "reaper", "subsets", "threads", "procmem", "gpu", "given", "cores"),
 )
 
 #: Imports (importer, imported) allowed against the rules (none: an exception is named here

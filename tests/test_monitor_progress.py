@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 import subprocess
 import sys
@@ -41,6 +43,10 @@ def test_format_epoch_has_every_number():
     one = _stats()
     one.samplers, one.trainers, one.switches = 2, 1, 1
     assert "2 samplers 1 trainer 1 switch |" in format_epoch(one)
+    # one device: no Trainer; its Sampler's standby trains after each sampling turn
+    alone = dataclasses.replace(one, samplers=1, trainers=0, switches=1)
+    assert "| 1 sampler, then its standby trains (1 switch) |" in format_epoch(alone)
+    assert "0 trainers" not in format_epoch(alone)
 
 
 def test_progress_bar_and_lines_on_a_terminal():

@@ -32,7 +32,9 @@ def _job(gib: float, mode: str = "factored", devices: int = 2) -> JobConfig:
     return JobConfig(model=ModelConfig("sage", hidden=64, dropout=0.0),
                      sampler=SamplerConfig(fanouts=(5, 5)),
                      cache=CacheConfig(policy="degree", device_memory_gib=gib),
-                     train=TrainConfig(epochs=2, batch_size=64, seed=1),
+                     # a chunk the user sets: the sizing budgets it as it is (one left unset
+                     # shrinks to leave the cache room, tests/test_cache_never_empty.py)
+                     train=TrainConfig(epochs=2, batch_size=64, seed=1, eval_batch_size=1024),
                      runtime=RuntimeConfig(mode=mode, devices=devices, samplers=1))
 
 

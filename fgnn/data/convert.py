@@ -28,7 +28,8 @@ import torch
 
 from fgnn.data.dataset import Dataset, SplitLike, check_finite_features, split_ids
 from fgnn.data.convert_hetero import (from_dgl_hetero, from_pyg_hetero, is_typed_dgl,
-                                     is_typed_pyg, labelled_type, typed_dataset)
+                                     is_typed_pyg, labelled_type, typed_dataset,
+                                     unlabelled_dataset)
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.graph import CSRGraph
 from fgnn.graph.arrays import as_cpu_tensor
@@ -190,8 +191,10 @@ def _typed_pyg(data: Any, what: str, *, name: str, num_classes: Optional[int],
                seed: Optional[int]) -> HeteroDataset:
     """The HeteroDataset of a typed PyG graph (see :func:`from_pyg`)."""
     types = list(data.node_types)
-    target = target_type or labelled_type(
-        [t for t in types if getattr(data[t], "y", None) is not None], types, what, "y")
+    labelled = [t for t in types if getattr(data[t], "y", None) is not None]
+    if target_type is None and not labelled:
+        return unlabelled_dataset(from_pyg_hetero(data, name=name), given, what)
+    target = target_type or labelled_type(labelled, types, what, "y")
     graph = from_pyg_hetero(data, target_type=target, name=name)
     store = data[target]
     splits = _splits(given, lambda s: getattr(store, f"{s}_mask", None),
@@ -223,7 +226,9 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: Optional[int] = None,
         split: column of 2-D ``(N, S)`` masks to use (datasets with several splits).
         symmetrize: homogeneous only: add every edge's reverse (then drop duplicates).
         target_type: typed only: the node type whose ``y`` are the labels; default the only
-            node type with ``y``.
+            node type with ``y``; when no type has ``y`` (a link-prediction or recommendation
+            graph) the dataset has no labels (:meth:`HeteroDataset.unlabelled`: link jobs
+            only, and no node splits may be given).
         seed: typed only: seed of the random split when the target type has no masks.
 
     Returns:
@@ -285,9 +290,11 @@ def _typed_dgl(graph: Any, what: str, *, name: str, num_classes: Optional[int],
                seed: Optional[int], feat_key: str, label_key: str) -> HeteroDataset:
     """The HeteroDataset of a DGL heterograph (see :func:`from_dgl`)."""
     types = list(graph.ntypes)
-    target = target_type or labelled_type(
-        [t for t in types if label_key in graph.nodes[t].data], types, what,
-        f"data[{label_key!r}]")
+    labelled = [t for t in types if label_key in graph.nodes[t].data]
+    if target_type is None and not labelled:
+        return unlabelled_dataset(from_dgl_hetero(graph, feat_key=feat_key, name=name), given,
+                                  what)
+    target = target_type or labelled_type(labelled, types, what, f"data[{label_key!r}]")
     typed = from_dgl_hetero(graph, target_type=target, feat_key=feat_key, label_key=label_key,
                             name=name)
     data = graph.nodes[target].data
@@ -321,7 +328,7 @@ def from_dgl(graph: Any, *, name: str = "dgl", feat_key: str = "feat", label_key
             the graph unweighted.
         num_classes, train, val, test, split, symmetrize, target_type, seed: as for
             :func:`from_pyg` (``target_type`` defaults to the only node type with
-            ``label_key``).
+            ``label_key``; with none, the dataset has no labels, for link jobs).
 
     Returns:
         A :class:`~fgnn.data.Dataset` whose row ``v`` lists the sources of the edges into ``v``;

@@ -21,7 +21,7 @@ from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["from_pyg_hetero", "from_dgl_hetero", "is_typed_pyg", "is_typed_dgl",
-           "labelled_type", "typed_dataset"]
+           "labelled_type", "typed_dataset", "unlabelled_dataset"]
 
 
 def is_typed_pyg(data: Any) -> bool:
@@ -77,6 +77,22 @@ def typed_dataset(graph: HeteroGraph, *, name: str, num_classes: Optional[int],
     ids = {f"{s}_idx": as_cpu_tensor(v, f"{what} {s} split") for s, v in given.items()}
     return HeteroDataset.from_graph(graph, name=name, splits=ids or None,
                                     num_classes=num_classes, seed=0 if seed is None else seed)
+
+
+def unlabelled_dataset(graph: HeteroGraph, given: Mapping[str, Any], what: str
+                       ) -> HeteroDataset:
+    """The label-free HeteroDataset of a typed graph no node type of which has labels (a link
+    prediction or recommendation graph): :meth:`HeteroDataset.unlabelled`.
+
+    Raises:
+        ValueError: node splits were given (they split the nodes of a labelled type).
+    """
+    split = next((s for s, v in given.items() if v is not None), None)
+    if split is not None:
+        raise ValueError(f"{what}: {split}= splits the nodes of a labelled type, but no node "
+                         f"type has labels; pass target_type= and labels, or leave the splits "
+                         f"out (a link job splits the relation's edges)")
+    return HeteroDataset.unlabelled(graph, name=str(graph.meta.get("name", "hetero")))
 
 
 def _edge_types(obj: Any, attr: str, what: str) -> list[tuple[str, str, str]]:

@@ -6,10 +6,17 @@ whose ``features`` map each node type to its matrix (a type left out has none: t
 it learned embeddings). ``labels`` and the splits are those of the target type, so everything
 that cuts tasks from ``train_idx`` / ``val_idx`` / ``test_idx`` works unchanged; the runtime
 samples, caches and trains it through :mod:`fgnn.executors._hetero`.
+
+A typed graph with no labels at all (a link-prediction or recommendation graph, e.g. a PyG
+``HeteroData`` of users rating items) becomes one with :meth:`HeteroDataset.unlabelled`:
+``graph.labels`` stays ``None`` (``labelled`` is False), the dataset's ``labels`` are one
+placeholder class per node of its first node type, and only link prediction trains it (node
+classification refuses it in one line, :func:`fgnn.tasks.checks.check_typed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -19,9 +26,11 @@ from fgnn.data.dataset import Dataset, check_finite_features, check_num_classes,
 from fgnn.data.split_checks import check_split_ids
 from fgnn.graph.hetero import HeteroGraph, format_edge_type, row_bytes_of
 
-__all__ = ["HeteroDataset", "random_splits"]
+__all__ = ["HeteroDataset", "random_splits", "UNLABELLED"]
 
 _SPLITS = ("train_idx", "val_idx", "test_idx")
+#: ``meta`` key marking a dataset made by :meth:`HeteroDataset.unlabelled`
+UNLABELLED = "unlabelled"
 
 
 def random_splits(n: int, fracs: tuple[float, float, float], seed: int
@@ -48,7 +57,7 @@ class HeteroDataset(Dataset):
         if not isinstance(g, HeteroGraph):
             raise ValueError(f"dataset {self.name!r}: a HeteroDataset needs a HeteroGraph, got "
                              f"{type(g).__name__}")
-        if g.target_type is None or g.labels is None:
+        if g.target_type is None or g.labels is None and not self.meta.get(UNLABELLED):
             raise ValueError(_no_target(self.name, g))
         n = g.num_nodes[g.target_type]
         for split in _SPLITS:
@@ -159,10 +168,39 @@ class HeteroDataset(Dataset):
 
     def __repr__(self) -> str:
         types = ", ".join(f"{t}={n}" for t, n in self.graph.num_nodes.items())
-        return (f"HeteroDataset({self.name!r}, nodes={{{types}}}, relations="
-                f"{len(self.graph.edge_types)}, edges={self.num_edges}, target="
-                f"{self.target_type!r}, classes={self.num_classes}, train/val/test="
-                f"{self.train_idx.numel()}/{self.val_idx.numel()}/{self.test_idx.numel()})")
+        head = (f"HeteroDataset({self.name!r}, nodes={{{types}}}, relations="
+                f"{len(self.graph.edge_types)}, edges={self.num_edges}")
+        if not self.labelled:
+            return head + ", no labels)"
+        return (f"{head}, target={self.target_type!r}, classes={self.num_classes}, "
+                f"train/val/test={self.train_idx.numel()}/{self.val_idx.numel()}/"
+                f"{self.test_idx.numel()})")
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the graph has labels (False for :meth:`unlabelled`: link prediction only)."""
+        return self.graph.labels is not None
+
+    def check_trainable(self) -> None:
+        """:meth:`Dataset.check_trainable` of a labelled dataset; an unlabelled one has no node
+        split or class to check (a link job splits a relation's edges, and a node job is
+        refused by :func:`fgnn.tasks.checks.check_typed`)."""
+        if self.labelled:
+            super().check_trainable()
+
+    @classmethod
+    def unlabelled(cls, graph: HeteroGraph, name: Optional[str] = None,
+                   check_features: bool = True) -> "HeteroDataset":
+        """A dataset over a typed graph without labels, for link prediction (a relation's edges
+        are what it learns): ``graph.labels`` stays ``None``; ``target_type`` is the graph's,
+        else its first node type, with one placeholder class and empty node splits (no node
+        task reads them; a link job splits the relation's edges)."""
+        title = name or str(graph.meta.get("name", "hetero"))
+        target = graph.target_type or graph.node_types[0]
+        g = dataclasses.replace(graph, labels=None, target_type=target)
+        empty = torch.empty(0, dtype=torch.int64)
+        return cls(title, g, g.features, torch.zeros(g.num_nodes[target], dtype=torch.int64),
+                   empty, empty, empty, 1, dict(g.meta, **{UNLABELLED: True}), check_features)
 
 
 def _no_target(name: str, g: HeteroGraph) -> str:

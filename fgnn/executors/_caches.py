@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 class CachePlanner:
     """Hotness, cache plans, placement and filling.
 
+    ``bounds_eval_chunk`` (a class attribute): whether the sizing may shrink an evaluation
+    chunk the user did not set (a subclass that counts chunks in other units says no).
+
     Args:
         config: the job.
         dataset: the loaded dataset (:meth:`reorder` replaces it by the renumbered one).
@@ -65,6 +68,8 @@ class CachePlanner:
             ``why``: :meth:`TrainerExecutor.export_cache`).
         peer_opened: Trainer name -> where it reads each peer from (``sources``, ``reasons``).
     """
+
+    bounds_eval_chunk = True
 
     def __init__(self, config: JobConfig, dataset: Dataset, sampler: Sampler, step_tasks: int,
                  evaluate: bool, services: Services, workers: WorkerGroup,
@@ -96,6 +101,15 @@ class CachePlanner:
         self.peer_opened: dict[str, dict[str, Any]] = {}
         self._peers_stale = False
         workers.reinstall = self.install
+        from fgnn.evaluation import eval_chunk
+
+        self.eval_chunk = eval_chunk(config.train, dataset.feature_row_bytes)
+        """Seeds of an evaluation chunk: the job's, or fewer once the sizing bounds it."""
+        self.eval_chunk_auto = False
+        """Whether the user left the chunk unset (the runtime says), so the sizing may shrink
+        it to leave the cache room (:meth:`_bound_eval_chunk`)."""
+        self.cache_empty: Optional[dict[str, Any]] = None
+        """Why the plan caches no row (:func:`fgnn.cache.eval_bound.empty_cache_reason`)."""
 
     def policy_hotness(self, presample: bool = False) -> None:
         """The hotness map of a policy that needs no sampling (degree, WRPR, random), on the
@@ -142,10 +156,11 @@ class CachePlanner:
         budget less the terms of :func:`fgnn.cache.sizing.device_terms` (model, measured step
         peak, an evaluation chunk's excess, gather, fragmentation, CUDA contexts, NCCL
         buffers; the topology, sampling working set and queued CUDA IPC samples where the
-        device samples too) and a margin."""
+        device samples too) and a margin. An evaluation chunk the user did not set is first
+        shrunk to leave the cache its room (:meth:`_bound_eval_chunk`); a plan that caches no
+        row says why (``cache_empty``, one line)."""
         from fgnn.cache.budget import plan_device_cache
-        from fgnn.cache.sizing import device_terms, eval_ratio
-        from fgnn.evaluation import eval_chunk
+        from fgnn.cache.eval_bound import empty_cache_reason
 
         cfg, ds = self.config, self.dataset
         n, row = ds.num_nodes, ds.feature_row_bytes
@@ -154,25 +169,20 @@ class CachePlanner:
                  for k in ("model_bytes", "step_peak_bytes", "gather_bytes")}
         cuda = any(r.get("device_total_bytes") for r in reports)
         cap = cfg.cache.cache_ratio
-        ratio = eval_ratio(eval_chunk(cfg.train, row), cfg.train.batch_size, self.step_tasks,
-                           self.do_evaluate and cfg.train.eval_mode != "layerwise")
-        shares = 1 if cfg.runtime.mode == "time-sharing" else 2  # Sampler + standby
-        common = self._gpu_terms(reports, cuda)
-        full = device_terms(worst, ratio=ratio, cuda=cuda, **common)
-        sampler = self._sampler_working_set(reports, ratio)
-        resident = device_terms(worst, ratio=ratio, cuda=cuda, processes=shares,
-                                graph_bytes=ds.graph.nbytes(), sampler=sampler,
-                                ipc_queue=self._ipc_queue(reports), **common)
+        ctx = self._term_context(reports, cuda)
         if cfg.cache.device_memory_gib is None and not cuda and cap is not None:
             # a ratio and no budget on a logical device: the ratio is the cache, and a device
             # that also holds the topology gives up the topology's bytes
             budget = int(cap * n * row)
+            graph = {"graph": ds.graph.nbytes()}
             plans = {"full": plan_device_cache(budget, {}, num_nodes=n, row_bytes=row,
                                                margin_bytes=0),
-                     "resident": plan_device_cache(budget, {"graph": resident["graph"]},
-                                                   num_nodes=n, row_bytes=row, margin_bytes=0)}
+                     "resident": plan_device_cache(budget, graph, num_nodes=n, row_bytes=row,
+                                                   margin_bytes=0)}
         else:
             budget = self._device_budget(reports)
+            ratio = self._bound_eval_chunk(worst, ctx, budget)
+            full, resident = self._terms(worst, ctx, ratio)
             plans = {"full": plan_device_cache(budget, full, num_nodes=n, row_bytes=row,
                                                max_alpha=cap),
                      "resident": plan_device_cache(budget, resident, num_nodes=n,
@@ -182,6 +192,70 @@ class CachePlanner:
         self.alpha_resident = self.cache_plans["resident"].alpha
         self.budget_bytes = self.cache_plans["full"].budget_bytes
         self.step_peak_bytes = worst["step_peak_bytes"]
+        self.cache_empty = empty_cache_reason(plans["full"], self.policy, cap)
+        if self.cache_empty is not None:
+            self.say(self.cache_empty["line"])
+
+    def _eval_ratio(self, chunk: int) -> float:
+        """:func:`~fgnn.cache.sizing.eval_ratio` of an evaluation chunk of ``chunk`` seeds."""
+        from fgnn.cache.sizing import eval_ratio
+
+        cfg = self.config
+        return eval_ratio(chunk, cfg.train.batch_size, self.step_tasks,
+                          self.do_evaluate and cfg.train.eval_mode != "layerwise")
+
+    def _term_context(self, reports: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
+        """What :meth:`_terms` needs besides the ratio, gathered once: the GPU terms, the
+        Samplers' working sets and the queued CUDA IPC samples."""
+        sets = [r["sampler"] for r in reports if r.get("sampler")]
+        samplers = self.workers.alive("sampler")
+        if samplers:
+            sets += self.watchdog.get([e.handle.working_set.remote() for e in samplers],
+                                      "a Sampler")
+        return {"cuda": cuda, "common": self._gpu_terms(reports, cuda), "sets": sets,
+                "ipc_queue": self._ipc_queue(reports)}
+
+    def _terms(self, worst: dict[str, int], ctx: dict[str, Any], ratio: float
+               ) -> tuple[dict[str, int], dict[str, int]]:
+        """The terms of a Trainer's device (``full``) and of a device that samples too
+        (``resident``) for evaluation chunks ``ratio`` times a training task."""
+        from fgnn.cache.sizing import device_terms, sampler_bytes
+
+        cuda, common = ctx["cuda"], ctx["common"]
+        shares = 1 if self.config.runtime.mode == "time-sharing" else 2  # Sampler + standby
+        sampler = max((sampler_bytes(w, ratio) for w in ctx["sets"]), default=0)
+        full = device_terms(worst, ratio=ratio, cuda=cuda, **common)
+        resident = device_terms(worst, ratio=ratio, cuda=cuda, processes=shares,
+                                graph_bytes=self.dataset.graph.nbytes(), sampler=sampler,
+                                ipc_queue=ctx["ipc_queue"], **common)
+        return full, resident
+
+    def _bound_eval_chunk(self, worst: dict[str, int], ctx: dict[str, Any], budget: int
+                          ) -> float:
+        """The evaluation ratio the plans budget: the chunk in force's, unless the user did not
+        set the chunk (:attr:`eval_chunk_auto`) and its excess would crowd out the cache; then
+        the chunk shrinks (:attr:`eval_chunk`, :func:`fgnn.cache.eval_bound.
+        bounded_eval_ratio`) and the runtime evaluates in chunks of that many seeds."""
+        from fgnn.cache.budget import SIZING_MARGIN_FRACTION, SIZING_MARGIN_MIN_BYTES
+        from fgnn.cache.eval_bound import bounded_eval_ratio, chunk_for_ratio
+
+        cfg, ds = self.config, self.dataset
+        ratio = self._eval_ratio(self.eval_chunk)
+        if not (self.eval_chunk_auto and self.bounds_eval_chunk) or ratio <= 1.0:
+            return ratio
+        margin = max(SIZING_MARGIN_MIN_BYTES, int(SIZING_MARGIN_FRACTION * budget))
+        cap = 1.0 if cfg.cache.cache_ratio is None else cfg.cache.cache_ratio
+        wanted = int(cap * ds.num_nodes) * ds.feature_row_bytes
+        bounded = ratio
+        for base, wide in zip(self._terms(worst, ctx, 1.0), self._terms(worst, ctx, ratio)):
+            used = sum(base.values())
+            bounded = min(bounded, bounded_eval_ratio(
+                ratio, sum(wide.values()) - used, budget - used - margin, wanted))
+        if bounded < ratio:
+            self.eval_chunk = min(self.eval_chunk, chunk_for_ratio(
+                bounded, cfg.train.batch_size, self.step_tasks))
+            ratio = self._eval_ratio(self.eval_chunk)
+        return ratio
 
     def _device_budget(self, reports: list[dict[str, Any]]) -> int:
         """``--device-memory``, else on a GPU each Trainer's :func:`~fgnn.cache.sizing.
@@ -242,19 +316,6 @@ class CachePlanner:
             batches = -(-int(self.dataset.train_idx.numel()) // self.config.train.batch_size)
             queued = max(queued, batches * self.step_tasks)
         return ipc_queue_bytes(queued, largest)
-
-    def _sampler_working_set(self, reports: list[dict[str, Any]], ratio: float) -> int:
-        """Device bytes sampling needs beside the topology, for samples up to ``ratio`` times a
-        training task's (:func:`fgnn.cache.sizing.sampler_bytes`, the largest over the
-        Samplers and the time-sharing Trainers)."""
-        from fgnn.cache.sizing import sampler_bytes
-
-        sets = [r["sampler"] for r in reports if r.get("sampler")]
-        samplers = self.workers.alive("sampler")
-        if samplers:
-            sets += self.watchdog.get([e.handle.working_set.remote() for e in samplers],
-                                      "a Sampler")
-        return max((sampler_bytes(w, ratio) for w in sets), default=0)
 
     def choose(self, memory_reports: dict[str, Any]) -> None:
         """After the warm-up epochs: the hotness map (PreSC: the Samplers' visit counts over

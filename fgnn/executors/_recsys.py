@@ -14,7 +14,10 @@ __all__ = ["RecsysCachePlanner"]
 
 class RecsysCachePlanner(CachePlanner):
     """The homogeneous cache planner with user rows (never read) below every item, and the
-    evaluation term of the cache sizing counted in items."""
+    evaluation term of the cache sizing counted in items (a chunk it never shrinks: its
+    chunks are counted in items, not in the seeds the bound counts)."""
+
+    bounds_eval_chunk = False
 
     def _size_caches(self, memory_reports: dict[str, Any]) -> None:
         """The base's sizing with a training task counted in the items its sample holds

@@ -186,10 +186,13 @@ class Runtime:
         #: what the job learns (:mod:`fgnn.tasks`): items, samples, loss, scores
         self.task = build_task(config, dataset, model)
         dataset = self.task.training_dataset(dataset)  # a link job: the training message graph
+        auto_chunk = config.train.eval_batch_size is None  # the sizing may shrink it
         config = self.config = _settle_sizes(config, self.task, dataset)  # auto batch, eval chunk
         if model is None:  # its size against the host's memory before it is built
             _check_model_size(config, dataset, self.task, self.sampler.num_layers)
         torch.manual_seed(config.train.seed)
+        #: the model that runs, as the report names it: a custom one by its class name
+        self.model_name = config.model.name if model is None else type(model).__name__
         self.model = model if model is not None else self.task.build_model(
             config, dataset, self.sampler.num_layers)
         from fgnn.model_file import job_identity
@@ -218,6 +221,7 @@ class Runtime:
         self.caches = planner(config, dataset, self.sampler, self.step_tasks, self.do_evaluate,
                               self.services, self.workers, self.watchdog)
         self.caches.say = self.workers.say = self.timeline.say
+        self.caches.eval_chunk_auto = auto_chunk
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
 
@@ -605,6 +609,12 @@ class Runtime:
         with self.timeline.phase("cache_fill"):
             self.caches.choose(self.coordinator.memory_reports)
         self.timeline.move("cache_fill", "sizing", self.caches.sizing_s)
+        chunk, tc = getattr(self.caches, "eval_chunk", None), self.config.train
+        if chunk is not None and chunk != tc.eval_batch_size:  # bounded to leave the cache room
+            self.timeline.say(f"evaluation chunks of {chunk} seeds (not {tc.eval_batch_size}), "
+                              f"so the evaluation leaves the feature cache room; "
+                              f"--eval-batch-size sets them")
+            self.config = replace(self.config, train=replace(tc, eval_batch_size=chunk))
 
     def _train_epoch(self, epoch: int, first: bool) -> EpochStats:
         """One training epoch through the coordinator; after the run's first, the allocation
@@ -703,7 +713,8 @@ class Runtime:
         """The report's ``allocation``: what ran, the caches, the profile."""
         rt, c = self.config.runtime, self.caches
         placement = c.placement
-        allocation = {"devices": self.services.num_devices, "devices_requested": rt.devices,
+        allocation = {"model": self.model_name,
+                      "devices": self.services.num_devices, "devices_requested": rt.devices,
                       "val_subset": self.val_subset,
                       "samplers": self._n_s, "trainers": self._n_t, "K": self._k,
                       "device_kind": self.device_kind, "switching": bool(rt.switching),
@@ -714,7 +725,9 @@ class Runtime:
                       "cached_rows": ([] if placement is None
                                       else [int(b.numel()) for b in placement.buffers]),
                       "covered_rows": 0 if placement is None else placement.covered(),
-                      "cache_plans": {k: p.to_dict() for k, p in c.cache_plans.items()}}
+                      "cache_plans": {k: p.to_dict() for k, p in c.cache_plans.items()},
+                      "eval_chunk": self.config.train.eval_batch_size,
+                      "cache_empty": getattr(c, "cache_empty", None)}
         allocation.update(self.profile_times)
         if c.reorder_info is not None:
             allocation["reorder"] = {k: v for k, v in c.reorder_info.items() if k != "seconds"}

@@ -69,7 +69,8 @@ def report_title(report: Mapping[str, Any], width: int = 120) -> str:
         ``cora\\ngcn · factored · 4 devices · 1 sampler, 3 trainers · cache presc``
     """
     cfg = report.get("config", {})
-    model = cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?"
+    model = report.get("allocation", {}).get("model") or (  # a custom model: its class
+        cfg.get("model", {}).get("name", "?") if isinstance(cfg.get("model"), Mapping) else "?")
     alloc = report.get("allocation", {})
     used = int(alloc.get("devices", 0))
     asked = alloc.get("devices_requested")

@@ -47,15 +47,24 @@ def format_epoch(stats: EpochStats, epochs: Optional[int] = None) -> str:
             f"sample {s.total:.2f}s (S {s.S:.2f} M {s.M:.2f} C {s.C:.2f}) "
             f"extract {stats.extract_s:.2f}s train {stats.train_s:.2f}s | "
             f"hit {100 * stats.hit_rate:.1f}% | "
-            f"{plural(stats.samplers, 'sampler')} {plural(stats.trainers, 'trainer')} "
-            f"{plural(stats.switches, 'switch', 'switches')} | "
-            f"loss {loss}")
+            f"{_roles(stats)} | loss {loss}")
     if stats.val_acc is not None:
         line += f" val {stats.val_acc:.4f} (eval {stats.eval_s:.2f}s)"
     elif stats.val_auc is not None:
         line += (f" val AUC {stats.val_auc:.4f} AP {stats.val_ap:.4f} "
                  f"(eval {stats.eval_s:.2f}s)")
     return line
+
+
+def _roles(stats: EpochStats) -> str:
+    """``1 sampler 3 trainers 2 switches``: the executors and how often a Sampler's standby
+    switched to training; with no Trainer (one device), ``1 sampler, then its standby trains
+    (1 switch)``."""
+    switches = plural(stats.switches, "switch", "switches")
+    if stats.trainers == 0:
+        standby = "its standby trains" if stats.samplers == 1 else "their standbys train"
+        return f"{plural(stats.samplers, 'sampler')}, then {standby} ({switches})"
+    return f"{plural(stats.samplers, 'sampler')} {plural(stats.trainers, 'trainer')} {switches}"
 
 
 class Progress:

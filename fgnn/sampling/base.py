@@ -74,6 +74,19 @@ class Block:
         """Number of sampled edges E_l."""
         return int(self.src.numel())
 
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """PyG's ``edge_index``: ``(2, E_l)``, row 0 the senders' local ids (``src``, among the
+        ``num_src`` source vertices), row 1 the receivers' (``dst``, among the ``num_dst``
+        destinations), so a PyG layer runs on the block as it is:
+        ``conv((h, h[:b.num_dst]), b.edge_index, size=b.size)``."""
+        return torch.stack([self.src, self.dst])
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """PyG's bipartite ``size``: ``(num_src, num_dst)``."""
+        return (int(self.num_src), int(self.num_dst))
+
     def tensors(self) -> list[torch.Tensor]:
         """Edges (and weights)."""
         return [self.src, self.dst] + ([] if self.weights is None else [self.weights])

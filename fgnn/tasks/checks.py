@@ -75,6 +75,12 @@ def check_typed(config: JobConfig, dataset: HeteroDataset) -> None:
         if wrong:
             raise TypedJobError(field, value, f"{value!r} is not supported on the typed dataset "
                                               f"{dataset.name!r} {hint}".rstrip())
+    if c.task == "node" and not dataset.labelled:
+        raise TypedJobError("task", c.task, f"'node' needs labels, and no node type of the typed "
+                                            f"dataset {dataset.name!r} has any (task='link' "
+                                            f"predicts one of its relations; for node "
+                                            f"classification give one type labels and "
+                                            f"target_type=)")
     try:
         dataset.resolve_fanouts(c.sampler.fanouts, c.sampler.relation_fanouts)
     except ValueError as exc:
