@@ -188,13 +188,8 @@ class Runtime:
         dataset = self.task.training_dataset(dataset)  # a link job: the training message graph
         auto_chunk = config.train.eval_batch_size is None  # the sizing may shrink it
         config = self.config = _settle_sizes(config, self.task, dataset)  # auto batch, eval chunk
-        if model is None:  # its size against the host's memory before it is built
-            _check_model_size(config, dataset, self.task, self.sampler.num_layers)
-        torch.manual_seed(config.train.seed)
-        #: the model that runs, as the report names it: a custom one by its class name
-        self.model_name = config.model.name if model is None else type(model).__name__
-        self.model = model if model is not None else self.task.build_model(
-            config, dataset, self.sampler.num_layers)
+        #: the model that runs, and its name in the report: a custom one by its class name
+        self.model, self.model_name = self._model(config, dataset, model)
         from fgnn.model_file import job_identity
 
         self.identity = job_identity(config, dataset, self.model, self.sampler)
@@ -224,6 +219,17 @@ class Runtime:
         self.caches.eval_chunk_auto = auto_chunk
         self.coordinator = EpochCoordinator(config, self.services, self.workers, self.watchdog,
                                             self.step_tasks, on_batch, on_eval_batch)
+
+    def _model(self, config: JobConfig, dataset: Any, model: Optional[nn.Module]
+               ) -> tuple[nn.Module, str]:
+        """The given model, or the configured one built (its size checked against the host's
+        memory first), seeded by ``train.seed``; and its name."""
+        if model is None:
+            _check_model_size(config, dataset, self.task, self.sampler.num_layers)
+        torch.manual_seed(config.train.seed)
+        if model is not None:
+            return model, type(model).__name__
+        return self.task.build_model(config, dataset, self.sampler.num_layers), config.model.name
 
     # ================================================================== the parts' state
     @property
