@@ -38,6 +38,9 @@ ACTIVATION_COPIES = 6
 #: Bytes a cached row of the group costs each Trainer's cache lookup: the placement's id, its
 #: sorted copy and its buffer row (int64 each; :class:`~fgnn.cache.lookup.CacheLookup`).
 LOOKUP_BYTES_PER_ROW = 24
+#: Bytes a vertex of the cache's ranking on the driver: the hotness (float32), the visit
+#: counts it sums (int32) and its descending order (int64, ``hot_order``).
+RANKING_BYTES_PER_VERTEX = 16
 #: Live copies of a mini-batch's input rows in the feature file's dtype: the gathered rows and
 #: their staging; the model's float32 input comes beside them.
 INPUT_COPIES = 2
@@ -224,8 +227,9 @@ def _cache_each(config: Any, dataset: Any, logical: bool, trainers: int = 1,
 
 def _lookup_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, cache: int,
                   single: bool) -> list[Term]:
-    """Where every vertex is cached: the holder bits (one copy a host, in the object store
-    for a factored job) and each Trainer's rows of the group's buffers."""
+    """Where every vertex is cached: its ranking, the holder bits (one copy a host, in the
+    object store for a factored job), each Trainer's rows of the group's buffers and PreSC's
+    visit counts."""
     from fgnn.cache.placement import bits_dtype
     import torch
 
@@ -235,7 +239,12 @@ def _lookup_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, 
     # Rule 1 replicates one set of ids (one table); other placements spread distinct ones
     spread = not single and config.cache.placement != "replicate"
     group_rows = rows * (lay["trainers"] if spread else 1) + rows * (lay.get("standbys", 0) > 0)
-    out = [Term("cache map (holder bits, one copy a host)", bits * dataset.num_nodes, 1)]
+    out = [Term("cache ranking (hotness and its order, on the driver)",
+                RANKING_BYTES_PER_VERTEX * dataset.num_nodes, 1),
+           Term("cache map (holder bits, one copy a host)", bits * dataset.num_nodes, 1)]
+    if config.cache.policy == "presc" and not single:
+        out.append(Term("visit counts (PreSC's warm-up, each Sampler)", 4 * dataset.num_nodes,
+                        lay["samplers"]))
     if group_rows:
         out.append(Term("cache lookup (the group's cached ids)",
                         LOOKUP_BYTES_PER_ROW * group_rows, holders,

@@ -60,7 +60,9 @@ def test_terms_follow_the_sizes_and_flags(built):
     work = (5000 * 64 * (4 * mp.INPUT_COPIES + 4) + (400 + 4400) * 32 * 4 * mp.ACTIVATION_COPIES
             + 2 * (8 * (400 + 4400 + 5000) + 16 * edges))
     assert terms["evaluation chunk working set"].each == work
-    # one holder map a host (uint8 for 4 devices); each Trainer holds the group's cached ids
+    # the ranking on the driver; one holder map a host (uint8 for 4 devices); each Trainer
+    # holds the group's cached ids
+    assert terms["cache ranking (hotness and its order, on the driver)"].each == 16 * 5000
     assert terms["cache map (holder bits, one copy a host)"].each == 5000
     assert terms["cache map (holder bits, one copy a host)"].count == 1
     lookup = terms["cache lookup (the group's cached ids)"]
