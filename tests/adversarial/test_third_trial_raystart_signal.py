@@ -48,6 +48,20 @@ def _left(tree: set[int]) -> set[int]:
     return {pid for pid in tree | _started_by(tree) if _alive(pid)}
 
 
+@pytest.fixture
+def sigint_default():
+    """Ctrl-C raising in this process, as at a terminal: a suite started in the background
+    (``nohup``, ``&``) inherits SIGINT ignored, which fgnn rightly leaves ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _sigint_default() -> None:
+    """A child's ``preexec_fn``: SIGINT at its default, whatever the suite inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _watch(proc: subprocess.Popen, delay: float) -> set[int]:
     """Wait ``delay`` s after the ``starting Ray`` line, noting the driver's descendants as
     they come; returns them."""
@@ -74,7 +88,8 @@ def test_a_signal_while_ray_starts_ends_the_node_and_says_so(tmp_path, sig, stat
     cmd = [sys.executable, str(REPO / "launch.py"), "--dataset", TINY, "--fanouts", "4,4",
            "--batch-size", "16", "--epochs", "50", "--devices", "2", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            preexec_fn=_sigint_default)
     tree: set[int] = set()
     try:
         tree = _watch(proc, delay)
@@ -109,7 +124,8 @@ class _SignalInDel:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_whose_exception_python_swallowed_still_stops_the_start(monkeypatch, sig):
+def test_a_signal_whose_exception_python_swallowed_still_stops_the_start(monkeypatch, sig,
+                                                                        sigint_default):
     from fgnn import raystart
     from fgnn.sigterm import Terminated
 
