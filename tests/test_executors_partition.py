@@ -219,4 +219,5 @@ def test_a_typed_job_refuses_a_partitioned_store_in_one_line():
     cfg = JobConfig(cache=CacheConfig(feature_partition="hotness"),
                     runtime=RuntimeConfig(address="auto"))
     with pytest.raises(ValueError, match="feature_partition='hotness' is not supported on a typed"):
-        HeteroCachePlanner(cfg, None, None, 1, False, Services(), types.SimpleNamespace(), None)
+        HeteroCachePlanner(cfg, types.SimpleNamespace(feature_row_bytes=64), None, 1, False,
+                           Services(), types.SimpleNamespace(), None)

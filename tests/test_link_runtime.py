@@ -253,7 +253,7 @@ def test_link_run_on_four_logical_devices_through_launch(ray_cluster, planetoid_
     assert fin["test_auc"] > 0.7 and fin["test_ap"] > 0.65 and fin["val_auc"] > 0.7, fin
     assert len(rep["epochs"]) == 6 and all(e["val_auc"] is not None for e in rep["epochs"])
     out = capsys.readouterr().out
-    assert "task link, recipe gae" in out and "test_auc" in out
+    assert "task link, model " in out and "recipe gae" in out and "test_auc" in out
     resumed = tmp_path / "r2.json"
     assert main(argv + ["--epochs", "8", "--resume", "--report", str(resumed)]) == 0
     rep2 = load_report(resumed)
