@@ -20,14 +20,14 @@ coefficients (Veličković et al.'s Cora recipe: 8 heads × 8 features, dropout 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fgnn.models.aggregate import (Activation, SparseAwareDropout, check_hparams, check_inputs,
-                                   resolve_activation)
+from fgnn.models.aggregate import Activation
+from fgnn.models.stack import BlockStack
 from fgnn.sampling.base import Block
 
 __all__ = ["GATConv", "GAT"]
@@ -107,7 +107,7 @@ def _edge_softmax(logits: torch.Tensor, dst: torch.Tensor, n_dst: int,
     return ex / total[dst].clamp_min(torch.finfo(ex.dtype).tiny)
 
 
-class GAT(nn.Module):
+class GAT(BlockStack):
     """A multi-layer GAT on the blocks of a :class:`~fgnn.sampling.Sample`.
 
     Args:
@@ -129,26 +129,17 @@ class GAT(nn.Module):
                  dropout: float = 0.6, activation: Activation = "elu",
                  input_dropout: Optional[float] = None, heads: int = 8,
                  out_heads: int = 1) -> None:
-        super().__init__()
-        check_hparams("GAT", in_dim, num_classes, num_layers, hidden, dropout, input_dropout)
         if heads < 1 or out_heads < 1:
             raise ValueError(f"GAT: heads and out_heads must be >= 1, got {heads}, {out_heads}")
-        self.in_dim, self.num_classes, self.num_layers = in_dim, num_classes, num_layers
-        self.hidden, self.heads, self.out_heads = hidden, heads, out_heads
-        dims = [in_dim] + [hidden * heads] * (num_layers - 1)
-        self.layers = nn.ModuleList(
-            [GATConv(d, hidden, heads, concat=True, attn_dropout=dropout) for d in dims[:-1]]
-            + [GATConv(dims[-1], num_classes, out_heads, concat=False, attn_dropout=dropout)])
-        self.dropout = nn.Dropout(dropout)
-        self.input_dropout = SparseAwareDropout(dropout if input_dropout is None
-                                                else input_dropout)
-        self.activation = resolve_activation(activation)
+        self.heads, self.out_heads = heads, out_heads
+        super().__init__(in_dim, num_classes, num_layers, hidden, dropout, activation,
+                         input_dropout)
 
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
-        check_inputs("GAT", blocks, x, self.in_dim, self.num_layers)
-        h = x[:blocks[0].num_src]
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, (self.input_dropout if i == 0 else self.dropout)(h))
-            if i < self.num_layers - 1:
-                h = self.activation(h)
-        return h
+    def _layers(self, dropout: float) -> list[nn.Module]:
+        """Hidden layers of ``heads`` concatenated heads, an output layer of ``out_heads``
+        averaged ones; attention dropout ``dropout``."""
+        dims = [self.in_dim] + [self.hidden * self.heads] * (self.num_layers - 1)
+        return ([GATConv(d, self.hidden, self.heads, concat=True, attn_dropout=dropout)
+                 for d in dims[:-1]]
+                + [GATConv(dims[-1], self.num_classes, self.out_heads, concat=False,
+                           attn_dropout=dropout)])

@@ -1,4 +1,4 @@
-"""The layer stack shared by GCN and GraphSAGE: one conv layer per block, dropout on each layer's
+"""The layer stack shared by GCN, GraphSAGE and GAT: one conv layer per block, dropout on each layer's
 input (``input_dropout`` on the raw features, 0 by default), an activation after every layer but
 the last (which returns class logits)."""
 
@@ -37,12 +37,16 @@ class BlockStack(nn.Module):
         check_hparams(name, in_dim, num_classes, num_layers, hidden, dropout, input_dropout)
         self.in_dim, self.num_classes, self.num_layers = in_dim, num_classes, num_layers
         self.hidden = hidden
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
-        self.layers = nn.ModuleList(self.conv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.layers = nn.ModuleList(self._layers(dropout))
         self.dropout = nn.Dropout(dropout)
         self.input_dropout = SparseAwareDropout(dropout if input_dropout is None
                                                 else input_dropout)
         self.activation = resolve_activation(activation)
+
+    def _layers(self, dropout: float) -> list[nn.Module]:
+        """One :attr:`conv` per block: ``in_dim -> hidden -> ... -> num_classes``."""
+        dims = [self.in_dim] + [self.hidden] * (self.num_layers - 1) + [self.num_classes]
+        return [self.conv(a, b) for a, b in zip(dims[:-1], dims[1:])]
 
     def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
         check_inputs(type(self).__name__, blocks, x, self.in_dim, self.num_layers)
