@@ -234,16 +234,7 @@ def test_job_trains_a_typed_graph_given_through_from_pyg(ray_cluster):
     end to end (one device, two epochs on a small planted graph)."""
     from fgnn import Job
 
-    planted = load_dataset("hetero:papers=200,authors=60,fields=8,seed=0").graph
-    data = _HeteroDataLike()
-    for t, n in planted.num_nodes.items():
-        data[t].num_nodes = n
-    for t, x in planted.features.items():
-        data[t].x = x
-    data["paper"].y = planted.labels
-    for et in planted.edge_types:
-        data[et].edge_index = planted.edge_index(et)
-    ds = from_pyg(data, name="papers")
+    ds = from_pyg(_planted_pyg(labelled=True), name="papers")
     assert isinstance(ds, HeteroDataset) and ds.target_type == "paper"
     cfg = JobConfig(model=ModelConfig(name="sage", hidden=16),
                     sampler=SamplerConfig(fanouts=(3, 3)),
@@ -256,14 +247,17 @@ def test_job_trains_a_typed_graph_given_through_from_pyg(ray_cluster):
     assert set(res["epochs"][-1]["typed_cache"]) == {"paper", "field"}   # author: no features
 
 
-def _unlabelled_pyg() -> _HeteroDataLike:
-    """The planted typed graph as a HeteroData-like object with no ``y`` on any node type."""
+def _planted_pyg(labelled: bool = False) -> _HeteroDataLike:
+    """The planted typed graph as a HeteroData-like object: ``y`` on the papers when
+    ``labelled``, on no node type otherwise."""
     planted = load_dataset("hetero:papers=200,authors=60,fields=8,seed=0").graph
     data = _HeteroDataLike()
     for t, n in planted.num_nodes.items():
         data[t].num_nodes = n
     for t, x in planted.features.items():
         data[t].x = x
+    if labelled:
+        data["paper"].y = planted.labels
     for et in planted.edge_types:
         data[et].edge_index = planted.edge_index(et)
     return data
@@ -277,7 +271,7 @@ def test_a_typed_graph_without_labels_refuses_node_classification_in_one_line():
                     runtime=RuntimeConfig(devices=1, dashboard_host=None))
     with pytest.raises(JobConfigError, match=r"task: 'node' needs labels, and no node type .*"
                                              r"task='link'"):
-        Job(cfg, dataset=from_pyg(_unlabelled_pyg(), name="bare"), progress=False).run()
+        Job(cfg, dataset=from_pyg(_planted_pyg(), name="bare"), progress=False).run()
 
 
 def test_job_trains_link_prediction_on_a_typed_graph_without_labels(ray_cluster):
@@ -285,7 +279,7 @@ def test_job_trains_link_prediction_on_a_typed_graph_without_labels(ray_cluster)
     graph keeps no labels, and a typed link ``Job`` trains it end to end."""
     from fgnn import Job
 
-    ds = from_pyg(_unlabelled_pyg(), name="bare")
+    ds = from_pyg(_planted_pyg(), name="bare")
     assert isinstance(ds, HeteroDataset) and not ds.labelled and ds.graph.labels is None
     cfg = JobConfig(task="link", link=LinkConfig(edge_type="author,writes,paper", neg_ratio=1),
                     model=ModelConfig(name="sage", hidden=16),
