@@ -4,6 +4,7 @@ local Ray cluster of logical GPUs shared by the modules that ask for it."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 from pathlib import Path
 
@@ -16,6 +17,15 @@ from fgnn.raystart import local_system_config, retry_startup
 REPO = Path(__file__).resolve().parents[1]
 PLANETOID_ROOT = Path(os.environ.get("FGNN_PLANETOID_ROOT",
                                      REPO.parent / "shared" / "data" / "planetoid"))
+
+
+def load_bench(name: str):
+    """The module of ``bench/NAME.py`` (the bench scripts are not a package)."""
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _devices() -> list[str]:

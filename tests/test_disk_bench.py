@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
+from conftest import load_bench
 from fgnn.cache.disk_source import direct_io_supported
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "disk.py"
 SPEC = "rmat:scale=10,edge_factor=8,feat_dim=64,train_frac=0.1,seed=0"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_disk", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("disk")
 
 
 def test_bench_disk_reports_each_config_and_its_io(tmp_path):
