@@ -25,10 +25,26 @@ import torch
 __all__ = ["CacheLookup", "read_from"]
 
 
+#: Read-from tables of groups of at most 8 devices, by ``(local, num_devices, device)``.
+_TABLES: dict[tuple[int, int, str], torch.Tensor] = {}
+
+
 def read_from(bits: torch.Tensor, local: int, num_devices: int) -> torch.Tensor:
     """``(M,)`` int64 device each row is read from, given its holder bits: ``local`` when its
     bit is set, else the lowest-numbered device holding it, else ``-1`` (host). On ``bits``'
-    device, with no host sync."""
+    device, with no host sync: one gather from a 256-entry table up to 8 devices."""
+    if num_devices <= 8 and bits.dtype == torch.uint8:
+        key = (local, num_devices, str(bits.device))
+        table = _TABLES.get(key)
+        if table is None:
+            table = _TABLES[key] = _read_from(torch.arange(256), local, num_devices).to(
+                bits.device)
+        return table.index_select(0, bits.long())
+    return _read_from(bits, local, num_devices)
+
+
+def _read_from(bits: torch.Tensor, local: int, num_devices: int) -> torch.Tensor:
+    """:func:`read_from` bit by bit, for any number of devices."""
     bits = bits.long()
     dev = torch.full_like(bits, -1)
     others = bits & ~(1 << local)
