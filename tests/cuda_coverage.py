@@ -57,6 +57,7 @@ _COPY = EXE + "test_copy_stream_pins_copies_on_its_stream_and_hands_over_to_trai
 _NCCL = EXE + "test_nccl_group_gets_its_timeout_and_an_error_handling_that_keeps_the_process"
 _METER = EXE + "test_step_memory_meter_on_a_gpu_reads_the_allocator_and_the_driver"
 _HOSTCOPY = EXE + "test_host_copy_stages_into_pinned_memory_and_waits_once"
+_JOB = EXE + "test_a_job_on_gpus_lays_them_out_and_refuses_more_than_are_present"
 
 BRANCHES: tuple[Branch, ...] = (
     Branch(FS, "        return gpu.to_device(gpu.pin(t), device)",
@@ -161,6 +162,14 @@ BRANCHES: tuple[Branch, ...] = (
            "        out = gpu.empty_host((m, f), self.dtype, False)"),
     Branch("fgnn/executors/_device.py", "        gpu.set_device(device)",
            (EXE + "test_an_executor_binds_its_gpu_as_the_thread_current_device",)),
+    Branch("fgnn/job.py", "    n_cuda = gpu.device_count() if gpu.is_available() else 0", (_JOB,),
+           "    n_cuda = 0"),
+    Branch("fgnn/job.py", "            if n_cuda < rc.gpus_needed:", (_JOB,),
+           "            if False:"),
+    Branch("fgnn/memory_plan.py",
+           "    logical = (not gpu.is_available()) if logical is None else logical",
+           (EXE + "test_the_memory_plan_on_gpus_keeps_the_device_cache_off_the_host",),
+           "    logical = True if logical is None else logical"),
 )
 
 

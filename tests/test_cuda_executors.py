@@ -218,3 +218,33 @@ def test_an_executor_binds_its_gpu_as_the_thread_current_device(fake_cuda):
 
     assert actor_device(str(fake_cuda.device(1))) == fake_cuda.device(1)
     assert fake_cuda.current_device() == 1
+
+
+def test_a_job_on_gpus_lays_them_out_and_refuses_more_than_are_present(fake_cuda):
+    from fgnn.config import JobConfig, RuntimeConfig
+    from fgnn.job import Job, JobConfigError, describe_devices
+
+    assert describe_devices(2) == ("gpu", "2 devices: CUDA GPUs (2 present)")
+    kind, line = describe_devices(3)
+    assert kind == "logical" and "only 2 CUDA devices present" in line
+    Job(JobConfig(runtime=RuntimeConfig(devices=2))).validate()
+    with pytest.raises(JobConfigError, match="runtime.devices.*only 2 CUDA devices are present"):
+        Job(JobConfig(runtime=RuntimeConfig(devices=3))).validate()
+
+
+def test_the_memory_plan_on_gpus_keeps_the_device_cache_off_the_host(fake_cuda, tmp_path):
+    from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig
+    from fgnn.config import TrainConfig
+    from fgnn.data.memory import MemoryLimit
+    from fgnn.data.ondisk import load_ondisk
+    from fgnn.data.outofcore import GraphRecipe, build
+    from fgnn.memory_plan import plan_job
+
+    path = build(GraphRecipe("g", 2000, 20000, feat_dim=16, num_classes=4), tmp_path / "g",
+                 progress=False).path
+    cfg = JobConfig(dataset=f"ondisk:{path}", model=ModelConfig(name="sage", hidden=16),
+                    sampler=SamplerConfig(fanouts=(5, 5)),
+                    train=TrainConfig(epochs=1, batch_size=100, eval_batch_size=100),
+                    cache=CacheConfig(cache_ratio=0.5), runtime=RuntimeConfig(devices=2))
+    names = {t.name for t in plan_job(cfg, load_ondisk(path), limit=MemoryLimit(1 << 36, "t")).terms}
+    assert "device cache (logical device: host memory)" not in names
