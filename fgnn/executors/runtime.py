@@ -1,73 +1,9 @@
-"""The factored runtime on Ray (FGNN §5): builds the executors, runs the epochs, reports.
+"""The factored runtime (FGNN §5): builds the executors, runs the epochs, reports.
 
-A layout of one device (``single`` mode, ``runtime.devices=1``) runs without Ray unless asked
-(``runtime.ray``, ``runtime.address``): the same executors, queue and parameter server are
-in-process actors of the driver (:mod:`fgnn.executors.inline`), driven by this same runtime
-through :mod:`fgnn.executors.host`; Ray's metrics are off there, the report is the same.
-
-Layout of a job over N_g devices (GPUs, or Ray logical GPUs on CPU):
-
-* ``factored`` -- N_s Sampler executors and N_t = N_g - N_s Trainer executors, N_s from the
-  allocation formula over the first epoch, run with one Sampler (§5.3,
-  :func:`~fgnn.executors.scheduler.allocate`) unless ``RuntimeConfig.samplers`` fixes it. Each Sampler device also hosts a standby Trainer
-  with a smaller cache (the topology shares the device) that takes tasks once its Sampler has
-  finished its share of the epoch, while the switching profit is positive (§5.3).
-* ``time-sharing`` -- the conventional design and the baseline: every device samples and trains;
-  the topology is resident on every device, so its degree-ranked cache is smaller by the graph's
-  bytes.
-* ``single`` -- one device alternates: its Sampler samples the whole epoch into the queue (host
-  memory), then its standby Trainer trains it (§7.9), the N_t = 0 case of switching.
-
-All executors are plain classes made actors here, in :func:`~fgnn.executors._actors.make_actor` only, with
-``ray.remote(num_gpus=...)`` inside a placement group of one ``{"GPU": g}`` bundle per device
-(``g = RuntimeConfig.gpus_per_device``, 1 by default; 0.5 puts two devices on one GPU, so the
-factored layout runs on a single GPU). A Sampler and its standby share their bundle's device with
-half of it each. Each executor resolves its torch device inside its actor from the GPU Ray
-assigned it (:mod:`fgnn.executors._device`). An executor's constructor arguments wait in a
-named store actor that a restarted executor reads again (:mod:`fgnn.executors._actors`). Each
-mini-batch is cut into R tasks (R = ``runtime.devices``, 1 in single mode) whose gradients are
-averaged into one step, so training takes the steps of the single-process loop at any device
-count. ``runtime.exchange`` picks how: ``server`` (the default) sends every task's gradient to a
-parameter-server actor (:mod:`fgnn.executors.ps`); ``collective`` (experimental) keeps weights
-and optimizer on every Trainer's device and all-reduces the gradients once per step, with a
-ledger actor (:class:`~fgnn.executors.step_ledger.StepLedger`, no tensors) handing out slots,
-keeping the exactly-once ledger and the group's membership (:mod:`fgnn.executors.collective`).
-Either way the actor is ``self.ps``, driven through one interface
-(:class:`~fgnn.executors.exchange_api.GradientExchange`: ``begin_epoch``, ``release``,
-``ledger``, ``weights``, ``state``), and both keep the exactly-once ledger with one class
-(:class:`~fgnn.executors.exactly_once.TaskLedger`).
-
-Host features: in-memory matrices go through the object store once (mapped zero-copy by every
-executor on the node); a file-backed ``np.memmap`` (an ``ondisk:DIR`` dataset, possibly larger
-than memory) is shipped as a :class:`~fgnn.executors._common.MemmapFeatures` descriptor and each
-Trainer maps the file itself, reading only its cache rows and misses.
-
-Start-up and warm-up: the executors start (process, imports, topology and features mapped) while
-the driver computes a sampling-free hotness map (degree, WRPR, random). The first epoch of the run
-(the first K for PreSC#K) trains without the feature cache, as FGNN does ("we run the first K
-epochs of an end-to-end training pipeline for presampling without features cache", §6.3): it
-measures T_s and T_t for the allocation (§5.3), each Trainer measures its training step's memory
-on its own device (§6.1), and for PreSC the Samplers count visits. Then each executor's cache is
-planned (:func:`fgnn.cache.budget.plan_device_cache` over the terms of
-:mod:`fgnn.cache.sizing`: the device budget less the model, the measured step, an evaluation
-chunk's excess, gather's temporary rows, fragmentation, CUDA contexts, the topology and sampling
-working set where the device also samples, and a margin) and filled. The driver samples nothing.
-
-Evaluation: validation after each epoch and the final train/val/test scores are passes of tasks
-through the same Samplers and Trainers (:mod:`fgnn.evaluation`'s recipe), with the best-validation
-weights for the final scores.
-
-Feature caches: the cached rows follow ``cache.placement`` over the layout's Trainers
-(:class:`~fgnn.executors._caches.CachePlanner`, Song & Jiang §3.2); the Samplers mark every
-sampled vertex with the devices that cache it (the M step, one bit per device), which each
-Trainer's Extract splits into local, peer and host rows. With the locality-aware sampler, its local set is that cache map and
-its scale ``s`` is adapted once per epoch on the driver (Song & Jiang Algorithm 2).
-
-Faults: a dead Trainer's leased tasks go back to the queue and it is restarted by Ray
-(``max_restarts``) and resubmitted, or the epoch continues without it; a dead Sampler's in-flight
-tasks are handed out again, and samples it owned that were lost are re-sampled. When no Trainer
-(or no Sampler) is left, the job stops with :class:`RuntimeFailure` after writing a resumable
-checkpoint (:mod:`fgnn.checkpoint`).
+One object drives a job over N_g devices: it starts Ray (or in-process actors for one device),
+lays out Samplers, standby Trainers and Trainers, runs the warm-up epoch and the allocation,
+plans and fills the caches, runs the epochs and the evaluation, and handles faults and resume.
+docs/architecture.md ("The runtime") describes the layouts and the phases.
 """
 
 from __future__ import annotations
