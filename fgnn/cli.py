@@ -271,8 +271,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
 def exit_now(status: int) -> NoReturn:
     """End the command with ``status`` once :func:`main` returned: the exit handlers run and
     the output is flushed, but Python's interpreter finalization is skipped. Tearing down the
-    modules of torch (its compiler's, which the optimizer imports) takes seconds: 5 s measured
-    on the 2-core test machine, after the time line (which ends at the report) had closed."""
+    modules of torch (its compiler's, which the optimizer imports) takes seconds, after the time
+    line (which ends at the report) has closed."""
     import atexit
 
     atexit._run_exitfuncs()

@@ -15,9 +15,8 @@ Five things Ray does on a plain ``ray.init()`` that a training job should not in
   through the shared-memory object store (a put, a fetch and a release per call). A Trainer's
   gradient push and the weights that come back are larger than that for most models (296 KiB
   for GraphSAGE 128-256-16) and cross on every task. :func:`local_system_config` raises the
-  limit to :data:`INLINE_OBJECT_BYTES` for a cluster fgnn starts itself: on the 2-core test
-  machine the exchange went from 31–38 ms to 17–23 ms per task (``bench/ps.py``,
-  docs/benchmarks.md). A cluster fgnn joins keeps its own setting.
+  limit to :data:`INLINE_OBJECT_BYTES` for a cluster fgnn starts itself (``bench/ps.py`` times
+  the exchange; docs/benchmarks.md). A cluster fgnn joins keeps its own setting.
 * On Linux, Ray runs a node on the machine's routable address even when asked for
   ``127.0.0.1`` (``ray._private.services.resolve_ip_for_localhost``), and its processes listen
   there or on every interface: the DashboardAgent's and the dashboard head's ``/metrics``
@@ -95,9 +94,9 @@ def local_system_config() -> dict[str, Any]:
 
     Ray's GCS keeps an event of every task (up to 100,000, and then the ids of those it drops)
     for the dashboard's task list and ``ray list tasks``; a job's driver polls its queue and
-    its Trainers claim steps many times an epoch, so the GCS grew 15.4 MiB per 100 epochs on
-    Cora with 2 devices (issue 40, ``bench/soak.py``). fgnn's own metrics and the actors' list
-    do not come from task events."""
+    its Trainers claim steps many times an epoch, so the GCS would grow with every epoch
+    (``bench/soak.py`` measures it). fgnn's own metrics and the actors' list do not come from
+    task events."""
     config: dict[str, Any] = {"max_direct_call_object_size": INLINE_OBJECT_BYTES}
     if TASK_EVENTS_ENV not in os.environ:
         config["task_events_report_interval_ms"] = 0

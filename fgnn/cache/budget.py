@@ -43,8 +43,8 @@ def logical_device_bytes(trainers: int, limit: Optional[MemoryLimit],
     """The automatic memory of one logical device: :data:`LOGICAL_CACHE_SHARE` of what the
     host can give (the cgroup's whole limit where known, else what is free now) split over the
     ``trainers`` that hold a cache, at most ``cap``. A logical device's "device memory" is host
-    memory, so a job in a 1 GiB group no longer plans a 1 GiB cache per Trainer: 2 Trainers
-    get 128 MiB each, and the memory plan counts what they will hold.
+    memory, so the Trainers of one host share it, and the memory plan counts what they will
+    hold.
 
     Args:
         trainers: the Trainers holding a cache (at least 1 is assumed).

@@ -80,7 +80,7 @@ class TrainerExchange:
         self._store = store
         # Ray calls whose reply nobody waits for (deliveries, acknowledgements, progress
         # reports) leave the training and reducer threads' paths: one sender thread submits
-        # them in order (a submission took 15-20 ms on the path at a load of 50 on 2 cores)
+        # them in order (a submission costs milliseconds on a loaded machine)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._send_loop, daemon=True, name=f"{name}-sender").start()
         self._after_grant = False  # the event read last was a ``grant``

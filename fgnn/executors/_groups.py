@@ -127,12 +127,10 @@ def group_sum(pg: Any, buf: torch.Tensor, timeout_s: float = 60.0) -> torch.Tens
     all-reduce takes 2(N-1) dependent steps, an all-gather (gloo's is a ring) N-1; on an
     oversubscribed CPU each step waits for a process to be scheduled, and a ring whose member
     died leaves the members downstream of the gap waiting until the group's timeout. Here every
-    member waits on each peer directly, so a dead peer fails every survivor's call at once.
-    Measured among 4 processes on a 2-core machine, a 73k-float buffer, a barrier before each
-    call (median / mean): at load 25, ring all-reduce 8-15 / 60-76 ms, all-gather 4.6-4.8 /
-    5.5-6.2 ms; at load 48 (2026-11-25), all-gather 5.0-5.5 / 7.8-9.2 ms, direct exchange
-    2.7-3.0 / 3.1-3.3 ms. On GPUs the all-reduce is the bandwidth-optimal one (the exchange
-    moves N times the bytes).
+    member waits on each peer directly, so a dead peer fails every survivor's call at once, and
+    an oversubscribed CPU schedules one wait a peer instead of a chain (docs/benchmarks.md has
+    the timings). On GPUs the all-reduce is the bandwidth-optimal one (the exchange moves N
+    times the bytes).
 
     Raises:
         RuntimeError: a peer died or did not answer in time.
