@@ -536,6 +536,7 @@ class Job:
             self._node_failure = runtime.watchdog.failure(
                 f"{death.describe()}; the job's executors and services died with it, and the "
                 f"job stopped")
+            _release_segments(runtime)  # on_node_death may end the process at once
             if self.on_node_death is not None:
                 self.on_node_death(self._node_failure)
 
@@ -793,6 +794,19 @@ def _ray_init_kwargs(rc: Any, local: bool, dashboard: bool) -> dict[str, Any]:
         kwargs["dashboard_host"] = rc.dashboard_host
     explicit_token_auth()  # Ray's default for a new cluster, without its warning
     return kwargs
+
+
+def _release_segments(runtime: Any) -> None:
+    """Remove the shared-memory segments (``/dev/shm/fgnn-peer-<pid>-*``) the job's Trainers
+    exported, after the raylet's death: the Trainers died with it, and the CLI then ends the
+    process without the runtime's teardown, which would have removed them. Best effort."""
+    caches = getattr(runtime, "caches", None)
+    if caches is None:
+        return
+    try:
+        caches.release_peers()
+    except Exception:  # noqa: BLE001 - the job's own failure line comes next
+        pass
 
 
 def _watch_driver() -> Any:
