@@ -137,3 +137,17 @@ def test_in_a_real_group_the_job_is_refused_or_trains(tmp_path, group):
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert "fgnn: final train_acc" in out.stdout + out.stderr
     assert _oom_kills(group) == 0
+
+
+def test_a_refusal_of_a_setting_not_given_does_not_say_none():
+    """The plan names the flag of its largest term; when the user gave no value (fgnn chose the
+    evaluation chunk) the line said ``Received --eval-batch-size=None.``."""
+    from fgnn.cli import flag_for_error
+    from fgnn.job import JobConfigError
+
+    why = "the memory plan needs 6.1 GiB, more than the 847.8 MiB this machine can give"
+    line = flag_for_error(JobConfigError("train.eval_batch_size", None, why))
+    assert line == (f"argument --eval-batch-size: {why}. --eval-batch-size was not given "
+                    f"(its default chosen).")
+    given = flag_for_error(JobConfigError("train.batch_size", 1024, why))
+    assert given.endswith("Received --batch-size=1024.")
