@@ -181,6 +181,8 @@ def flag_for_error(err: ValueError) -> str:
     if isinstance(err, JobConfigError):
         flag = _FIELD_FLAGS.get(err.field)
         if flag:
+            if err.value is None:  # the flag was not given: fgnn chose the value
+                return f"argument {flag}: {err.why}. {flag} was not given (its default chosen)."
             return f"argument {flag}: {err.why}. Received {flag}={err.value!r}."
         return str(err)
     m = re.match(r"^(\w+)\.(\w+): (.*)$", str(err), re.S)

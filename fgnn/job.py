@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import os
 import socket
+import threading
 import sys
 import time
 from pathlib import Path
@@ -524,22 +525,27 @@ class Job:
         return result
 
     def _watch_raylet(self, runtime: Any) -> Any:
-        """Watch the raylet of the node :meth:`_init_ray` started: on its death, build the
-        job's failure at once (:attr:`on_node_death`)."""
-        from fgnn.raylet_watch import RayletWatch, local_raylet_pid
+        """Watch the raylet and the GCS of the node :meth:`_init_ray` started: on the death
+        of either, build the job's failure at once (:attr:`on_node_death`), once. Returns what
+        :meth:`_NodeWatch.stop` stops, or None when there is nothing to watch."""
+        from fgnn.raylet_watch import RayletWatch, local_gcs_pid, local_raylet_pid
 
-        pid = local_raylet_pid()
-        if pid is None:
-            return None
+        once = threading.Lock()
 
         def died(death: Any) -> None:
+            if not once.acquire(blocking=False):  # the other one died of the first's death
+                return
             self._node_failure = runtime.watchdog.failure(
                 f"{death.describe()}; the job's executors and services died with it, and the "
                 f"job stopped")
+            _release_segments(runtime)  # on_node_death may end the process at once
             if self.on_node_death is not None:
                 self.on_node_death(self._node_failure)
 
-        return RayletWatch(pid, died).start()
+        watches = [RayletWatch(pid, died, what).start()
+                   for pid, what in ((local_raylet_pid(), "the raylet"),
+                                     (local_gcs_pid(), "the GCS")) if pid is not None]
+        return _NodeWatch(watches) if watches else None
 
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
@@ -793,6 +799,32 @@ def _ray_init_kwargs(rc: Any, local: bool, dashboard: bool) -> dict[str, Any]:
         kwargs["dashboard_host"] = rc.dashboard_host
     explicit_token_auth()  # Ray's default for a new cluster, without its warning
     return kwargs
+
+
+class _NodeWatch:
+    """The watches of a local node's raylet and GCS (:meth:`Job._watch_raylet`), stopped
+    together before ``ray.shutdown`` ends both."""
+
+    def __init__(self, watches: list[Any]) -> None:
+        self.watches = watches
+
+    def stop(self) -> None:
+        """Stop every watch: a death from now on is the shutdown's."""
+        for w in self.watches:
+            w.stop()
+
+
+def _release_segments(runtime: Any) -> None:
+    """Remove the shared-memory segments (``/dev/shm/fgnn-peer-<pid>-*``) the job's Trainers
+    exported, after the raylet's death: the Trainers died with it, and the CLI then ends the
+    process without the runtime's teardown, which would have removed them. Best effort."""
+    caches = getattr(runtime, "caches", None)
+    if caches is None:
+        return
+    try:
+        caches.release_peers()
+    except Exception:  # noqa: BLE001 - the job's own failure line comes next
+        pass
 
 
 def _watch_driver() -> Any:

@@ -254,6 +254,18 @@ def _lookup_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, 
     return out
 
 
+def _disk_tier_terms(config: Any, dataset: Any, holders: int) -> list[Term]:
+    """The disk tier's constant CPU buffer (``--cpu-buffer``): host memory each Trainer fills
+    with its hottest rows (:class:`~fgnn.cache.disk_cpu_buffer.CPUBufferedSource`), on a GPU
+    too; none with the memory tier."""
+    share = float(config.disk.cpu_buffer)
+    if config.disk.feature_tier != "disk" or share <= 0:
+        return []
+    rows = int(share * dataset.num_nodes)
+    return [Term("CPU buffer (disk tier, each Trainer)", rows * int(dataset.feature_row_bytes),
+                 holders, flag=f"lower --cpu-buffer ({share:g})", field="disk.cpu_buffer")]
+
+
 def _batch_terms(config: Any, dataset: Any, lay: dict[str, Any], holders: int, batch: int
                  ) -> list[Term]:
     """The working set of a training task or an evaluation chunk (the larger), and the
@@ -323,6 +335,7 @@ def plan_job(config: Any, dataset: Any, model: Any = None, *,
                           flag=f"lower --cache-ratio ({config.cache.cache_ratio})"
                           if config.cache.cache_ratio is not None else "set --cache-ratio",
                           field="cache.cache_ratio"))
+    terms += _disk_tier_terms(config, dataset, holders)
     if config.cache.policy != "none":
         # the lookup is host memory on a GPU too: its rows are the cache's, wherever it is
         terms += _lookup_terms(config, dataset, lay, holders,

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-__all__ = ["POLL_S", "RayletDeath", "RayletWatch", "local_raylet_pid"]
+__all__ = ["POLL_S", "RayletDeath", "RayletWatch", "local_gcs_pid", "local_raylet_pid"]
 
 #: Seconds between two looks at ``/proc`` where no pidfd can be opened.
 POLL_S = 0.25
@@ -45,15 +45,17 @@ class RayletDeath:
         pid: its process id.
         signal: the signal that ended it (None when it exited, or when unknown).
         status: its exit status (None when a signal ended it, or when unknown).
+        what: which process of the node it is (``"the raylet"``, ``"the GCS"``).
     """
 
     pid: int
     signal: Optional[int] = None
     status: Optional[int] = None
+    what: str = "the raylet"
 
     def describe(self) -> str:
         """``the raylet of this node (pid 123) was killed by SIGKILL`` and the like."""
-        who = f"the raylet of this Ray node (pid {self.pid})"
+        who = f"{self.what} of this Ray node (pid {self.pid})"
         if self.signal is not None:
             try:
                 name = signal.Signals(self.signal).name
@@ -65,9 +67,9 @@ class RayletDeath:
         return f"{who} ended"
 
 
-def local_raylet_pid() -> Optional[int]:
-    """Process id of the raylet of the Ray node this process started (``ray.init`` of a new
-    local node); None when it joined a cluster or Ray is not started."""
+def _local_pid(kind: str) -> Optional[int]:
+    """Process id of the ``kind`` process (a ``ray_constants.PROCESS_TYPE_*`` name) of the Ray
+    node this process started; None when it joined a cluster or Ray is not started."""
     from fgnn.raystart import local_head_node
 
     node = local_head_node()
@@ -75,9 +77,23 @@ def local_raylet_pid() -> Optional[int]:
         return None
     import ray._private.ray_constants as ray_constants
 
-    infos = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+    infos = node.all_processes.get(getattr(ray_constants, kind)) or []
     proc = getattr(infos[0], "process", None) if infos else None
     return None if proc is None else int(proc.pid)
+
+
+def local_raylet_pid() -> Optional[int]:
+    """Process id of the raylet of the Ray node this process started (``ray.init`` of a new
+    local node); None when it joined a cluster or Ray is not started."""
+    return _local_pid("PROCESS_TYPE_RAYLET")
+
+
+def local_gcs_pid() -> Optional[int]:
+    """Process id of the GCS server of the Ray node this process started (a child of this
+    process, like the raylet): after its ``kill -9`` the job ran on, then hung about 60 s and
+    ended with Ray's ``Failed to connect to GCS`` and no fgnn line; it is watched as the
+    raylet is. None when this process started no node."""
+    return _local_pid("PROCESS_TYPE_GCS_SERVER")
 
 
 class RayletWatch:
@@ -86,13 +102,16 @@ class RayletWatch:
     Args:
         pid: the raylet's process id (a child of this process for the pidfd path).
         on_death: called with a :class:`RayletDeath`; never called after :meth:`stop`.
+        what: the process watched, as the death's line names it (``"the GCS"``).
 
     Attributes:
         mode: ``pidfd``, ``proc`` (polling) or ``off`` (nothing to watch with).
     """
 
-    def __init__(self, pid: int, on_death: Callable[[RayletDeath], None]) -> None:
+    def __init__(self, pid: int, on_death: Callable[[RayletDeath], None],
+                 what: str = "the raylet") -> None:
         self.pid = int(pid)
+        self.what = what
         self.on_death = on_death
         self._stopped = threading.Event()
         self._fd: Optional[int] = None
@@ -139,15 +158,15 @@ class RayletWatch:
         finally:
             os.close(self._fd)
         if info is None:
-            return RayletDeath(self.pid)
+            return RayletDeath(self.pid, what=self.what)
         if info.si_code == os.CLD_EXITED:
-            return RayletDeath(self.pid, status=info.si_status)
-        return RayletDeath(self.pid, signal=info.si_status)
+            return RayletDeath(self.pid, status=info.si_status, what=self.what)
+        return RayletDeath(self.pid, signal=info.si_status, what=self.what)
 
     def _wait_proc(self) -> RayletDeath:
         while not self._stopped.is_set() and _start_time(self.pid) is not None:
             time.sleep(POLL_S)
-        return RayletDeath(self.pid)
+        return RayletDeath(self.pid, what=self.what)
 
 
 def _stat(pid: int) -> Optional[list[str]]:

@@ -14,8 +14,9 @@ the pattern of the job's ring files, then blocks reading a pipe whose only write
 driver. :meth:`Reaper.stop` (after ``ray.shutdown``) writes ``stop`` and the watcher exits doing
 nothing; if the pipe closes without it, the driver died: the watcher kills (``SIGKILL``) what is
 left of those processes, their descendants and the processes whose ``RAY_RAYLET_PID`` names one
-of them (the raylet's workers, re-parented once it is gone), removes the ring files, and
-exits. Ring files
+of them (the raylet's workers, re-parented once it is gone), removes the ring files and the
+Trainers' shared cache buffers (``fgnn-peer-<pid>-*``) of the processes it killed or that are
+gone, and exits. Ring files
 carry the driver's pid in their name (:func:`ring_prefix`), and a job's start removes those of
 drivers that are gone (:func:`sweep_stale_rings`) in case a watcher was killed too. Linux only
 (``/proc``); elsewhere :func:`watch_driver` returns None.
@@ -32,8 +33,8 @@ import sys
 import uuid
 from typing import Optional
 
-__all__ = ["Reaper", "end_processes", "ray_descendants", "ring_prefix", "sweep_stale_rings",
-           "watch_driver"]
+__all__ = ["Reaper", "end_processes", "ray_descendants", "ring_prefix", "sweep_peer_segments",
+           "sweep_stale_rings", "watch_driver"]
 
 #: Ring files of a job: ``fgnn-ring-<driver pid>-<random>-<member>-<incarnation>``.
 RING_STEM = "fgnn-ring"
@@ -205,12 +206,37 @@ def reap(spec: dict) -> None:
     their descendants, what its raylet started), remove its ring files."""
     known = {int(pid): start for pid, start in spec.get("pids", {}).items()}
     alive = {pid for pid, start in known.items() if _start_time(pid) == start}
-    _kill_all(alive | _descendants(alive) | _started_by(set(known)))
+    killed = alive | _descendants(alive) | _started_by(set(known))
+    _kill_all(killed)
     for path in glob.glob(spec["rings"]) if spec.get("rings") else ():
         try:
             os.unlink(path)
         except OSError:
             pass
+    sweep_peer_segments(killed, spec.get("shm_dir") or "/dev/shm")
+
+
+#: Name stem of the Trainers' shared cache buffers (:data:`fgnn.cache.peer_share.SEGMENT_STEM`,
+#: not imported: the watcher runs without torch).
+PEER_STEM = "fgnn-peer"
+
+
+def sweep_peer_segments(killed: set[int], shm_dir: str = "/dev/shm") -> list[str]:
+    """Remove the Trainers' shared cache buffers (``fgnn-peer-<owner pid>-*``) whose owner is
+    among ``killed`` or gone; returns their paths. A killed owner runs no ``atexit``, and
+    without this its segments (up to a cache each) stayed until the next job swept them."""
+    gone = []
+    for path in glob.glob(os.path.join(shm_dir, f"{PEER_STEM}-*")):
+        owner = os.path.basename(path)[len(PEER_STEM) + 1:].split("-", 1)[0]
+        if not owner.isdigit():
+            continue
+        if int(owner) in killed or _start_time(int(owner)) is None:
+            try:
+                os.unlink(path)
+                gone.append(path)
+            except OSError:
+                pass
+    return gone
 
 
 def main() -> None:

@@ -107,3 +107,36 @@ def test_the_worker_group_hands_each_trainer_its_hooks(monkeypatch):
     assert {n: kw["faults"] for n, kw in built.items()} == {
         "fgnn-trainer-1": TrainerFaults(0.5, True), "fgnn-trainer-2": NO_FAULTS,
         "fgnn-standby-0": TrainerFaults(0.25, False)}
+
+
+def test_the_oom_hook_is_a_trainers_own_and_pickles():
+    import pickle
+
+    from fgnn.executors.host import uses_ray
+    from fgnn.config import RuntimeConfig
+
+    spec = FaultSpec(oom_after_apply={1})
+    assert spec.for_trainer(1) == TrainerFaults(oom_after_apply=True)
+    assert spec.for_trainer(1, "standby") == NO_FAULTS and spec.for_trainer(0) == NO_FAULTS
+    assert pickle.loads(pickle.dumps(spec)).oom_after_apply == frozenset({1})
+    assert spec.ends_a_process and uses_ray(RuntimeConfig(), spec)  # Ray restarts it
+    with pytest.raises(TypeError, match="oom_after_apply must be a set of Trainer indices"):
+        FaultSpec(oom_after_apply=1)
+
+
+def test_exhausting_memory_stops_when_the_host_runs_low(tmp_path):
+    """Outside a memory group the hook must not take the machine down: with little
+    ``MemAvailable`` it exits at once (status 1), allocating nothing."""
+    import subprocess
+    import sys
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 1000 kB\nMemAvailable: 1000 kB\n")
+    code = ("from fgnn.executors.fault_injection import exhaust_memory; "
+            f"exhaust_memory({str(meminfo)!r})")
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", code], timeout=60, cwd=repo,
+                         env={**__import__("os").environ, "PYTHONPATH": repo})
+    assert out.returncode == 1

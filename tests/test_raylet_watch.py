@@ -181,3 +181,33 @@ def test_the_processes_the_raylet_started_end_with_it(mode, tmp_path):
             break
         threading.Event().wait(0.05)
     assert rw._start_time(agent) is None  # killed (a zombie of init at most)
+
+
+def test_a_killed_gcs_is_the_jobs_failure_at_once_and_once(monkeypatch):
+    """Issue 40: after ``kill -9`` of ``gcs_server`` the job trained on, hung about 60 s and
+    ended with Ray's ``Failed to connect to GCS`` and no fgnn line. The GCS (a child of the
+    driver, like the raylet) is watched too: its death is the job's one-line failure with the
+    checkpoint, once, even when the raylet dies of it after."""
+    gcs, raylet = _child(), _child()
+    monkeypatch.setattr(rw, "local_gcs_pid", lambda: gcs.pid)
+    monkeypatch.setattr(rw, "local_raylet_pid", lambda: raylet.pid)
+    job, runtime = Job(progress=False), _FakeRuntime()
+    told: list[Exception] = []
+    done = threading.Event()
+    job.on_node_death = lambda failure: (told.append(failure), done.set())
+    watch = job._watch_raylet(runtime)
+    try:
+        gcs.send_signal(signal.SIGKILL)
+        assert done.wait(WAIT_S), "the GCS's death was not reported"
+        raylet.send_signal(signal.SIGKILL)
+        raylet.wait()
+        threading.Event().wait(0.5)  # the raylet's watch wakes and stays silent
+    finally:
+        for p in (gcs, raylet):
+            p.kill()
+            p.wait()
+        watch.stop()
+    assert len(told) == 1
+    text = str(told[0])
+    assert f"the GCS of this Ray node (pid {gcs.pid}) was killed by SIGKILL" in text
+    assert "ck/runtime.pt" in text

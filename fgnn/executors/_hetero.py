@@ -90,11 +90,13 @@ class HeteroCachePlanner(CachePlanner):
             self.hotness = {t: random_hotness(n, gen) for t, n in g.num_nodes.items()}
         self.hotness_s = time.perf_counter() - t0
 
-    def _budgets(self) -> tuple[int, int]:
+    def _budgets(self, reports: list[dict[str, Any]]) -> tuple[int, int]:
         """Bytes of cache for a Trainer and for a device that also holds the topology:
-        ``cache_ratio`` times all feature bytes, else the device's budget
-        (``device_memory_gib``, or 1 GiB on a logical device) less its model and step, capped
-        by ``cache_ratio``."""
+        ``cache_ratio`` times all feature bytes, else the device's budget less its model and
+        step, capped by ``cache_ratio``. The budget is a homogeneous job's
+        (:meth:`CachePlanner._device_budget`): ``device_memory_gib``, a GPU's share, or on a
+        logical device its share of the host's limit (the cgroup's) over the Trainers, at most
+        1 GiB."""
         from fgnn.cache.hetero import feature_bytes
 
         cfg, g = self.config.cache, self.dataset.graph
@@ -103,7 +105,7 @@ class HeteroCachePlanner(CachePlanner):
         if cfg.device_memory_gib is None and cap is not None:
             full = int(cap * total)
         else:
-            device = int((cfg.device_memory_gib or 1.0) * 2 ** 30)
+            device = self._device_budget(reports)
             used = (self.step_peak_bytes or 0) + (self._model_bytes or 0)
             full = max(0, min(total if cap is None else int(cap * total), device - used))
         return full, max(0, full - graph_nbytes(g))
@@ -124,7 +126,7 @@ class HeteroCachePlanner(CachePlanner):
                 "a Sampler") if c is not None]
             self.hotness = ({t: sum(c[t] for c in counts).float() / self.warmup_epochs
                              for t in counts[0]} if counts else None)
-        full, resident = self._budgets()
+        full, resident = self._budgets(reports)
         self.typed_budget = {"full": full, "resident": resident}
         self.budget_bytes = full
         total = max(1, feature_bytes(self.dataset.graph))

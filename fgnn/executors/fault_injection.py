@@ -1,4 +1,5 @@
-"""Fault injection for tests and benchmarks: which Trainers run slow, which die once.
+"""Fault injection for tests and benchmarks: which Trainers run slow, which die once (by exit,
+or by the kernel's OOM killer after eating host memory).
 
 A job passes one :class:`FaultSpec` to :class:`~fgnn.executors.runtime.Runtime` (``faults=``);
 each Trainer actor gets its own :class:`TrainerFaults` (:meth:`FaultSpec.for_trainer`). Without
@@ -11,9 +12,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NoReturn
 
-__all__ = ["FaultSpec", "TrainerFaults", "NO_FAULTS"]
+__all__ = ["FaultSpec", "TrainerFaults", "NO_FAULTS", "exhaust_memory"]
+
+#: Bytes :func:`exhaust_memory` adds at a time.
+EAT_CHUNK_BYTES = 64 << 20
+#: :func:`exhaust_memory` stops (and exits 1) when the host's ``MemAvailable`` falls below this:
+#: outside a memory group it must not take the machine down.
+EAT_HOST_RESERVE_BYTES = 1 << 30
+
+
+def exhaust_memory(meminfo: str = "/proc/meminfo") -> NoReturn:
+    """Allocate and touch host memory until the kernel's OOM killer ends this process (inside a
+    memory cgroup its limit is reached first); should the host itself run low first (no group,
+    or a group larger than the host's free memory), exit with status 1 instead."""
+    import os
+
+    from pathlib import Path
+
+    from fgnn.procmem import proc_field
+
+    eaten = []
+    while (proc_field(Path(meminfo), "MemAvailable:") or 0) * 1024 > EAT_HOST_RESERVE_BYTES:
+        eaten.append(b"\x01" * EAT_CHUNK_BYTES)  # written: every page is resident
+    os._exit(1)
 
 
 def _check_index(name: str, index: Any) -> None:
@@ -30,12 +53,12 @@ def _check_delay(name: str, delay: Any) -> None:
         raise ValueError(f"{name} must be finite and >= 0 seconds, got {delay!r}")
 
 
-def _frozen_indices(indices: Iterable[int]) -> frozenset[int]:
+def _frozen_indices(indices: Iterable[int], name: str = "crash_after_apply") -> frozenset[int]:
     if isinstance(indices, (str, bytes)) or not isinstance(indices, Iterable):
-        raise TypeError(f"crash_after_apply must be a set of Trainer indices, got {indices!r}")
+        raise TypeError(f"{name} must be a set of Trainer indices, got {indices!r}")
     out = frozenset(indices)
     for index in out:
-        _check_index("crash_after_apply", index)
+        _check_index(name, index)
     return out
 
 
@@ -48,15 +71,20 @@ class TrainerFaults:
         crash_after_apply: the process exits right after the exchange applied a gradient of
             this Trainer and before its task is acknowledged; the restarted incarnation (Ray
             ``max_restarts``) trains normally.
+        oom_after_apply: at the same point (with the parameter-server exchange) the process
+            eats host memory until the kernel's OOM killer ends it (:func:`exhaust_memory`;
+            only inside a memory group); the restarted incarnation trains normally.
     """
 
     delay_s: float = 0.0
     crash_after_apply: bool = False
+    oom_after_apply: bool = False
 
     def __post_init__(self) -> None:
         _check_delay("delay_s", self.delay_s)
-        if not isinstance(self.crash_after_apply, bool):
-            raise TypeError(f"crash_after_apply must be a bool, got {self.crash_after_apply!r}")
+        for name in ("crash_after_apply", "oom_after_apply"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
 #: A Trainer with no fault armed.
@@ -73,6 +101,9 @@ class FaultSpec:
         crash_after_apply: indices of the Trainers that die once, right after the exchange
             applied a gradient of theirs and before its task is acknowledged (standby Trainers
             never crash).
+        oom_after_apply: indices of the Trainers that, at the same point, eat host memory
+            until the kernel's OOM killer ends them, once (the parameter-server exchange; for
+            a job inside a memory group).
 
     Raises:
         TypeError: an index that is not an int.
@@ -81,6 +112,7 @@ class FaultSpec:
 
     slow_trainers: Mapping[int, float] = field(default_factory=dict)
     crash_after_apply: frozenset[int] = frozenset()
+    oom_after_apply: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if not isinstance(self.slow_trainers, Mapping):
@@ -94,6 +126,13 @@ class FaultSpec:
         object.__setattr__(self, "slow_trainers",
                            MappingProxyType({i: float(d) for i, d in slow.items()}))
         object.__setattr__(self, "crash_after_apply", crash)
+        object.__setattr__(self, "oom_after_apply",
+                           _frozen_indices(self.oom_after_apply, "oom_after_apply"))
+
+    @property
+    def ends_a_process(self) -> bool:
+        """Whether a hook ends a Trainer's process (the job must run on Ray to restart it)."""
+        return bool(self.crash_after_apply or self.oom_after_apply)
 
     def for_trainer(self, index: int, role: str = "trainer") -> TrainerFaults:
         """The hooks of the Trainer ``index`` of the layout (a standby's ``crash_after_apply``
@@ -105,7 +144,9 @@ class FaultSpec:
         if role not in ("trainer", "standby"):
             raise ValueError(f"role must be 'trainer' or 'standby', got {role!r}")
         return TrainerFaults(self.slow_trainers.get(index, 0.0),
-                             role == "trainer" and index in self.crash_after_apply)
+                             role == "trainer" and index in self.crash_after_apply,
+                             role == "trainer" and index in self.oom_after_apply)
 
     def __reduce__(self) -> tuple[Any, ...]:  # a mapping proxy does not pickle
-        return FaultSpec, (dict(self.slow_trainers), self.crash_after_apply)
+        return FaultSpec, (dict(self.slow_trainers), self.crash_after_apply,
+                           self.oom_after_apply)

@@ -22,11 +22,11 @@ def uses_ray(runtime: Any, faults: Any = None) -> bool:
     """Whether a job with the runtime settings ``runtime`` (a
     :class:`~fgnn.config.RuntimeConfig`) runs on Ray: when asked (``ray``, an ``address``), for
     a layout of more than one device, for the collective exchange (its members meet over
-    Ray), or with fault injection that ends a Trainer's process (``faults.crash_after_apply``).
+    Ray), or with fault injection that ends a Trainer's process (``faults.ends_a_process``).
     """
     return bool(runtime.ray or runtime.address is not None or runtime.devices_used > 1
                 or runtime.exchange != "server"
-                or (faults is not None and faults.crash_after_apply))
+                or (faults is not None and faults.ends_a_process))
 
 
 def is_inline(obj: Any) -> bool:

@@ -50,7 +50,7 @@ from fgnn.executors._device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
 from fgnn.executors._peers import TrainerPeers
 from fgnn.executors._streams import CopyStream
-from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults
+from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults, exhaust_memory
 from fgnn.executors.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample, widen
 from fgnn.executors.scheduler import StandbyPolicy
@@ -565,6 +565,8 @@ class TrainerExecutor:
         applied, self._next_claim = reply.applied, reply.claim
         if applied and self.faults.crash_after_apply and not _reconstructed():
             os._exit(1)  # fault injection: the gradient is applied, the ack never sent
+        if applied and self.faults.oom_after_apply and not _reconstructed():
+            exhaust_memory()  # fault injection: the same, ended by the kernel's OOM killer
         t3 = time.perf_counter()
         # sync_s: the gradient exchange (the claim's reply less its wait for other Trainers'
         # work, ps.step_wait; the push); step_wait_s: waiting for other Trainers' work

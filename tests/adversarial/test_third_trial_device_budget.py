@@ -2,7 +2,8 @@
 whatever the memory group held, so in a 1 GiB group an on-disk dataset with 1 GiB of features
 planned (and filled) a 1 GiB cache per Trainer. A logical device's memory is host memory: its
 automatic budget is now a share of the host's limit (the cgroup's whole limit) over the
-Trainers, at most 1 GiB, the same in the memory plan and in the runtime's cache sizing.
+Trainers, at most 1 GiB, the same in the memory plan and in the runtime's cache sizing, and
+for a typed (heterogeneous) dataset's cache as for a homogeneous one's.
 """
 
 from __future__ import annotations
@@ -79,3 +80,40 @@ def test_the_runtime_sizes_the_cache_with_the_plans_budget(monkeypatch):
                               services=SimpleNamespace(gpus_per_device=1.0))
     budget = CachePlanner._device_budget(planner, [{"device_total_bytes": None}])
     assert budget == logical_device_bytes(2, group) == GIB // 8
+
+
+def _typed_planner(cache: CacheConfig, trainers: int = 2) -> SimpleNamespace:
+    """A stand-in :class:`~fgnn.executors._hetero.HeteroCachePlanner` with what ``_budgets``
+    reads: a small typed graph, no measured model or step, ``trainers`` live Trainers."""
+    from fgnn.data.synthetic_hetero import typed_synthetic
+    from fgnn.executors._caches import CachePlanner
+
+    roles = ("sampler",) + ("trainer",) * trainers
+    planner = SimpleNamespace(
+        config=JobConfig(cache=cache), dataset=typed_synthetic(papers=2000, feat_dim=64),
+        step_peak_bytes=0, _model_bytes=0,
+        workers=SimpleNamespace(alive=lambda role: [r for r in roles if r == role]),
+        services=SimpleNamespace(gpus_per_device=1.0))
+    planner._device_budget = lambda reports: CachePlanner._device_budget(planner, reports)
+    return planner
+
+
+def test_a_typed_job_takes_the_same_share_of_the_group(monkeypatch):
+    """A typed (heterogeneous) dataset's cache had 1 GiB a logical device whatever the group
+    held; it now gets the homogeneous rule's budget: the group's share over the Trainers."""
+    import fgnn.data.memory as memory
+    from fgnn.cache.hetero import feature_bytes
+    from fgnn.executors._hetero import HeteroCachePlanner
+
+    group = _group(2 * MIB)
+    monkeypatch.setattr(memory, "host_memory_limit", lambda: group)
+    planner = _typed_planner(CacheConfig())
+    features = feature_bytes(planner.dataset.graph)
+    share = logical_device_bytes(2, group)
+    assert share < features            # the group cannot hold every row: its share is cached
+    full, _ = HeteroCachePlanner._budgets(planner, [{"device_total_bytes": None}])
+    assert full == share
+    given = _typed_planner(CacheConfig(device_memory_gib=0.0001))
+    assert HeteroCachePlanner._budgets(given, [{}])[0] == int(0.0001 * GIB)
+    monkeypatch.setattr(memory, "host_memory_limit", lambda: _group(64 * GIB))
+    assert HeteroCachePlanner._budgets(planner, [{}])[0] == features   # a roomy group: all

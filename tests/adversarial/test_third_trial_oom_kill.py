@@ -11,6 +11,7 @@ and once from a real cgroup v1 group where the machine allows (root, v1 memory c
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -152,6 +153,81 @@ def test_a_real_oom_kill_in_a_small_group_is_counted(tmp_path):
         assert "of its 600.0 MiB limit" in described
     finally:
         for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+# ------------------------------------------------- a Ray Trainer the kernel kills, end to end
+_JOB_IN_GROUP = textwrap.dedent("""
+    import json, sys, time
+    sys.path.insert(0, {repo!r})
+    import ray
+    from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,
+                             TrainConfig)
+    from fgnn.data.synthetic import rmat_dataset
+    from fgnn.executors.fault_injection import FaultSpec
+    from fgnn.executors.runtime import Runtime
+    from fgnn.monitor.timeline import Timeline
+    from fgnn.raystart import local_system_config
+
+    ray.init(address="local", num_cpus=4, num_gpus=3, include_dashboard=False,
+             log_to_driver=False, _system_config=local_system_config())
+    ds = rmat_dataset(scale=9, edge_factor=8, feat_dim=16, num_classes=4, train_frac=0.3125,
+                      val_frac=0.1, test_frac=0.1, seed=0)
+    cfg = JobConfig(model=ModelConfig("sage", hidden=16, dropout=0.0),
+                    sampler=SamplerConfig(fanouts=(4, 4)),
+                    cache=CacheConfig(policy="degree", cache_ratio=0.25),
+                    train=TrainConfig(epochs=1, batch_size=16, lr=0.01, seed=1),
+                    runtime=RuntimeConfig(devices=3, samplers=1, switching=False, queue_size=4,
+                                          stall_timeout_s=120, exchange="server"))
+    said = []
+    rt = Runtime(cfg, ds, faults=FaultSpec(oom_after_apply={{0}}), evaluate=False,
+                 timeline=Timeline(time.perf_counter(), announce=said.append))
+    result = rt.run()
+    print("RESULT", json.dumps({{"said": said,
+                                "ledger": result.to_dict()["epochs"][0]["ledger"]}}), flush=True)
+    ray.shutdown()
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/memory"),
+                    reason="needs root and the cgroup v1 memory controller")
+@pytest.mark.timeout(400)
+def test_a_ray_trainer_the_kernel_kills_is_named_and_its_task_given_again():
+    """The trial's case itself, small: a Ray job inside a 3 GiB group whose Trainer 0 eats
+    memory right after a gradient of its was applied (``FaultSpec.oom_after_apply``) until the
+    kernel kills it. The run goes on with the restarted Trainer; it says in one line that the
+    OOM killer ended that Trainer, and its ledger counts the task given again (not ``lost 0,
+    reissued 0`` and nothing said)."""
+    group = Path("/sys/fs/cgroup/memory") / f"fgnn-test-oom-ray-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(3 * GiB))
+    except OSError as e:
+        pytest.skip(f"cannot make a memory group: {e}")
+    try:
+        code = _JOB_IN_GROUP.format(repo=str(REPO))
+        enter = f"echo $$ > {group}/cgroup.procs && exec {sys.executable} -c \"$0\""
+        out = subprocess.run(["sh", "-c", enter, code], capture_output=True, text=True,
+                             timeout=360, cwd=str(REPO))
+        assert out.returncode == 0, out.stderr[-3000:]
+        kills = int((group / "memory.oom_control").read_text().split("oom_kill ")[1].split()[0])
+        assert kills >= 1, "the kernel killed nothing: the fault did not eat the group"
+        [result] = [json.loads(line[len("RESULT "):]) for line in out.stdout.splitlines()
+                    if line.startswith("RESULT ")]
+        named = [s for s in result["said"] if "OOM killer" in s]
+        assert len(named) == 1, result["said"]
+        assert named[0].startswith("warning: Trainer 1 was killed by the kernel's OOM killer "
+                                   f"(its memory group {group} peaked at"), named[0]
+        assert "of its 3.0 GiB limit); Ray restarts it and the run goes on" in named[0]
+        ledger = result["ledger"]
+        assert ledger["reissued"] >= 1 and ledger["lost"] == 0 and ledger["exactly_once"], ledger
+        assert ledger["applied"] == ledger["tasks"] and ledger["rejected"] >= 1, ledger
+    finally:
+        for _ in range(100):
             try:
                 group.rmdir()
                 break
