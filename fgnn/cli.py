@@ -230,6 +230,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         config = config_from_args(args)
     except ValueError as e:
         parser.error(flag_for_error(e))
+    from fgnn.cores import layout_refusal
+
+    too_many = layout_refusal(config.runtime)  # before torch's import: seconds under load
+    if too_many is not None:
+        parser.error(f"argument --devices: {too_many}. "
+                     f"Received --devices={config.runtime.devices!r}.")
 
     from fgnn.atomic import WriteError
     from fgnn.executors._epoch import RuntimeFailure
