@@ -30,6 +30,7 @@ import torch
 from fgnn import gpu
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
+from fgnn.monitor.heartbeat import heartbeat
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import cluster_text, devices_note, plural, timing_text
 from fgnn.monitor.timeline import Timeline
@@ -640,15 +641,8 @@ class Job:
         self._say(f"fgnn: starting Ray (a local node{what})..." if local
                   else f"fgnn: joining the Ray cluster at {rc.address}...")
         try:
-            if dashboard:
-                ctx, why = init_with_dashboard(say=self._say, **kwargs)
-                if why is not None:
-                    self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
-                              f"training without it")
-            elif local:
-                ctx = init_local(include_dashboard=False, say=self._say, **kwargs)
-            else:
-                ctx = ray.init(**kwargs)
+            with heartbeat(self._say, "starting Ray" if local else "joining the Ray cluster"):
+                ctx = self._ray_init(kwargs, local, dashboard)
         except join_errors() as e:
             raise JobConfigError("runtime.address", rc.address,
                                  f"cannot join the Ray cluster ({' '.join(str(e).split())})"
@@ -660,6 +654,21 @@ class Job:
         self._say(f"fgnn: joined the Ray cluster at "
                   f"{cluster_text(_joined_address(ctx, rc.address), resources, _live_nodes())}")
         return url, float(resources.get("GPU", 0))
+
+    def _ray_init(self, kwargs: dict[str, Any], local: bool, dashboard: bool) -> Any:
+        """Start a local Ray node (with its dashboard when ``dashboard``) or join the cluster
+        (not ``local``); Ray's context."""
+        import ray
+
+        if dashboard:
+            ctx, why = init_with_dashboard(say=self._say, **kwargs)
+            if why is not None:
+                self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
+                          f"training without it")
+            return ctx
+        if local:
+            return init_local(include_dashboard=False, say=self._say, **kwargs)
+        return ray.init(**kwargs)
 
     def _say_dashboard(self, url: Optional[str]) -> None:
         """Set :attr:`dashboard_url` from Ray's ``url`` (``None``: off) and print it."""
