@@ -334,7 +334,7 @@ class Job:
     def _run(self) -> RunResult:
         """The body of :meth:`run`, after its checks, under the output locks."""
         from_spec = self.dataset is None
-        with self.timeline.phase("load"):
+        with self.timeline.phase("load"), heartbeat(self._say, "loading the dataset"):
             load_s = self._prepare_dataset()
         with self.timeline.phase("setup"):
             runtime, progress = self._runtime_and_progress(from_spec)
@@ -509,7 +509,7 @@ class Job:
             writers.append(("report", "report", Path(cfg.report),
                             lambda: write_json_atomic(report_dict(self._close_timeline(result)),
                                                       cfg.report)))
-        with self.timeline.phase("outputs"):
+        with self.timeline.phase("outputs"), heartbeat(self._say, "writing the outputs"):
             written = write_outputs(writers)
         self._close_timeline(result)
         kept = dict(((f, w), p) for f, w, p in written)
