@@ -16,7 +16,7 @@ it says so in one line and exits 1; it never substitutes anything.
 
 Example (PyG installed in a folder of its own, not in the project's environment)::
 
-    PYTHONPATH=.:/work/pyg-site .venv/bin/python bench/pyg_model.py \\
+    PYTHONPATH=.:PYG_SITE .venv/bin/python bench/pyg_model.py \\
         --data-root ../shared/data/planetoid --seeds 0,1,2,3,4 --json runs/pyg_gat.json
 """
 
