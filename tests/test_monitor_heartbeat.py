@@ -44,9 +44,11 @@ def test_the_executors_start_says_how_many_are_up(monkeypatch):
     """Three executors up after 1, 1 and 3 waits: a line after each wait, the last 3/3."""
     arrivals = {"a": 1, "b": 1, "c": 3}
     waits = {"n": 0}
+    timeouts: list[float] = []
 
     def fake_wait(refs, num_returns=1, timeout=None):
         waits["n"] += 1
+        timeouts.append(timeout)
         ready = [r for r in refs if arrivals[r] <= waits["n"]]
         return ready, [r for r in refs if r not in ready]
 
@@ -55,10 +57,13 @@ def test_the_executors_start_says_how_many_are_up(monkeypatch):
                                                                  for r in refs])
     monkeypatch.setattr(workers_mod, "READY_PROGRESS_S", 0.01)
     group = object.__new__(WorkerGroup)
+    group._started_at = time.time() - 0.5   # build() started the processes half a second ago
     lines: list[str] = []
     group.say = lines.append
     done = group._gather_ready(["a", "b", "c"])
     assert sorted(d for _, d in done) == ["cpu:a", "cpu:b", "cpu:c"]
+    assert timeouts[0] == 0.05   # the beat counts from build(): already past 0.01 s
+    assert all(float(line.split("(")[1].rstrip("s)")) >= 0.5 for line in lines)
     assert [line.split(" (")[0] for line in lines] == [
         "executors ready: 2/3", "executors ready: 2/3", "executors ready: 3/3"]
     lines.clear()

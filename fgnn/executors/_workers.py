@@ -265,16 +265,20 @@ class WorkerGroup:
 
     def _gather_ready(self, refs: list[Any]) -> list[Any]:
         """The results of the executors' ``ready`` calls ``refs``; for more than one Ray actor,
-        a line ``executors ready: K/N (S s)`` every :data:`READY_PROGRESS_S` seconds until all
-        are up (a failed start raises as ``host.get`` does)."""
+        a line ``executors ready: K/N (S s)`` every :data:`READY_PROGRESS_S` seconds of the
+        start (counted from :meth:`build`, whose line opened the phase) until all are up, and
+        when the last is (a failed start raises as ``host.get`` does)."""
         if len(refs) <= 1 or host.is_inline(refs):
             return host.get(refs)
-        t0, rest, done = time.perf_counter(), list(refs), []
+        t0 = self._started_at or time.time()
+        rest, done, beat = list(refs), [], t0 + READY_PROGRESS_S
         while rest:
-            ready, rest = host.wait(rest, num_returns=len(rest), timeout=READY_PROGRESS_S)
+            ready, rest = host.wait(rest, num_returns=len(rest),
+                                    timeout=max(0.05, beat - time.time()))
             done += host.get(ready)
-            self.say(f"executors ready: {len(done)}/{len(refs)} "
-                     f"({time.perf_counter() - t0:.1f}s)")
+            while beat <= time.time():
+                beat += READY_PROGRESS_S
+            self.say(f"executors ready: {len(done)}/{len(refs)} ({time.time() - t0:.1f}s)")
         return done
 
     def failed(self, e: _Exec, err: BaseException) -> bool:
