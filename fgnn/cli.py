@@ -232,14 +232,23 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         config = config_from_args(args)
     except ValueError as e:
         parser.error(flag_for_error(e))
+    from fgnn.cores import layout_refusal
 
-    from fgnn.atomic import WriteError
-    from fgnn.executors._epoch import RuntimeFailure
-    from fgnn.executors._resume import RunFinished
-    from fgnn.job import Job, JobConfigError
-    from fgnn.monitor.timeline import process_start
-    from fgnn.outputs import OutputsError
-    from fgnn.sigterm import Terminated, interrupt_on_sigterm
+    too_many = layout_refusal(config.runtime)  # before torch's import: seconds under load
+    if too_many is not None:
+        parser.error(f"argument --devices: {too_many}. "
+                     f"Received --devices={config.runtime.devices!r}.")
+
+    from fgnn.monitor.heartbeat import heartbeat
+
+    with heartbeat(lambda line: print(line, flush=True), "importing torch"):  # seconds, loaded
+        from fgnn.atomic import WriteError
+        from fgnn.executors._epoch import RuntimeFailure
+        from fgnn.executors._resume import RunFinished
+        from fgnn.job import Job, JobConfigError
+        from fgnn.monitor.timeline import process_start
+        from fgnn.outputs import OutputsError
+        from fgnn.sigterm import Terminated, interrupt_on_sigterm
     restore_sigterm = interrupt_on_sigterm()  # until Ray starts (the job installs it again)
     # the time line covers the whole process: interpreter start-up and imports included
     job = Job(config, progress=not args.no_progress, since=process_start() or _IMPORTED_AT)

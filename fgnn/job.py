@@ -31,6 +31,7 @@ import torch
 from fgnn import gpu
 from fgnn.config import JobConfig
 from fgnn.data import Dataset
+from fgnn.monitor.heartbeat import heartbeat
 from fgnn.monitor.stats import RunResult, early_stop_message
 from fgnn.monitor.summary import cluster_text, devices_note, plural, timing_text
 from fgnn.monitor.timeline import Timeline
@@ -334,7 +335,7 @@ class Job:
     def _run(self) -> RunResult:
         """The body of :meth:`run`, after its checks, under the output locks."""
         from_spec = self.dataset is None
-        with self.timeline.phase("load"):
+        with self.timeline.phase("load"), heartbeat(self._say, "loading the dataset"):
             load_s = self._prepare_dataset()
         with self.timeline.phase("setup"):
             runtime, progress = self._runtime_and_progress(from_spec)
@@ -509,7 +510,7 @@ class Job:
             writers.append(("report", "report", Path(cfg.report),
                             lambda: write_json_atomic(report_dict(self._close_timeline(result)),
                                                       cfg.report)))
-        with self.timeline.phase("outputs"):
+        with self.timeline.phase("outputs"), heartbeat(self._say, "writing the outputs"):
             written = write_outputs(writers)
         self._close_timeline(result)
         kept = dict(((f, w), p) for f, w, p in written)
@@ -646,15 +647,8 @@ class Job:
         self._say(f"fgnn: starting Ray (a local node{what})..." if local
                   else f"fgnn: joining the Ray cluster at {rc.address}...")
         try:
-            if dashboard:
-                ctx, why = init_with_dashboard(say=self._say, **kwargs)
-                if why is not None:
-                    self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
-                              f"training without it")
-            elif local:
-                ctx = init_local(include_dashboard=False, say=self._say, **kwargs)
-            else:
-                ctx = ray.init(**kwargs)
+            with heartbeat(self._say, "starting Ray" if local else "joining the Ray cluster"):
+                ctx = self._ray_init(kwargs, local, dashboard)
         except join_errors() as e:
             raise JobConfigError("runtime.address", rc.address,
                                  f"cannot join the Ray cluster ({' '.join(str(e).split())})"
@@ -666,6 +660,21 @@ class Job:
         self._say(f"fgnn: joined the Ray cluster at "
                   f"{cluster_text(_joined_address(ctx, rc.address), resources, _live_nodes())}")
         return url, float(resources.get("GPU", 0))
+
+    def _ray_init(self, kwargs: dict[str, Any], local: bool, dashboard: bool) -> Any:
+        """Start a local Ray node (with its dashboard when ``dashboard``) or join the cluster
+        (not ``local``); Ray's context."""
+        import ray
+
+        if dashboard:
+            ctx, why = init_with_dashboard(say=self._say, **kwargs)
+            if why is not None:
+                self._say(f"fgnn: warning: Ray's dashboard did not start ({why}); "
+                          f"training without it")
+            return ctx
+        if local:
+            return init_local(include_dashboard=False, say=self._say, **kwargs)
+        return ray.init(**kwargs)
 
     def _say_dashboard(self, url: Optional[str]) -> None:
         """Set :attr:`dashboard_url` from Ray's ``url`` (``None``: off) and print it."""

@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Optional
 
 from fgnn.config import DEFAULT_FANOUTS, JobConfig
-from fgnn.data.spec import parse_spec
 from fgnn.given import given_of
 
 __all__ = ["Recipe", "FGNN_RECIPE", "KIPF_RECIPE", "GAE_RECIPE", "PINSAGE_REC_RECIPE",
@@ -295,6 +294,8 @@ def with_spec_options(spec: str, options: Mapping[str, Any]) -> str:
     Raises:
         ValueError: as :func:`fgnn.data.spec.parse_spec` on a malformed spec.
     """
+    from fgnn.data.spec import parse_spec  # here: fgnn.data imports torch, --help must not
+
     params = parse_spec(spec)[1]
     extra = [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
              for k, v in options.items() if k not in params]

@@ -56,3 +56,40 @@ def test_the_refusal_comes_as_a_process_exits(tmp_path):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "CPU core" in p.stderr and not p.stdout.strip()
     print(f"\nrefused in {took:.1f}s (load {os.getloadavg()[0]:.1f})")
+
+
+def test_the_cli_refuses_before_importing_torch(tmp_path):
+    """launch.py checks the layout against the cores before it imports torch (seconds under a
+    load of 20), on a machine without a GPU device file; the line and exit status as above."""
+    if fgnn.cores.gpu_may_be_present():
+        pytest.skip("a GPU may be present: the check waits for torch to say")
+    devices = MAX_DEVICES_PER_CORE * usable_cores() + 1
+    code = ("import sys, runpy\n"
+            f"sys.argv = ['launch.py', '--devices', '{devices}', '--epochs', '1']\n"
+            "try:\n    runpy.run_path(%r, run_name='__main__')\n"
+            "except SystemExit as e:\n    print('EXIT', e.code, 'torch' in sys.modules)\n"
+            % str(REPO / "launch.py"))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's fgnn, from tmp_path
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120, env=env)
+    assert p.stdout.strip() == "EXIT 2 False", (p.stdout, p.stderr)
+    assert p.stderr.startswith(f"launch.py: error: argument --devices: {devices} logical "
+                               "devices are more than this machine's"), p.stderr
+    assert p.stderr.strip().endswith(f"Received --devices={devices}.")
+
+
+def test_the_early_check_leaves_clusters_and_gpus_to_the_job(monkeypatch):
+    from fgnn.config import RuntimeConfig
+    monkeypatch.setattr(fgnn.cores, "usable_cores", lambda: 2)
+    monkeypatch.setattr(fgnn.cores.glob, "glob", lambda pattern: [])
+    many = RuntimeConfig(devices=9)
+    assert "2 CPU cores" in fgnn.cores.layout_refusal(many)
+    assert fgnn.cores.layout_refusal(RuntimeConfig(devices=8)) is None
+    assert fgnn.cores.layout_refusal(RuntimeConfig(devices=9, address="10.0.0.1:6379")) is None
+    monkeypatch.setattr(fgnn.cores.glob, "glob",
+                        lambda pattern: ["/dev/nvidia0"] if "nvidia" in pattern else [])
+    assert fgnn.cores.gpu_may_be_present()
+    assert fgnn.cores.layout_refusal(many) is None           # torch will say, in Job.validate
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")            # every GPU hidden
+    assert not fgnn.cores.gpu_may_be_present()
+    assert "2 CPU cores" in fgnn.cores.layout_refusal(many)

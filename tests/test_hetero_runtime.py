@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,16 +181,48 @@ def test_relation_fanouts_need_one_fanout_per_layer_and_a_typed_dataset(cli_erro
     assert "needs a typed dataset" in line, line
 
 
-def test_a_typed_graph_without_labels_is_one_line(tmp_path, cli_error):
+def _bare_ondisk(tmp_path) -> "Path":
+    """The planted typed graph saved on disk without labels (a manifest with no ``target``)."""
     from fgnn.data.ondisk_hetero import save_ondisk_hetero
     from fgnn.hetero import HeteroGraph
 
     g = load_dataset("hetero:papers=100,authors=30").graph
     bare = HeteroGraph(g.num_nodes, g.relations, g.features, meta={"name": "bare"})
-    root = save_ondisk_hetero(bare, tmp_path / "bare")
+    return save_ondisk_hetero(bare, tmp_path / "bare")
+
+
+def test_a_typed_ondisk_dataset_without_labels_loads_for_link_prediction(tmp_path):
+    root = _bare_ondisk(tmp_path)
+    assert json.loads((root / "manifest.json").read_text())["target"] is None
+    ds = load_dataset(f"ondisk:{root}")
+    assert isinstance(ds, HeteroDataset) and not ds.labelled and ds.graph.labels is None
+    assert ds.train_idx.numel() == 0 and ds.meta["root"] == str(root)
+
+
+def test_a_typed_ondisk_graph_without_labels_refuses_node_classification_naming_the_file(
+        tmp_path, cli_error):
+    root = _bare_ondisk(tmp_path)
     line = cli_error(["--dataset", f"ondisk:{root}", "--model", "sage"])
-    assert line.startswith("launch.py: error: argument --dataset: cannot load dataset: "), line
-    assert "no labelled target type" in line
+    assert line.startswith("launch.py: error: argument --task: 'node' needs labels, and no node "
+                           "type of the typed dataset 'bare' has any"), line
+    assert f"({root / 'manifest.json'}: \"target\" is null)" in line and "task='link'" in line
+
+
+def test_launch_trains_link_prediction_on_a_typed_ondisk_graph_without_labels(tmp_path):
+    """What a user of a typed link graph on disk types: ``--task link`` on it exits 0 and the
+    report holds AUC and AP (one device, in this process)."""
+    from fgnn.cli import main
+
+    root = _bare_ondisk(tmp_path)
+    report = tmp_path / "r.json"
+    rc = main(["--dataset", f"ondisk:{root}", "--task", "link", "--link-edge-type",
+               "author,writes,paper", "--model", "sage", "--hidden", "16", "--fanouts", "3,3",
+               "--epochs", "2", "--batch-size", "64", "--devices", "1", "--no-progress",
+               "--report", str(report)])
+    assert rc == 0
+    res = json.loads(report.read_text())
+    assert res["config"]["task"] == "link" and len(res["epochs"]) == 2
+    assert 0.0 <= res["final"]["test_auc"] <= 1.0 and 0.0 <= res["final"]["test_ap"] <= 1.0
 
 
 def test_a_typed_dataset_refuses_other_models_in_one_line(cli_error):

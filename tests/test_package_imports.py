@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,18 @@ def test_the_light_actors_modules_import_without_torch(module):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", f"importing {module} imported torch"
+
+
+def test_help_prints_without_importing_torch():
+    """``launch.py --help`` builds the parser from the configs and recipes only: importing torch
+    (about 1 s of a 2-core machine's time) is left to the run (issue 39: --help under 1 s)."""
+    code = ("import sys, runpy; sys.argv = ['launch.py', '--help']\n"
+            "try:\n    runpy.run_path('launch.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            "print('HELP-EXIT', code, sorted(m for m in ('torch', 'numpy', 'ray') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    assert "usage: launch.py" in out.stdout and "--devices" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "HELP-EXIT 0 []", out.stdout[-300:]

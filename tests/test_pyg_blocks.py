@@ -104,3 +104,21 @@ def test_pygs_own_sageconv_trains_through_a_job(planetoid_root):
     pyg = pytest.importorskip("torch_geometric.nn")
     final = _train(pyg.SAGEConv, planetoid_root)
     assert final["test_acc"] > 0.7, final
+
+
+def test_pygs_gatconv_trains_through_a_job(planetoid_root):
+    """bench/pyg_model.py's model of two PyG ``GATConv`` layers (their default self loops) on
+    fgnn's blocks, with the ``velickovic`` recipe's settings of ``--model gat``: the Job names it
+    and it learns Cora in 40 epochs (the full 200 reach about 82%: docs/benchmarks.md)."""
+    pytest.importorskip("torch_geometric.nn")
+    from conftest import load_bench
+
+    bench = load_bench("pyg_model")
+    cfg = bench.gat_config(str(planetoid_root), seed=0, epochs=40)
+    assert cfg.recipe == "velickovic" and cfg.model.heads == 8 and cfg.model.dropout == 0.6
+    model = bench.pyg_model_for(cfg, 1433, 7)
+    assert [type(c).__name__ for c in model.convs] == ["GATConv", "GATConv"]
+    assert model.convs[0].heads == 8 and model.convs[0].add_self_loops
+    row = bench.run_side("pyg", cfg)
+    assert row["model"] == "PyGGAT" and row["recipe"] == "velickovic"
+    assert row["test_acc"] > 0.7, row               # untrained: about 0.14 (7 classes)

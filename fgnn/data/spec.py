@@ -441,7 +441,10 @@ def load_dataset(spec: str, root: Optional[str | os.PathLike] = None,
 
 def _load_ondisk_any(path: Path) -> Dataset:
     """``ondisk:DIR``: the homogeneous format, or the typed one as a
-    :class:`~fgnn.data.dataset_hetero.HeteroDataset` (its manifest's ``format`` decides)."""
+    :class:`~fgnn.data.dataset_hetero.HeteroDataset` (its manifest's ``format`` decides). A
+    typed manifest without a ``target`` (no labels: a link prediction graph) loads as
+    :meth:`HeteroDataset.unlabelled <fgnn.data.dataset_hetero.HeteroDataset.unlabelled>`; a node
+    job refuses it in one line naming the manifest (:func:`fgnn.tasks.checks.check_typed`)."""
     from fgnn.data.ondisk import HETERO_FORMAT, read_manifest
 
     _, manifest = read_manifest(path)
@@ -451,4 +454,6 @@ def _load_ondisk_any(path: Path) -> Dataset:
     from fgnn.data.dataset_hetero import HeteroDataset
 
     graph = load_ondisk_hetero(path)
+    if graph.target_type is None or graph.labels is None:
+        return HeteroDataset.unlabelled(graph, check_features=False)
     return HeteroDataset.from_graph(graph, check_features=False)  # the loader scanned them

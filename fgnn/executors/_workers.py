@@ -107,6 +107,10 @@ class ExecutorSpec:
     """The task's :class:`~fgnn.tasks.base.StepRule` (None: node classification)."""
 
 
+#: Seconds between two lines saying how many of the starting executor processes are up.
+READY_PROGRESS_S = 3.0
+
+
 @dataclass
 class _Pending:
     """An executor whose arguments are on their way to the store; its actor is not created."""
@@ -250,12 +254,32 @@ class WorkerGroup:
 
     def await_ready(self) -> None:
         """Wait for the executors started last; ``startup_s`` counts from their start to the last
-        one built (start-up runs while the driver chooses the cache)."""
-        done = host.get(self._pending)
+        one built (start-up runs while the driver chooses the cache). Several executor
+        processes say how many are up every :data:`READY_PROGRESS_S` seconds and when the last
+        is (issue 39: no start-up phase silent for more than 5 s)."""
+        done = self._gather_ready(self._pending)
         self._pending = []
         if done:
             self.startup_s += max(0.0, max(float(t) for t, _ in done) - self._started_at)
             self.devices.update(d for _, d in done)
+
+    def _gather_ready(self, refs: list[Any]) -> list[Any]:
+        """The results of the executors' ``ready`` calls ``refs``; for more than one Ray actor,
+        a line ``executors ready: K/N (S s)`` every :data:`READY_PROGRESS_S` seconds of the
+        start (counted from :meth:`build`, whose line opened the phase) until all are up, and
+        when the last is (a failed start raises as ``host.get`` does)."""
+        if len(refs) <= 1 or host.is_inline(refs):
+            return host.get(refs)
+        t0 = self._started_at or time.time()
+        rest, done, beat = list(refs), [], t0 + READY_PROGRESS_S
+        while rest:
+            ready, rest = host.wait(rest, num_returns=len(rest),
+                                    timeout=max(0.05, beat - time.time()))
+            done += host.get(ready)
+            while beat <= time.time():
+                beat += READY_PROGRESS_S
+            self.say(f"executors ready: {len(done)}/{len(refs)} ({time.time() - t0:.1f}s)")
+        return done
 
     def failed(self, e: _Exec, err: BaseException) -> bool:
         """Handle a failed executor call; True when the actor should get the work again.

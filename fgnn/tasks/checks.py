@@ -4,6 +4,7 @@ each task and graph kind refuses, one line naming the field (:func:`check_job`).
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from fgnn.cache.hotness import parse_policy
@@ -76,8 +77,10 @@ def check_typed(config: JobConfig, dataset: HeteroDataset) -> None:
             raise TypedJobError(field, value, f"{value!r} is not supported on the typed dataset "
                                               f"{dataset.name!r} {hint}".rstrip())
     if c.task == "node" and not dataset.labelled:
+        root = dataset.meta.get("root") if dataset.meta.get("source") == "ondisk" else None
+        where = f" ({Path(root) / 'manifest.json'}: \"target\" is null)" if root else ""
         raise TypedJobError("task", c.task, f"'node' needs labels, and no node type of the typed "
-                                            f"dataset {dataset.name!r} has any (task='link' "
+                                            f"dataset {dataset.name!r} has any{where} (task='link' "
                                             f"predicts one of its relations; for node "
                                             f"classification give one type labels and "
                                             f"target_type=)")
