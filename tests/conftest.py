@@ -65,20 +65,6 @@ def ray_cluster():
     yield
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """A Ray of the module's own with 2 logical GPUs (the Jobs it runs join it); the shared
-    cluster is down by then (see :func:`pytest_runtest_setup`)."""
-    ray = pytest.importorskip("ray")
-    assert not ray.is_initialized()
-    # "local": a new node even when a `ray start` cluster runs on this machine
-    retry_startup(lambda: ray.init(address="local", num_cpus=4, num_gpus=2,
-                                   include_dashboard=False, log_to_driver=False,
-                                   _system_config=local_system_config()))
-    yield ray
-    ray.shutdown()
-
-
 def _stop_shared_ray() -> None:
     if _shared_ray["up"]:
         import ray
