@@ -43,7 +43,7 @@ def device(request) -> str:
 
 #: Logical GPUs of the shared test cluster: room for the largest job of the suite (8 devices).
 RAY_GPUS = 8
-_shared_ray = {"up": False}
+_shared_ray = {"up": False, "starts": 0}
 _ray_modules: set = set()
 
 
@@ -61,21 +61,8 @@ def ray_cluster():
             address="local", num_cpus=4, num_gpus=RAY_GPUS, include_dashboard=False,
             log_to_driver=False, _system_config=local_system_config()))
         _shared_ray["up"] = True
+        _shared_ray["starts"] += 1
     yield
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """A Ray of the module's own with 2 logical GPUs (the Jobs it runs join it); the shared
-    cluster is down by then (see :func:`pytest_runtest_setup`)."""
-    ray = pytest.importorskip("ray")
-    assert not ray.is_initialized()
-    # "local": a new node even when a `ray start` cluster runs on this machine
-    retry_startup(lambda: ray.init(address="local", num_cpus=4, num_gpus=2,
-                                   include_dashboard=False, log_to_driver=False,
-                                   _system_config=local_system_config()))
-    yield ray
-    ray.shutdown()
 
 
 def _stop_shared_ray() -> None:
@@ -86,9 +73,29 @@ def _stop_shared_ray() -> None:
         _shared_ray["up"] = False
 
 
+def _ray_groups(items) -> dict:
+    """Module name -> 0: a module that starts no Ray in this process; 1: one with a test that
+    starts a Ray of its own (marked ``own_ray``: other resources, or Ray's start-up is what it
+    tests); 2: a module on the shared cluster (a test of it asks for ``ray_cluster``)."""
+    groups: dict = {}
+    for item in items:
+        name = item.module.__name__
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            groups[name] = 2
+        elif item.get_closest_marker("own_ray") is not None:
+            groups[name] = max(groups.get(name, 0), 1)
+        else:
+            groups.setdefault(name, 0)
+    return groups
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    _ray_modules.update(item.module.__name__ for item in items
-                        if "ray_cluster" in getattr(item, "fixturenames", ()))
+    """The modules on the shared cluster run last and contiguously, so the cluster starts once;
+    the modules that start a Ray of their own run just before them. A stable sort by module:
+    the collection's order is kept within each group and each module stays whole."""
+    groups = _ray_groups(items)
+    _ray_modules.update(name for name, group in groups.items() if group == 2)
+    items.sort(key=lambda item: groups[item.module.__name__])
 
 
 def pytest_runtest_setup(item) -> None:
@@ -99,6 +106,12 @@ def pytest_runtest_setup(item) -> None:
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     _stop_shared_ray()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if _shared_ray["starts"]:
+        terminalreporter.write_line(f"the shared Ray cluster started {_shared_ray['starts']} "
+                                    f"time(s) for {len(_ray_modules)} modules")
 
 
 @pytest.fixture

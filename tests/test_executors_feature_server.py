@@ -30,6 +30,7 @@ def test_feature_server_in_process(tmp_path):
         FeatureServer(p, 0, feats[:3])
 
 
+@pytest.mark.own_ray  # other resources than the shared cluster
 def test_trainer_sources_on_two_simulated_nodes():
     ray = pytest.importorskip("ray")
     if ray.is_initialized():

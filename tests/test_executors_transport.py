@@ -67,6 +67,7 @@ def test_copy_stream_and_clock_are_pass_throughs_on_cpu():
 ray = pytest.importorskip("ray")
 
 
+@pytest.mark.own_ray  # other resources than the shared cluster
 def test_factored_layout_on_one_gpu_with_half_shares():
     """Two devices at 0.5 GPU each: the whole factored layout (Sampler + standby on one device,
     a Trainer on the other) fits a single GPU -- here a single logical GPU."""

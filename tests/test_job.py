@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 
 import fgnn
@@ -64,7 +65,7 @@ def test_doc_model_shapes(doc):
     assert out.shape == (2, 3)
 
 
-def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
+def test_job_with_custom_sampler_and_model(doc, ray_cluster, tmp_path):
     data = load_dataset(TINY)
     cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
                     runtime=RuntimeConfig(devices=2, samplers=1),
@@ -76,7 +77,7 @@ def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
                    dataset=data, progress=False, out=out)
     result = job.run()
 
-    assert ray_session.is_initialized()  # a Ray the caller started stays up
+    assert ray.is_initialized()  # a Ray the caller started stays up
     assert isinstance(result, fgnn.RunResult) and isinstance(job.model, torch.nn.Module)
     log = out.getvalue()
     assert "2 devices" in log and "report" in log
@@ -102,7 +103,7 @@ def test_job_with_custom_sampler_and_model(doc, ray_session, tmp_path):
     assert job.result is result
 
 
-def test_doc_task_registers_and_trains_through_a_job(doc, ray_session, tmp_path):
+def test_doc_task_registers_and_trains_through_a_job(doc, ray_cluster, tmp_path):
     from fgnn.tasks import TASKS, register_task
 
     step = doc["SmoothedStep"](0.2)
@@ -154,7 +155,7 @@ def test_describe_devices():
     assert "Ray cluster" in line and "6 GPU" in line
 
 
-def test_empty_test_split_trains_and_writes_its_report(ray_session, tmp_path):
+def test_empty_test_split_trains_and_writes_its_report(ray_cluster, tmp_path):
     data = load_dataset(TINY)
     data.test_idx = torch.zeros(0, dtype=torch.int64)
     cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
@@ -177,7 +178,7 @@ def test_patience_with_an_empty_validation_split_is_refused_before_ray(tmp_path)
     assert not (tmp_path / "r.json").exists()
 
 
-def test_an_auto_batch_is_said_in_one_line_and_recorded(ray_session, tmp_path):
+def test_an_auto_batch_is_said_in_one_line_and_recorded(ray_cluster, tmp_path):
     """No batch size set: the job settles one from the training split, prints it and records
     it with the recipe it resolved (issue 31)."""
     data = load_dataset(TINY)

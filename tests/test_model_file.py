@@ -1,6 +1,6 @@
 """Model export: ``launch.py --save-model`` -> ``fgnn.load_model`` -> the reported accuracy.
 
-One Ray instance for the module (2 logical GPUs); ``launch.py``'s ``main`` joins it.
+The suite's shared Ray cluster (conftest ``ray_cluster``); ``launch.py``'s ``main`` joins it.
 """
 
 from __future__ import annotations
@@ -27,20 +27,6 @@ ARGS = ["--dataset", TINY, "--model", "sage", "--hidden", "16", "--fanouts", "4,
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 2:
-        ray.shutdown()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False,
-                 log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def dataset():
     return load_dataset(TINY)
 
@@ -51,7 +37,7 @@ def _one_line_error(capsys) -> str:
     return err[0]
 
 
-def test_save_load_evaluate_reproduces_the_reported_scores(ray_session, dataset, tmp_path):
+def test_save_load_evaluate_reproduces_the_reported_scores(ray_cluster, dataset, tmp_path):
     from fgnn.cli import main
 
     model_path, report = tmp_path / "m" / "model.pt", tmp_path / "r.json"
@@ -82,7 +68,7 @@ def test_save_load_evaluate_reproduces_the_reported_scores(ray_session, dataset,
 
 
 def test_the_new_frontier_trains_end_to_end_and_a_loaded_model_scores_with_it(
-        ray_session, dataset, tmp_path):
+        ray_cluster, dataset, tmp_path):
     """``--frontier new`` (PyG's NeighborLoader semantics) reaches the Samplers, the report and
     the model file: the loaded model re-scores every split exactly with the same frontier."""
     from fgnn.cli import main
@@ -98,7 +84,7 @@ def test_the_new_frontier_trains_end_to_end_and_a_loaded_model_scores_with_it(
         assert saved.evaluate(dataset, split).accuracy == rep["final"][f"{split}_acc"]
 
 
-def test_full_disk_under_the_checkpoint_directory_ends_in_one_line(ray_session, tmp_path,
+def test_full_disk_under_the_checkpoint_directory_ends_in_one_line(ray_cluster, tmp_path,
                                                                    monkeypatch, capsys):
     from fgnn.cli import main
 
@@ -112,7 +98,7 @@ def test_full_disk_under_the_checkpoint_directory_ends_in_one_line(ray_session, 
     assert os.listdir(ckpt_dir) == []  # no partial or temporary file
 
 
-def test_full_disk_under_the_report_directory_ends_in_one_line(ray_session, tmp_path,
+def test_full_disk_under_the_report_directory_ends_in_one_line(ray_cluster, tmp_path,
                                                                monkeypatch, capsys):
     from fgnn.cli import main
 

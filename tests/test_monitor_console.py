@@ -25,7 +25,7 @@ def _run(cfg: JobConfig) -> tuple[list[str], dict]:
     return out.getvalue().splitlines(), report
 
 
-def test_single_mode_says_one_device_and_why_it_stopped(ray_session, tmp_path):
+def test_single_mode_says_one_device_and_why_it_stopped(ray_cluster, tmp_path):
     # lr so small that the weights do not move: the second evaluation is no better than the
     # first, and patience 1 stops the run there, four epochs early
     cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
@@ -57,7 +57,7 @@ def test_single_mode_says_one_device_and_why_it_stopped(ray_session, tmp_path):
         assert label in timing, label
 
 
-def test_time_sharing_reports_the_degree_policy_it_ran(ray_session, tmp_path):
+def test_time_sharing_reports_the_degree_policy_it_ran(ray_cluster, tmp_path):
     cfg = JobConfig(dataset=TINY, sampler=SamplerConfig(fanouts=(4, 4)),
                     cache=CacheConfig(policy="presc"),
                     runtime=RuntimeConfig(mode="time-sharing", devices=2),

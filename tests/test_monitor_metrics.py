@@ -53,6 +53,7 @@ def test_hit_rate_before_lookups():
     assert RuntimeMetrics("trainer", "cpu:0").hit_rate == 0.0
 
 
+@pytest.mark.own_ray  # a Ray whose workers see tests/ on their path
 def test_exports_inside_actor():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
