@@ -112,14 +112,20 @@ class _FakeRuntime:
         self.watchdog = _FakeWatchdog()
 
 
-def test_the_job_turns_the_death_into_its_failure_with_the_checkpoint(monkeypatch):
-    proc = _child()
-    monkeypatch.setattr(rw, "local_raylet_pid", lambda: proc.pid)
+def _watched_job():
+    """A job watching the (patched) raylet and GCS, with the failures it was told of and an
+    event set at the first."""
     job, runtime = Job(progress=False), _FakeRuntime()
     told: list[Exception] = []
     done = threading.Event()
     job.on_node_death = lambda failure: (told.append(failure), done.set())
-    watch = job._watch_raylet(runtime)
+    return job, runtime, told, done, job._watch_raylet(runtime)
+
+
+def test_the_job_turns_the_death_into_its_failure_with_the_checkpoint(monkeypatch):
+    proc = _child()
+    monkeypatch.setattr(rw, "local_raylet_pid", lambda: proc.pid)
+    job, runtime, told, done, watch = _watched_job()
     try:
         proc.send_signal(signal.SIGKILL)
         assert done.wait(WAIT_S)
@@ -191,11 +197,7 @@ def test_a_killed_gcs_is_the_jobs_failure_at_once_and_once(monkeypatch):
     gcs, raylet = _child(), _child()
     monkeypatch.setattr(rw, "local_gcs_pid", lambda: gcs.pid)
     monkeypatch.setattr(rw, "local_raylet_pid", lambda: raylet.pid)
-    job, runtime = Job(progress=False), _FakeRuntime()
-    told: list[Exception] = []
-    done = threading.Event()
-    job.on_node_death = lambda failure: (told.append(failure), done.set())
-    watch = job._watch_raylet(runtime)
+    job, runtime, told, done, watch = _watched_job()
     try:
         gcs.send_signal(signal.SIGKILL)
         assert done.wait(WAIT_S), "the GCS's death was not reported"
