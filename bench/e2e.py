@@ -164,7 +164,7 @@ def pyg_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def pairing(args: argparse.Namespace, ds: Any, seed: int) -> dict[str, Any]:
     """What the PyG side of a paired seed shares with fgnn: the initial weights ``launch.py``
     builds (the same config, seed and dataset; no Ray starts), the batch orders."""
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
     from fgnn.executors.scheduler import epoch_batches
 
     model = Runtime(_job(args, ("single", 1), seed), ds).model

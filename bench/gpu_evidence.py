@@ -16,7 +16,7 @@ On a GPU host (one H100 or H200, Python 3.12, torch with CUDA, no Ray needed), i
    and gathers random rows: GB/s beside a host-to-device gather of the same rows;
 5. ``nccl``: a probe with 1 and 2 ranks, each rank its own process: a raw NCCL all-reduce (2 ranks
    on one GPU is what NCCL refuses: the refusal is the expected result there), and fgnn's own
-   group (:func:`fgnn.executors._groups.new_group`: NCCL on distinct GPUs, gloo on a shared one);
+   group (:func:`fgnn.exchange.groups.new_group`: NCCL on distinct GPUs, gloo on a shared one);
 6. ``epochs``: where Ray is importable, or a slim Ray is found in ``--wheels`` (with any other
    wheel there, e.g. pytest's, installed into ``DIR/site`` with ``pip --no-index --no-deps``
    when Ray or pytest is missing; ``ray-slim.tar.xz`` extracted there, :func:`prepare_site`),
@@ -122,10 +122,10 @@ def _probe_cmd(mode: str, rank: int, size: int, device: str, store: str, timeout
 
 def probe_rank(spec: dict[str, Any]) -> dict[str, Any]:
     """One rank of an all-reduce probe (run in its own process): ``mode`` ``nccl`` (a raw
-    ``ProcessGroupNCCL``) or ``fgnn`` (:func:`~fgnn.executors._groups.new_group`)."""
+    ``ProcessGroupNCCL``) or ``fgnn`` (:func:`~fgnn.exchange.groups.new_group`)."""
     import torch.distributed as dist
 
-    from fgnn.executors import _groups
+    from fgnn.exchange import groups as _groups
 
     device = torch.device(spec["device"])
     if device.type == "cuda":

@@ -9,7 +9,7 @@ import json, sys, time
 from collections import Counter
 from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig
 from fgnn.data import load_dataset
-from fgnn.executors.runtime import Runtime
+from fgnn.runtime.driver import Runtime
 SPEC = "hetero:papers=1000,authors=300,fields=16,seed=0"
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from fgnn.executors.inline import InlineActor, get
-from fgnn.executors.ps import ParameterServer
+from fgnn.exchange.ps import ParameterServer
 
 
 def _model(in_dim: int, hidden: int, layers: int, classes: int) -> nn.Module:

@@ -8,7 +8,7 @@ fanouts 25, 10) once per design (``runtime.exchange``) and reads each Trainer's 
 taking the step, and not the time spent waiting for other Trainers' work. A claim that has to
 wait for the current step to close waits for other Trainers' work until that step's last
 gradient was ready (its Trainer stamps the wall time on the push or delivery); the rest of its
-wait is exchange (:func:`fgnn.executors.ps.step_wait`). With the server the exchange is then: the
+wait is exchange (:func:`fgnn.exchange.ps.step_wait`). With the server the exchange is then: the
 claim's reply (with the weights when they changed; after a close, the last push's transit, the
 server's sum and Adam step) and the push of the gradient. With the collective: the wait for the
 slot's grant (requested while the previous task computed; granted in the ledger's events, which
@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
 from fgnn.config import (EXCHANGES, CacheConfig, JobConfig, ModelConfig,  # noqa: E402
                          RuntimeConfig, SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
-from fgnn.executors.runtime import Runtime  # noqa: E402
+from fgnn.runtime.driver import Runtime  # noqa: E402
 
 __all__ = ["exchange_shares", "main", "run_design"]
 

@@ -48,7 +48,7 @@ import ray  # noqa: E402
 from fgnn.config import (MODES, PLACEMENTS, CacheConfig, JobConfig,  # noqa: E402
                          ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
-from fgnn.executors.runtime import Runtime  # noqa: E402
+from fgnn.runtime.driver import Runtime  # noqa: E402
 from fgnn.raystart import local_system_config  # noqa: E402
 
 __all__ = ["run_mode", "summarize", "main"]

@@ -16,7 +16,7 @@ def lazy_exports(package: str, exports: dict[str, str]
 
     Usage, at the end of a package's ``__init__``::
 
-        __getattr__, __dir__ = lazy_exports(__name__, {"Runtime": "fgnn.executors.runtime"})
+        __getattr__, __dir__ = lazy_exports(__name__, {"Runtime": "fgnn.runtime.driver"})
     """
 
     def __getattr__(name: str) -> Any:

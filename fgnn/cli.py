@@ -243,8 +243,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
 
     with heartbeat(lambda line: print(line, flush=True), "importing torch"):  # seconds, loaded
         from fgnn.atomic import WriteError
-        from fgnn.executors._epoch import RuntimeFailure
-        from fgnn.executors._resume import RunFinished
+        from fgnn.runtime.epoch import RuntimeFailure
+        from fgnn.runtime.resume import RunFinished
         from fgnn.job import Job, JobConfigError
         from fgnn.monitor.timeline import process_start
         from fgnn.outputs import OutputsError

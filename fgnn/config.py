@@ -36,14 +36,14 @@ SAMPLER_KINDS = ("khop", "weighted", "random_walk", "locality")
 EVAL_MODES = ("sampled", "layerwise", "none")
 CACHE_POLICIES = ("presc", "wrpr", "degree", "random", "none")
 SAMPLE_TRANSPORTS = ("auto", "object_store", "cuda_ipc")
-#: Gradient exchange among Trainers (fgnn.executors.collective, fgnn.executors.ps).
+#: Gradient exchange among Trainers (fgnn.exchange.collective, fgnn.exchange.ps).
 EXCHANGES = ("server", "collective")
 REORDERINGS = ("none", "hot-first")
 FEATURE_TIERS = ("memory", "disk")
 DISK_CACHES = ("window", "lru", "random")
 DISK_IO = ("direct", "buffered")
 PLACEMENTS = ("replicate", "algorithm1", "auto")
-#: Where a Trainer reads the rows its peers cache (:mod:`fgnn.executors._peers`).
+#: Where a Trainer reads the rows its peers cache (:mod:`fgnn.executors.peers`).
 PEER_TIERS = ("auto", "host")
 #: Feature rows across a cluster's nodes (:mod:`fgnn.cache.node_partition`).
 FEATURE_PARTITIONS = ("replicate", "hotness", "hash")
@@ -245,7 +245,7 @@ class CacheConfig:
         choices=PEER_TIERS)
     """Peer rows: ``auto`` reads them from the peers' buffers mapped into the Trainer's process
     (CUDA IPC, shared memory) where the peer runs on the same Ray node, ``host`` from the host
-    copy of the features (:mod:`fgnn.executors._peers`)."""
+    copy of the features (:mod:`fgnn.executors.peers`)."""
     reorder: str = flag(
         "none", "hot-first: renumber graph, features, labels and splits by descending hotness "
         "of the cache policy at load (DataTiering Algorithm 2), so the cached rows are the "
@@ -569,15 +569,15 @@ class RuntimeConfig:
         "each step on the CPU) or collective (weights and optimizer on every Trainer's device, "
         "one gloo/NCCL all-reduce of the gradients per step; experimental)", choices=EXCHANGES)
     """How Trainers exchange gradients: ``server`` (the default: a parameter-server actor holds
-    the weights and takes the Adam step, :mod:`fgnn.executors.ps`) or ``collective`` (weights
+    the weights and takes the Adam step, :mod:`fgnn.exchange.ps`) or ``collective`` (weights
     and optimizer on every Trainer's device, one all-reduce of the gradients per step over gloo
-    or NCCL, :mod:`fgnn.executors.collective`; experimental: it has not run on CUDA/NCCL yet,
+    or NCCL, :mod:`fgnn.exchange.collective`; experimental: it has not run on CUDA/NCCL yet,
     and on CPU it is not cheaper than the server). Both take the steps of the single-process
     loop, train every task exactly once and survive a killed Trainer."""
     stall_timeout_s: float = flag(
         600.0, "stop with an error when no task finishes for S seconds (a hung executor)",
         name="--stall-timeout", type=float_in(0.0, None, lo_open=True), metavar="S")
-    """Stop with :class:`~fgnn.executors.RuntimeFailure` when no task of an epoch or evaluation
+    """Stop with :class:`~fgnn.runtime.RuntimeFailure` when no task of an epoch or evaluation
     pass finishes for this many seconds: a hung executor or parameter server becomes an error
     naming the epoch instead of a job that never ends (the last end-of-epoch checkpoint of
     ``train.checkpoint_dir`` resumes it)."""

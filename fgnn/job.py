@@ -191,7 +191,7 @@ class Job:
         dashboard_url: the Ray dashboard URL, or ``None`` when the dashboard is off (or
             Ray is not used: a one-device job runs in this process).
         on_node_death: called from a watcher thread, with the job's one-line
-            :class:`~fgnn.executors.RuntimeFailure` (last good checkpoint written), the moment
+            :class:`~fgnn.runtime.RuntimeFailure` (last good checkpoint written), the moment
             the raylet of a Ray node this job started dies (:mod:`fgnn.raylet_watch`). Without
             it, :meth:`run` raises that failure once the job's calls fail. The CLI prints the
             line and exits at once, before Ray's core worker can end the process without one.
@@ -263,7 +263,7 @@ class Job:
             from fgnn.data.spec import input_paths
             check_inputs(outputs, input_paths(cfg.dataset, cfg.data_root), JobConfigError)
         if cfg.train.resume:
-            from fgnn.executors.runtime import CHECKPOINT_NAME
+            from fgnn.runtime.driver import CHECKPOINT_NAME
 
             _check_dir_readable("train.checkpoint_dir", cfg.train.checkpoint_dir)
             if not (Path(cfg.train.checkpoint_dir) / CHECKPOINT_NAME).is_file():
@@ -308,9 +308,9 @@ class Job:
                 unreadable or from another task, link relation, model or dataset (or the same
                 sizes with other contents), or an output another running job holds the lock
                 of; raised before Ray starts, nothing is written.
-            fgnn.executors.RunFinished: ``train.resume`` of a run that has finished its epochs
+            fgnn.runtime.RunFinished: ``train.resume`` of a run that has finished its epochs
                 (before Ray starts; its message is the run's result in one line).
-            fgnn.executors.RuntimeFailure: the job stopped on a fault (an executor or service
+            fgnn.runtime.RuntimeFailure: the job stopped on a fault (an executor or service
                 died or hung, a non-finite loss); ``.checkpoint`` resumes it.
             fgnn.atomic.WriteError: a checkpoint could not be written (a full disk); no
                 partial file is left.
@@ -556,7 +556,7 @@ class Job:
         cannot be used fails here, in one line. ``from_spec``: the dataset was loaded from
         ``config.dataset`` (otherwise the spec is not recorded as the dataset's)."""
         from fgnn.checkpoint import CheckpointError
-        from fgnn.executors.runtime import Runtime
+        from fgnn.runtime.driver import Runtime
 
         from fgnn.models.size import ModelTooLarge
 

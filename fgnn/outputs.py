@@ -79,7 +79,7 @@ def entry(path: Union[str, os.PathLike]) -> Path:
 def output_paths(report: Optional[str], save_model: Optional[str],
                  checkpoint_dir: Optional[str]) -> list[OutputPath]:
     """Every path a job with these settings writes, derived ones included."""
-    from fgnn.executors._resume import CHECKPOINT_NAME
+    from fgnn.runtime.resume import CHECKPOINT_NAME
     from fgnn.report import png_path_for
 
     out: list[OutputPath] = []

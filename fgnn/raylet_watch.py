@@ -17,7 +17,7 @@ status. Where pidfds are missing (a kernel before 5.3, not Linux) it polls ``/pr
 On the death the watch first ends the processes the raylet had started when the watch began
 (Ray's ``DashboardAgent`` and ``RuntimeEnvAgent``, which otherwise outlive their raylet by 1–2
 minutes; the executors end themselves), then calls the caller's ``on_death`` callback
-(:class:`fgnn.job.Job` turns it into its one-line :class:`~fgnn.executors.RuntimeFailure` with
+(:class:`fgnn.job.Job` turns it into its one-line :class:`~fgnn.runtime.RuntimeFailure` with
 the last good checkpoint). :meth:`RayletWatch.stop` before ``ray.shutdown()`` keeps a normal
 shutdown, which ends the raylet too, from counting as a death.
 """

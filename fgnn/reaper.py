@@ -4,7 +4,7 @@ processes and removes the job's shared-memory files when the driver dies without
 A driver killed with ``SIGKILL`` runs no ``finally`` and no ``atexit``: Ray's raylet and GCS
 end with it (Ray starts them with ``PR_SET_PDEATHSIG``), but the raylet's agents
 (``DashboardAgent``, ``RuntimeEnvAgent``) were seen alive 75 s later, and the collective
-exchange's gradient rings stayed in ``/dev/shm`` (:mod:`fgnn.executors._gradring`).
+exchange's gradient rings stayed in ``/dev/shm`` (:mod:`fgnn.exchange.gradring`).
 
 :func:`watch_driver`, called once a job has started a local Ray node, starts one watcher
 (``subprocess.Popen`` of this module, in a session of its own so a Ctrl-C of the terminal does

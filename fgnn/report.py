@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from fgnn.atomic import atomic_open
 from fgnn.config import MODES, task_names
-from fgnn.executors._ledger import LEDGER_KEYS
+from fgnn.runtime.ledger import LEDGER_KEYS
 from fgnn.monitor.stats import PREPROCESS_KEYS, RunResult, early_stop_message
 from fgnn.monitor.summary import cache_text, devices_text, metric_name, timing_text
 from fgnn.monitor.timeline import PART_LABELS

@@ -47,7 +47,7 @@ class Branch:
 FS = "fgnn/cache/feature_store.py"
 SA = "fgnn/executors/sampler.py"
 ST = "fgnn/executors/_streams.py"
-GR = "fgnn/executors/_groups.py"
+GR = "fgnn/exchange/groups.py"
 ME = "fgnn/executors/_memory.py"
 BU = "fgnn/cache/budget.py"
 PS = "fgnn/cache/peer_share.py"
@@ -160,7 +160,7 @@ BRANCHES: tuple[Branch, ...] = (
            "        out = gpu.empty_host((m, f), self.dtype, self.pin)",
            (CACHE + "test_disk_rows_are_pinned_with_cuda",),
            "        out = gpu.empty_host((m, f), self.dtype, False)"),
-    Branch("fgnn/executors/_device.py", "        gpu.set_device(device)",
+    Branch("fgnn/executors/device.py", "        gpu.set_device(device)",
            (EXE + "test_an_executor_binds_its_gpu_as_the_thread_current_device",)),
     Branch("fgnn/job.py", "    n_cuda = gpu.device_count() if gpu.is_available() else 0", (_JOB,),
            "    n_cuda = 0"),

@@ -80,7 +80,7 @@ def test_the_bench_and_the_runtime_give_the_planner_the_same_input(monkeypatch):
 
     from fgnn.cache import partition_rows
     from fgnn.data import load_dataset
-    from fgnn.executors._partition import FeaturePartitioning
+    from fgnn.runtime.partition import FeaturePartitioning
     from fgnn.sampling import KHop
 
     mod = _load()

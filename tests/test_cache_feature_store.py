@@ -224,7 +224,7 @@ def test_a_trainer_store_reads_the_shared_holder_map_in_place():
     placement's."""
     import numpy as np
 
-    from fgnn.executors._graph_kind import build_store
+    from fgnn.executors.graph_kind import build_store
 
     pl = _job()
     shared = pl.holder_bits().numpy()

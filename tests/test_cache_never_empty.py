@@ -47,7 +47,7 @@ def rmat16():
 
 
 def _run(dataset, devices: int, **cache):
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     cfg = resolve_recipe(JobConfig(dataset="rmat:scale=16",
                                    train=TrainConfig(epochs=2),

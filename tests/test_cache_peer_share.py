@@ -1,4 +1,4 @@
-"""The peer tier across processes (``fgnn/cache/peer_share.py``, ``fgnn/executors/_peers.py``):
+"""The peer tier across processes (``fgnn/cache/peer_share.py``, ``fgnn/executors/peers.py``):
 a buffer exported by one process is read in place by another; a peer that cannot be opened is
 read from the host copy with its reason; no shared-memory segment outlives its release."""
 
@@ -14,7 +14,7 @@ import torch
 from fgnn.cache import peer_share as ps
 from fgnn.cache.feature_store import FeatureStore
 from fgnn.cache.placement import Placement
-from fgnn.executors._peers import TrainerPeers, offers_for, peer_report
+from fgnn.executors.peers import TrainerPeers, offers_for, peer_report
 
 N, F = 64, 8
 

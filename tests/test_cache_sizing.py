@@ -20,7 +20,7 @@ from fgnn.cache.sizing import (CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION, devic
 from fgnn.config import ModelConfig
 from fgnn.evaluation import score_logits
 from fgnn.executors._memory import StepMemoryMeter, batch_bytes
-from fgnn.executors.ps import flatten
+from fgnn.exchange.ps import flatten
 from fgnn.models import build_model
 from fgnn.sampling import KHop
 
@@ -195,7 +195,7 @@ def test_nccl_buffers_and_queued_ipc_samples_are_counted():
 
 def _sizer(mode="factored", exchange="server", transport="object_store", gpd=0.5,
            devices=2, queue_size=64, train=10_000, batch=1000, step_tasks=1):
-    from fgnn.executors._caches import CachePlanner
+    from fgnn.runtime.cache_plan import CachePlanner
 
     cfg = SimpleNamespace(runtime=SimpleNamespace(mode=mode, exchange=exchange, devices=devices,
                                                   sample_transport=transport,

@@ -298,7 +298,7 @@ def _runtime_checkpoint(directory, model: str = "sage", dataset: str = TINY) -> 
     """The checkpoint a Runtime writes after epoch 0, made without Ray."""
     from fgnn.cli import build_parser, config_from_args
     from fgnn.data import load_dataset
-    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+    from fgnn.runtime.driver import CHECKPOINT_NAME, Runtime
 
     cfg = config_from_args(build_parser().parse_args(["--model", model, "--dataset", dataset]))
     rt = Runtime(cfg, load_dataset(dataset))

@@ -130,7 +130,7 @@ def _members(fake, devices, monkeypatch, env=None):
     """Build the NCCL group of ``len(devices)`` ranks in threads (each on its GPU)."""
     import torch.distributed as dist
 
-    from fgnn.executors._groups import new_group
+    from fgnn.exchange.groups import new_group
 
     if env is None:
         monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
@@ -157,7 +157,7 @@ def _members(fake, devices, monkeypatch, env=None):
 
 def test_nccl_group_gets_its_timeout_and_an_error_handling_that_keeps_the_process(
         fake_cuda, monkeypatch):
-    from fgnn.executors._groups import is_nccl
+    from fgnn.exchange.groups import is_nccl
 
     groups = _members(fake_cuda, [0, 1], monkeypatch)
     assert all(is_nccl(g) for g in groups.values())
@@ -174,7 +174,7 @@ def test_nccl_error_handling_set_by_the_environment_is_kept(fake_cuda, monkeypat
 def test_two_nccl_ranks_on_one_gpu_are_refused(fake_cuda):
     import torch.distributed as dist
 
-    from fgnn.executors._groups import nccl_group
+    from fgnn.exchange.groups import nccl_group
 
     store, timeout = dist.HashStore(), datetime.timedelta(seconds=1)
     nccl_group(store, 0, 2, timeout, fake_cuda.device(0))
@@ -183,7 +183,7 @@ def test_two_nccl_ranks_on_one_gpu_are_refused(fake_cuda):
 
 
 def test_the_seed_count_is_read_on_a_side_stream_once_the_sum_is_done(fake_cuda):
-    from fgnn.executors._groups import _read_done
+    from fgnn.exchange.groups import _read_done
 
     count = fake_cuda.tensor(torch.tensor([3.0]), 0)[0]
     with pytest.raises(CudaRuleError):  # the host has not seen the sum complete
@@ -214,7 +214,7 @@ def test_step_memory_meter_on_a_gpu_reads_the_allocator_and_the_driver(fake_cuda
 
 
 def test_an_executor_binds_its_gpu_as_the_thread_current_device(fake_cuda):
-    from fgnn.executors._device import actor_device
+    from fgnn.executors.device import actor_device
 
     assert actor_device(str(fake_cuda.device(1))) == fake_cuda.device(1)
     assert fake_cuda.current_device() == 1

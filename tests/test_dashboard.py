@@ -200,7 +200,7 @@ def _ray_init_kwargs(monkeypatch, starter: str) -> dict:
     import ray
 
     from fgnn.config import JobConfig, RuntimeConfig
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
     from fgnn.job import Job
 
     calls: list[dict] = []

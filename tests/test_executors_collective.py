@@ -1,4 +1,4 @@
-"""The collective exchange (fgnn/executors/collective.py) without Ray: members are threads of
+"""The collective exchange (fgnn/exchange/collective.py) without Ray: members are threads of
 this process, each with its own model copy, grouped by gloo over a shared ``HashStore``.
 
 * a step over R tasks spread among the members is the single-process Adam step on their seeds,
@@ -12,7 +12,7 @@ this process, each with its own model copy, grouped by gloo over a shared ``Hash
 
 Most cases run on both transports of a CPU group: ``gloo`` (each member's own gradients, summed
 over the group) and ``shm`` (every member adds the listed rows of the members' gradient rings
-in shared memory, :mod:`fgnn.executors._gradring`).
+in shared memory, :mod:`fgnn.exchange.gradring`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from torch import nn
 
 dist = pytest.importorskip("torch.distributed")
 
-from fgnn.executors._gradring import GradientRing, default_ring_dir, ring_rows  # noqa: E402
-from fgnn.executors.collective import (ExchangeMember, group_broadcast,  # noqa: E402
+from fgnn.exchange.gradring import GradientRing, default_ring_dir, ring_rows  # noqa: E402
+from fgnn.exchange.collective import (ExchangeMember, group_broadcast,  # noqa: E402
                                       group_sum, new_group)
-from fgnn.executors.step_ledger import StepLedger  # noqa: E402
-from fgnn.executors.ps import flatten  # noqa: E402
+from fgnn.exchange.step_ledger import StepLedger  # noqa: E402
+from fgnn.exchange.ps import flatten  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -307,7 +307,7 @@ def test_a_standby_killed_while_idle_does_not_stall_the_collective(ray_cluster, 
     from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,
                              SamplerConfig, TrainConfig)
     from fgnn.data.synthetic import rmat_dataset
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
     from fgnn.executors.scheduler import epoch_batches
 
     ds = rmat_dataset(scale=9, edge_factor=8, feat_dim=16, num_classes=4, train_frac=0.3125,
@@ -402,7 +402,7 @@ def test_a_step_taken_over_from_rank_0_acknowledges_the_members_tasks():
     0's sum held its row). They were dropped without an acknowledgement, so they stayed
     leased and the epoch stalled (the Ray case below, 37 of 40 tasks done: three tasks of
     the step whose sum the killed standby cut short); this test fails that way."""
-    from fgnn.executors.step_ledger import Event
+    from fgnn.exchange.step_ledger import Event
 
     store, got = dist.HashStore(), {"a": [], "b": []}
     members = {n: ExchangeMember(n, _model(), LR, call=lambda *a: None, store=store,
@@ -443,7 +443,7 @@ def test_group_sum_on_gloo_is_the_same_sum_on_every_member():
 
 
 def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_late():
-    """The Trainer's side (``fgnn/executors/_exchange.py``): a slot is requested ahead by the
+    """The Trainer's side (``fgnn/executors/trainer_exchange.py``): a slot is requested ahead by the
     prefetch's done-callback, or by the training thread when the task comes up first. A
     ``Future``'s waiters wake before its callbacks run, so the training thread can take a task
     up (and request its slot) before the callback for that task requests one too. Counting
@@ -454,7 +454,7 @@ def test_a_trainer_requests_one_slot_per_task_when_its_prefetch_callback_runs_la
     from concurrent.futures import Future
     from types import SimpleNamespace
 
-    from fgnn.executors._exchange import TrainerExchange
+    from fgnn.executors.trainer_exchange import TrainerExchange
     from fgnn.executors.task_record import TaskRecord
 
     class Counting(StepLedger):
@@ -561,7 +561,7 @@ def test_a_member_holding_more_slots_of_a_step_than_ring_rows_does_not_wait_for_
     gradient is kept in memory instead and its step sums over gloo: no wait, exact steps.
     (Waiting for the row held every writer until the group's timeout: the full suite hung
     there, 2026-11-25.) The runtime sizes rings above a step's slots
-    (:func:`fgnn.executors._gradring.ring_rows`)."""
+    (:func:`fgnn.exchange.gradring.ring_rows`)."""
     x, y, tasks, want = _epoch(n_seeds=40)
     g = _Group(2, tasks, group=4, ring_rows=2, ring_dir=str(tmp_path))
     for m in g.members.values():

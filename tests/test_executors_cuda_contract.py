@@ -18,8 +18,8 @@ ray = pytest.importorskip("ray")
 from ray.experimental.rdt.cuda_ipc_transport import (  # noqa: E402
     CudaIpcCommunicatorMetadata, CudaIpcTransport, CudaIpcTransportMetadata)
 
-from fgnn.executors import _device  # noqa: E402
-from fgnn.executors._device import AUTO, actor_device, resolve_device  # noqa: E402
+from fgnn.executors import device as _device  # noqa: E402
+from fgnn.executors.device import AUTO, actor_device, resolve_device  # noqa: E402
 from fgnn.executors._streams import StageClock  # noqa: E402
 from fgnn.executors.queue import QueueItem  # noqa: E402
 from fgnn.executors.sampler import (SamplerExecutor, choose_transport,  # noqa: E402
@@ -350,7 +350,7 @@ def test_a_training_step_reads_the_device_once_after_the_backward_pass(monkeypat
 
 @pytest.mark.parametrize("to_host", [False, True], ids=["collective", "server"])
 def test_a_non_finite_step_is_refused_before_its_gradient_leaves(to_host):
-    from fgnn.executors._common import NonFiniteLoss
+    from fgnn.executors.common import NonFiniteLoss
 
     trn, batch = _trainer_batch()
     with torch.no_grad():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fgnn.cli import build_parser, config_from_args
-from fgnn.executors import _common
+from fgnn.executors import common as _common
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_the_runtime_passes_the_flag_to_every_executor(flag, monkeypatch):
     from types import SimpleNamespace
 
     from fgnn.config import JobConfig, TrainConfig
-    from fgnn.executors import _workers
+    from fgnn.runtime import workers as _workers
     from fgnn.executors.fault_injection import FaultSpec
     from fgnn.models import GraphSAGE
     from fgnn.sampling import KHop

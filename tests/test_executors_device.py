@@ -1,4 +1,4 @@
-"""Executors take the device Ray assigned them (fgnn.executors._device), tested without a GPU by
+"""Executors take the device Ray assigned them (fgnn.executors.device), tested without a GPU by
 giving the resolver what Ray and CUDA would report."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fgnn.executors import _device
-from fgnn.executors._device import AUTO, actor_device, resolve_device
+from fgnn.executors import device as _device
+from fgnn.executors.device import AUTO, actor_device, resolve_device
 
 
 @pytest.mark.parametrize("ids,cuda,visible,count,want", [

@@ -1,5 +1,5 @@
-"""The one exactly-once ledger of both gradient exchanges (fgnn/executors/exactly_once.py) and the
-one interface the driver sees (fgnn/executors/exchange_api.py), without Ray.
+"""The one exactly-once ledger of both gradient exchanges (fgnn/exchange/exactly_once.py) and the
+one interface the driver sees (fgnn/exchange/api.py), without Ray.
 
 * a hand-made sequence of pushes (a duplicate, another epoch, a dead incarnation, a revoked
   delivery, a new epoch) gives exact counts, and the report's ledger folds them;
@@ -15,11 +15,11 @@ import inspect
 import pytest
 from torch import nn
 
-from fgnn.executors._ledger import epoch_ledger
-from fgnn.executors.exactly_once import TaskLedger
-from fgnn.executors.exchange_api import GradientExchange
-from fgnn.executors.ps import ParameterServer
-from fgnn.executors.step_ledger import StepLedger
+from fgnn.runtime.ledger import epoch_ledger
+from fgnn.exchange.exactly_once import TaskLedger
+from fgnn.exchange.api import GradientExchange
+from fgnn.exchange.ps import ParameterServer
+from fgnn.exchange.step_ledger import StepLedger
 
 REPORT_KEYS = ["epoch", "attempts", "applied", "rejected", "by", "steps", "busy_s"]
 

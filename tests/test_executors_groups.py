@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fgnn.executors._groups import group_broadcast, group_sum, is_nccl, new_group, wait_work
+from fgnn.exchange.groups import group_broadcast, group_sum, is_nccl, new_group, wait_work
 
 CUDA = torch.device("cuda:0")  # a device object only: nothing is allocated on it
 
@@ -167,8 +167,8 @@ def test_a_member_whose_peer_never_answers_reports_to_the_ledger_and_does_not_ha
     (``failed``), so the ledger can re-form the group; training does not hang."""
     from torch import nn
 
-    from fgnn.executors.collective import ExchangeMember
-    from fgnn.executors.step_ledger import Event
+    from fgnn.exchange.collective import ExchangeMember
+    from fgnn.exchange.step_ledger import Event
 
     calls: list = []
     events = [Event("form", 1, ("a", "b"), 0), Event("reduce", 1, ("a", "b"), 0)]
@@ -202,7 +202,7 @@ def test_a_member_whose_peer_never_answers_reports_to_the_ledger_and_does_not_ha
 def test_the_step_count_comes_with_the_sum_on_either_backend():
     """The reducer's seed count: read from the host sum over gloo, and over NCCL after the
     host waited for the all-reduce (no ``.item()`` queued behind the training kernels)."""
-    from fgnn.executors._groups import group_sum_count
+    from fgnn.exchange.groups import group_sum_count
 
     pg = FakeNccl(0, 2)
     buf = torch.tensor([1.0, 2.0, 5.0])

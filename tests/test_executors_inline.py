@@ -22,9 +22,9 @@ import pytest
 import torch
 from torch import nn
 
-from fgnn.executors._actors import QueueService, make_actor, stash_args, wait_stashed
+from fgnn.executors.actors import QueueService, make_actor, stash_args, wait_stashed
 from fgnn.executors.inline import InlineActor, get, put
-from fgnn.executors.ps import ParameterServer, flatten
+from fgnn.exchange.ps import ParameterServer, flatten
 
 
 class _Keeper:
@@ -143,7 +143,7 @@ def test_each_executor_gets_a_sampler_of_its_own(monkeypatch):
     """The driver's sampler changes (its scale, each epoch) and so does an executor's (its local
     set): the Sampler and a time-sharing Trainer's own sampler are copies of the driver's."""
     from fgnn.config import JobConfig, RuntimeConfig
-    from fgnn.executors import _workers
+    from fgnn.runtime import workers as _workers
     from fgnn.executors.fault_injection import FaultSpec
     from fgnn.models import GraphSAGE
     from fgnn.sampling import LocalityAwareKHop

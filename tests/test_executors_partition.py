@@ -10,7 +10,7 @@ import torch
 
 from fgnn.cli import build_parser, config_from_args
 from fgnn.config import CacheConfig, DiskConfig, JobConfig, RuntimeConfig, TrainConfig
-from fgnn.executors._partition import FeaturePartitioning, cluster_nodes
+from fgnn.runtime.partition import FeaturePartitioning, cluster_nodes
 
 
 def test_the_flag_defaults_to_replicate_and_takes_the_three_strategies():
@@ -58,7 +58,7 @@ def _exec(name: str, device: int):
 
 
 def test_trainers_go_to_the_node_of_their_ray_node_and_take_turns_on_a_shared_one():
-    from fgnn.executors._partition import node_hosts
+    from fgnn.runtime.partition import node_hosts
 
     hosts = node_hosts([{"NodeID": "A", "Alive": True, "Resources": {"fgnn_node0": 1.0}},
                         {"NodeID": "B", "Alive": True,
@@ -213,8 +213,8 @@ def test_the_report_prints_each_nodes_host_rows_and_mean_traffic_after_the_fill(
 
 
 def test_a_typed_job_refuses_a_partitioned_store_in_one_line():
-    from fgnn.executors._hetero import HeteroCachePlanner
-    from fgnn.executors._workers import Services
+    from fgnn.runtime.cache_plan_typed import HeteroCachePlanner
+    from fgnn.runtime.workers import Services
 
     cfg = JobConfig(cache=CacheConfig(feature_partition="hotness"),
                     runtime=RuntimeConfig(address="auto"))

@@ -1,4 +1,4 @@
-"""The parameter server's rule (fgnn/executors/ps.py), exactly, without Ray.
+"""The parameter server's rule (fgnn/exchange/ps.py), exactly, without Ray.
 
 * a step averages the R task gradients of one mini-batch, weighted by seeds, and equals the
   single-process Adam step on the whole mini-batch;
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fgnn.executors.ps import Claim, ParameterServer, flatten, unflatten_into
+from fgnn.exchange.ps import Claim, ParameterServer, flatten, unflatten_into
 from fgnn.executors.scheduler import epoch_batches
 
 IN, C = 5, 3
@@ -302,7 +302,7 @@ def test_the_server_answers_before_its_optimizer_is_built_and_its_first_step_wai
     waiting for it, and its first step uses it once it exists, the same step as ever."""
     import threading
 
-    from fgnn.executors import ps as ps_module
+    from fgnn.exchange import ps as ps_module
 
     release, started = threading.Event(), threading.Event()
     real = ps_module._adam

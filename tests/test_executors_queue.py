@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
+from fgnn.exchange.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue, QueueItem
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.executors.task_record import TaskRecord

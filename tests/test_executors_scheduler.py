@@ -149,7 +149,7 @@ def test_the_standby_and_the_allocation_take_the_same_t_t():
     evaluation seconds out, as the allocation does."""
     from types import SimpleNamespace
 
-    from fgnn.executors._epoch import EpochCoordinator
+    from fgnn.runtime.epoch import EpochCoordinator
 
     recs = [SimpleNamespace(role="trainer", extract_s=0.25, train_s=0.5, eval_s=4.0),
             SimpleNamespace(role="trainer", extract_s=0.25, train_s=1.0, eval_s=4.0),

@@ -1,4 +1,5 @@
-"""The shape of ``fgnn/executors/`` (issue 18, "an explicit epoch coordinator"): the runtime is
+"""The shape of the runtime's three rooms, ``fgnn/runtime/`` (the driver), ``fgnn/executors/`` (the
+workers) and ``fgnn/exchange/`` (issue 18, "an explicit epoch coordinator"): the runtime is
 composed of objects that hold their own state (no mixins reading each other's attributes), and
 no function is longer than 60 lines (def line to last line, docstring included)."""
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-EXECUTORS = Path(__file__).resolve().parent.parent / "fgnn" / "executors"
+PACKAGE = Path(__file__).resolve().parent.parent / "fgnn"
+ROOMS = ("runtime", "executors", "exchange")
 MAX_LINES = 60
 #: Base classes a class of the package may have: exceptions and named tuples (not mixins).
 ALLOWED_BASES = {"RuntimeError", "ArithmeticError", "NamedTuple", "Exception", "ValueError",
@@ -17,7 +19,8 @@ ALLOWED_BASES = {"RuntimeError", "ArithmeticError", "NamedTuple", "Exception", "
 
 
 def _trees() -> list[tuple[str, ast.Module]]:
-    return [(p.name, ast.parse(p.read_text(), str(p))) for p in sorted(EXECUTORS.glob("*.py"))]
+    return [(f"{room}/{p.name}", ast.parse(p.read_text(), str(p)))
+            for room in ROOMS for p in sorted((PACKAGE / room).glob("*.py"))]
 
 
 def test_no_function_is_longer_than_60_lines():
@@ -45,10 +48,10 @@ def test_no_mixins():
     assert not mixed, "classes composed of mixins: " + "; ".join(mixed)
 
 
-@pytest.mark.parametrize("module", ["_caches", "_resume", "_epoch"])
+@pytest.mark.parametrize("module", ["cache_plan", "resume", "epoch"])
 def test_former_mixins_are_gone(module):
     import importlib
 
-    mod = importlib.import_module(f"fgnn.executors.{module}")
+    mod = importlib.import_module(f"fgnn.runtime.{module}")
     for gone in ("CacheSetup", "Checkpointing", "EpochLoop"):
         assert not hasattr(mod, gone), f"fgnn.executors.{module}.{gone} is a mixin"

@@ -74,7 +74,7 @@ def test_factored_layout_on_one_gpu_with_half_shares():
     from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,
                              TrainConfig)
     from fgnn.data.synthetic import rmat_dataset
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     if ray.is_initialized():
         ray.shutdown()
@@ -200,7 +200,7 @@ def test_a_transport_that_always_fails_ends_the_epoch_with_one_line_after_the_re
 
 
 def test_a_cuda_ipc_sampler_gets_ray_s_tensor_transport_group():
-    from fgnn.executors._actors import remote_options, tensor_transport_supported
+    from fgnn.executors.actors import remote_options, tensor_transport_supported
 
     assert tensor_transport_supported()  # Ray 2.60 takes enable_tensor_transport
     ipc = remote_options(0.25, {"transport": "cuda_ipc"})
@@ -212,7 +212,7 @@ def test_a_cuda_ipc_sampler_gets_ray_s_tensor_transport_group():
 def test_an_actor_whose_constructor_raised_is_reported_with_its_error():
     """A refused ``cuda_ipc`` raises in the Sampler's constructor; the job's line names that
     error, not only "died (ActorDiedError)"."""
-    from fgnn.executors.runtime import _why
+    from fgnn.runtime.driver import _why
 
     text = ("The actor died because of an error raised in its creation task, "
             "ray::fgnn-sampler-0:SamplerExecutor.__init__() (pid=1, ip=1.2.3.4)\n"

@@ -86,7 +86,7 @@ def test_the_worker_group_hands_each_trainer_its_hooks(monkeypatch):
     from types import SimpleNamespace
 
     from fgnn.config import JobConfig
-    from fgnn.executors import _workers
+    from fgnn.runtime import workers as _workers
     from fgnn.models import GraphSAGE
     from fgnn.sampling import KHop
 

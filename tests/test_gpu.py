@@ -61,7 +61,7 @@ def test_sampler_on_gpu_matches_cpu():
 def test_index_add_repeats_exactly_under_the_deterministic_flag():
     """``--deterministic`` (docs/gpu.md): with torch's deterministic algorithms on, a CUDA
     ``index_add_`` with many colliding rows gives the same bits on every run."""
-    from fgnn.executors._common import configure_torch
+    from fgnn.executors.common import configure_torch
 
     was = torch.are_deterministic_algorithms_enabled()
     configure_torch(deterministic=True)

@@ -28,7 +28,7 @@ import torch
 from fgnn.config import (CacheConfig, JobConfig, LinkConfig, ModelConfig, RuntimeConfig,
                          SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset
-from fgnn.executors._typed import graph_payload
+from fgnn.executors.typed import graph_payload
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.hetero import HeteroKHop
 from fgnn.hetero.link import reverse_of, typed_link_split, typed_negatives
@@ -291,7 +291,7 @@ def _typed_checkpoint(directory, task: str = "link", edge_type: str = CITES,
 
     from fgnn.checkpoint import save_checkpoint
     from fgnn.cli import build_parser, config_from_args
-    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+    from fgnn.runtime.driver import CHECKPOINT_NAME, Runtime
 
     argv = ["--dataset", RESUME_SPEC, "--model", "sage", "--task", task]
     if task == "link":
@@ -417,7 +417,7 @@ def test_an_untyped_link_checkpoint_records_no_relation_and_resumes(tmp_path, mo
 
     from fgnn.checkpoint import read_checkpoint, save_checkpoint
     from fgnn.cli import build_parser, config_from_args, main
-    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+    from fgnn.runtime.driver import CHECKPOINT_NAME, Runtime
     from test_checkpoint import TINY, _no_ray
 
     argv = ["--dataset", TINY, "--model", "sage", "--task", "link"]

@@ -28,8 +28,8 @@ from fgnn.config import CacheConfig, JobConfig, LinkConfig, ModelConfig, Runtime
     SamplerConfig, TrainConfig
 from fgnn.data import from_pyg, load_dataset
 from fgnn.data.dataset_hetero import HeteroDataset
-from fgnn.executors._common import task_generator
-from fgnn.executors._typed import graph_payload
+from fgnn.executors.common import task_generator
+from fgnn.executors.typed import graph_payload
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
 from fgnn.hetero import HeteroKHop
@@ -100,7 +100,7 @@ def _config(devices: int, ratio: float) -> JobConfig:
 @pytest.mark.parametrize("devices, ratio", [(2, 0.3), (4, 0.008)])
 def test_runtime_learns_the_planted_graph_and_counts_typed_hits_exactly(ray_cluster, devices,
                                                                          ratio):
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     ds = load_dataset(SPEC)
     cfg = _config(devices, ratio)
@@ -243,7 +243,7 @@ def test_the_cache_planner_reads_every_cache_policy(policy, want):
     factored job with it failed in ``policy_hotness`` (homogeneous and typed alike)."""
     from types import SimpleNamespace
 
-    from fgnn.executors._caches import CachePlanner
+    from fgnn.runtime.cache_plan import CachePlanner
 
     cfg = JobConfig(cache=CacheConfig(policy=policy))
     dataset = SimpleNamespace(feature_row_bytes=64)   # the planner sizes its eval chunk by it

@@ -154,7 +154,7 @@ class _NaNModel(torch.nn.Module):
 def test_an_executor_error_in_this_process_stops_the_job_and_its_threads(tmp_path):
     """The fault handling reads an in-process executor's error as Ray's: a non-finite loss
     stops the job with the resumable checkpoint, and no executor thread is left behind."""
-    from fgnn.executors import RuntimeFailure
+    from fgnn.runtime import RuntimeFailure
 
     ds = toy_dataset()
     cfg = _config(tmp_path)

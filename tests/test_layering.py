@@ -27,7 +27,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("job", "recipes", "memory_plan"),      # one job: dataset, runtime, outputs; flag recipes;
                                             # the memory plan it starts from
     ("outputs", "report"),                  # run outputs and the JSON report (read ledger keys)
-    ("executors",),                         # runtime, samplers, trainers, exchange, faults
+    ("runtime",),                           # the driver: epochs, start-up, faults, resume, plans
+    ("executors",),                         # the workers: Sampler, Trainer, queue, actors
+    ("exchange",),                          # the gradient exchange: parameter server, collective
     ("tasks",),                             # what a job learns: node, link, recsys (one table)
     ("training", "evaluation", "inference", "model_file", "link", "hetero"),   # tasks
     ("monitor", "checkpoint"),
@@ -176,6 +178,24 @@ def test_every_room_of_fgnn_stands_in_one_layer():
     assert not missing, f"rooms of fgnn/ missing from LAYERS (place each in one layer): {missing}"
     gone = sorted(set(LAYER_OF) - rooms)
     assert not gone, f"LAYERS names rooms fgnn/ no longer has: {gone}"
+
+
+def _private(module: str) -> bool:
+    """Whether ``module`` is private to its room: some part of its dotted name below the room
+    starts with an underscore (``fgnn.executors._streams``)."""
+    return any(p.startswith("_") for p in module.split(".")[2:])
+
+
+def test_no_module_imports_a_private_module_of_another_room():
+    reach = [f"  {a} -> {b}  ({', '.join(where)})" for (a, b), where in sorted(EDGES.items())
+             if _private(b) and room(a) != room(b)]
+    assert not reach, ("imports of another room's private module (make it public or move the "
+                       "caller):\n" + "\n".join(reach))
+
+
+def test_the_private_module_rule_sees_a_reach_into_another_room():
+    assert _private("fgnn.executors._streams") and _private("fgnn.data._x.y")
+    assert not _private("fgnn.executors.trainer") and not _private("fgnn._lazy")
 
 
 def test_no_import_cycle_between_modules():

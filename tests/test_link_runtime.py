@@ -217,7 +217,7 @@ def test_reported_link_scores_are_the_evaluation_recipe(ray_cluster):
     """Three devices, sampled fanouts (the chunks' generators matter), a few epochs: the final
     scores the executors computed equal the in-process recipe with the best weights."""
     from fgnn.config import RuntimeConfig
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     cfg = JobConfig(dataset=TINY, task="link", sampler=SamplerConfig(fanouts=(4, 3)),
                     model=ModelConfig(name="sage", hidden=16, dropout=0.0),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-import fgnn.executors._workers as workers_mod
+import fgnn.runtime.workers as workers_mod
 from fgnn.executors import host
-from fgnn.executors._workers import WorkerGroup
+from fgnn.runtime.workers import WorkerGroup
 from fgnn.monitor.heartbeat import heartbeat
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from fgnn import cli
 from fgnn import raylet_watch as rw
-from fgnn.executors._faults import RuntimeFailure
+from fgnn.runtime.faults import RuntimeFailure
 from fgnn.job import Job
 
 WAIT_S = 20.0  # liveness bound only: the death is seen within milliseconds

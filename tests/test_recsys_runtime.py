@@ -20,7 +20,7 @@ import torch
 from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, \
     TrainConfig
 from fgnn.data import load_dataset
-from fgnn.executors._common import task_generator
+from fgnn.executors.common import task_generator
 from fgnn.tasks.recsys import RecsysSampling, RecsysTask
 from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
@@ -123,7 +123,7 @@ def _rows_requested(ds: RecsysDataset, cfg: JobConfig, task: RecsysTask, epoch: 
 # user rows left at their degree hotness (RecsysCachePlanner.policy_hotness a no-op), users
 # displace the rarest items and the hit rate falls to 0.537: the cache assertion fails.
 def test_runtime_recommends_far_above_popularity_and_caches_items_exactly(ray_cluster):
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     ds = load_dataset(SPEC)
     cfg = _config(2, 8, policy="degree", cache_ratio=ds.num_items / ds.graph.num_nodes)

@@ -17,7 +17,7 @@ from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # 
                          SamplerConfig, TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
 from fgnn.executors.fault_injection import FaultSpec  # noqa: E402
-from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
+from fgnn.runtime.driver import Runtime, RuntimeFailure  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches  # noqa: E402
 from fgnn.monitor.stats import RunResult  # noqa: E402
 
@@ -118,7 +118,7 @@ def test_all_sampler_allocation_without_switching_keeps_one_trainer(ray_cluster,
                                                                      monkeypatch):
     # The formula can give every device to sampling (K small); FGNN then trains on standbys
     # (P = +inf). With switching off there are none, so the runtime must keep one Trainer.
-    import fgnn.executors.runtime as runtime_mod
+    import fgnn.runtime.driver as runtime_mod
 
     monkeypatch.setattr(runtime_mod, "allocate", lambda n_g, t_s, t_t: (n_g, 0, 0.05))
     cfg = job(devices=2, epochs=1, switching=False)
@@ -310,7 +310,7 @@ def test_ondisk_features_reach_trainers_as_a_file_not_through_the_object_store(
     import numpy as np
 
     from fgnn.data import load_dataset, save_dataset
-    from fgnn.executors._common import MemmapFeatures
+    from fgnn.executors.common import MemmapFeatures
 
     save_dataset(dataset, tmp_path / "ds")
     ds = load_dataset(f"ondisk:{tmp_path / 'ds'}")
@@ -343,7 +343,7 @@ def test_ondisk_features_reach_trainers_as_a_file_not_through_the_object_store(
 def test_memmap_descriptor_maps_the_same_rows(tmp_path):
     import numpy as np
 
-    from fgnn.executors._common import MemmapFeatures, features_payload
+    from fgnn.executors.common import MemmapFeatures, features_payload
 
     a = np.arange(3000 * 8, dtype=np.float32).reshape(3000, 8)
     np.save(tmp_path / "f.npy", a)

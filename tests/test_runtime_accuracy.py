@@ -1,7 +1,7 @@
 """Accuracy holds as devices grow: factored training on 8 logical devices learns like one process.
 
 * Cora, GCN and GraphSAGE: the mean test accuracy over three seeds of
-  :class:`~fgnn.executors.runtime.Runtime` (1 Sampler with its standby, 7 Trainers, each mini-batch
+  :class:`~fgnn.runtime.driver.Runtime` (1 Sampler with its standby, 7 Trainers, each mini-batch
   cut into 8 tasks whose gradients the parameter server averages into one step) lies within 2.5
   points of :func:`fgnn.training.fit` with the same model, sampler and hyper-parameters. Both
   score with exact full-neighbour inference (the runtime with ``eval_mode="layerwise"``), so
@@ -14,10 +14,10 @@ repeats of one seed at 8 devices spread with a standard deviation of about 1 poi
 seeds (``fit``, seeds 0-9: 0.805-0.819). A mean of three seeds then lies within 0.6 points of its
 expectation (one standard deviation), and a 1.5-point bound failed about one CI run in four;
 2.5 points is that expectation plus 2.7 standard deviations. It still catches what the test is
-for: before the rule of :mod:`fgnn.executors.ps`, 8 devices were 12 points below one process.
+for: before the rule of :mod:`fgnn.exchange.ps`, 8 devices were 12 points below one process.
 * PinSAGE on a synthetic graph with 8 devices ends clearly above the majority class.
 
-Before the rule of :mod:`fgnn.executors.ps` (plain asynchronous updates, one step per task), 8
+Before the rule of :mod:`fgnn.exchange.ps` (plain asynchronous updates, one step per task), 8
 devices left PinSAGE at chance and GraphSAGE on the default graph 12 points below one process.
 """
 
@@ -33,7 +33,7 @@ ray = pytest.importorskip("ray")
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset  # noqa: E402
-from fgnn.executors.runtime import Runtime  # noqa: E402
+from fgnn.runtime.driver import Runtime  # noqa: E402
 from fgnn.models import build_model  # noqa: E402
 from fgnn.sampling.khop import KHop  # noqa: E402
 from fgnn.training import fit  # noqa: E402

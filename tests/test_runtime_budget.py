@@ -18,7 +18,7 @@ from fgnn.data.synthetic import rmat_dataset
 
 ray = pytest.importorskip("ray")
 
-from fgnn.executors.runtime import Runtime  # noqa: E402
+from fgnn.runtime.driver import Runtime  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
-from fgnn.executors.runtime import Runtime  # noqa: E402
+from fgnn.runtime.driver import Runtime  # noqa: E402
 
 DEVICES = 3
 

@@ -20,13 +20,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import fgnn.executors.runtime as runtime_mod  # noqa: E402
+import fgnn.runtime.driver as runtime_mod  # noqa: E402
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
 from fgnn.executors.fault_injection import FaultSpec  # noqa: E402
-from fgnn.executors.runtime import Runtime  # noqa: E402
-from fgnn.executors.runtime import RuntimeFailure  # noqa: E402
+from fgnn.runtime.driver import Runtime  # noqa: E402
+from fgnn.runtime.driver import RuntimeFailure  # noqa: E402
 from fgnn.executors.scheduler import epoch_batches, step_tasks  # noqa: E402
 
 DEVICES = 4

@@ -173,11 +173,11 @@ def test_caches_are_placed_over_the_layout_the_allocation_chose(ray_cluster, mon
     # allocation then asks for 2 Samplers. The caches are placed after that re-layout, over the
     # final Trainers (2, 3), and every mini-batch's marks agree with its consumer's placement
     # (a Trainer refuses marks against another map).
-    import fgnn.executors.runtime as runtime_mod
+    import fgnn.runtime.driver as runtime_mod
     from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,
                              SamplerConfig, TrainConfig)
     from fgnn.data import load_dataset
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     monkeypatch.setattr(runtime_mod, "allocate", lambda n_g, t_s, t_t: (2, n_g - 2, 1.0))
     cfg = JobConfig(model=ModelConfig("sage", hidden=8, dropout=0.0),

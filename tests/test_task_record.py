@@ -40,7 +40,7 @@ def test_a_record_is_training_or_evaluation():
 
 def test_the_epoch_sums_read_the_records_fields():
     from fgnn.evaluation import EvalPlan
-    from fgnn.executors._epoch import _count_by, _eval_outcome, _first_wait_by, _sum_parts
+    from fgnn.runtime.epoch import _count_by, _eval_outcome, _first_wait_by, _sum_parts
 
     recs = [TaskRecord(consumer="a", wait_s=1.0, exchange_parts={"x_claim_s": 0.5,
                                                                   "x_push_s": 0.25}),

@@ -81,7 +81,7 @@ class OffsetTask(NodeTask):
 def test_a_registered_task_trains_through_the_runtime_with_its_own_loss(ray_cluster):
     import ray.cloudpickle
 
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors rebuild it
     if "offset-node" not in TASKS:

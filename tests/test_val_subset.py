@@ -13,7 +13,7 @@ from fgnn.config import JobConfig, ModelConfig, SamplerConfig, TrainConfig
 from fgnn.data.synthetic import rmat_dataset
 from fgnn.evaluation import EvalPlan, SplitScore
 from fgnn.subsets import VAL_SUBSET_FLOOR, subset_ids, subset_positions, val_subset_size
-from fgnn.executors._epoch import EvalOutcome
+from fgnn.runtime.epoch import EvalOutcome
 from fgnn.flags import subset_count
 from fgnn.monitor.stats import EpochStats
 
@@ -66,7 +66,7 @@ def dataset():
 
 
 def _runtime(dataset, val_subset, patience=None):
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
 
     cfg = JobConfig(model=ModelConfig("sage", hidden=8), sampler=SamplerConfig(fanouts=(3, 3)),
                     train=TrainConfig(epochs=6, batch_size=32, val_subset=val_subset,

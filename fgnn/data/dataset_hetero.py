@@ -5,7 +5,7 @@ one target type and a train/validation/test split of that type's nodes.
 whose ``features`` map each node type to its matrix (a type left out has none: the model gives
 it learned embeddings). ``labels`` and the splits are those of the target type, so everything
 that cuts tasks from ``train_idx`` / ``val_idx`` / ``test_idx`` works unchanged; the runtime
-samples, caches and trains it through :mod:`fgnn.executors._hetero`.
+samples, caches and trains it through :mod:`fgnn.runtime.cache_plan_typed`.
 
 A typed graph with no labels at all (a link-prediction or recommendation graph, e.g. a PyG
 ``HeteroData`` of users rating items) becomes one with :meth:`HeteroDataset.unlabelled`:

@@ -1,7 +1,7 @@
 """Fault injection for tests and benchmarks: which Trainers run slow, which die once (by exit,
 or by the kernel's OOM killer after eating host memory).
 
-A job passes one :class:`FaultSpec` to :class:`~fgnn.executors.runtime.Runtime` (``faults=``);
+A job passes one :class:`FaultSpec` to :class:`~fgnn.runtime.driver.Runtime` (``faults=``);
 each Trainer actor gets its own :class:`TrainerFaults` (:meth:`FaultSpec.for_trainer`). Without
 a spec no hook is armed. (Faults from outside the job, a ``SIGSTOP`` or ``ray.kill`` of an actor,
 need no hook: the adversarial tests send them.)

@@ -10,7 +10,7 @@ on the same node that is shared memory, no copy) and every other row from its ow
 by ``ray.get`` of the ``read`` calls, all issued before waiting on any -- no hand-written RPC.
 
 A job with ``--feature-partition hotness|hash`` starts them after its warm-up epochs
-(:mod:`fgnn.executors._partition`); tests also run them on simulated nodes.
+(:mod:`fgnn.runtime.partition`); tests also run them on simulated nodes.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ resolved (waiting for them), and an exception inside a call comes out of :func:`
 and results are passed as they are, not copied as Ray's serialisation would (a gradient or the
 weights each step). That is safe because no executor changes an argument or a result the
 other side still holds; a value one side goes on changing is copied by its owner (the parameter
-server's optimizer state, in :meth:`~fgnn.executors.ps.ParameterServer.state` and its
-constructor; the sampler each executor is built with, in :mod:`fgnn.executors._workers`).
+server's optimizer state, in :meth:`~fgnn.exchange.ps.ParameterServer.state` and its
+constructor; the sampler each executor is built with, in :mod:`fgnn.runtime.workers`).
 
 :func:`get`, :func:`wait` and :func:`put` are the in-process ``ray.get``, ``ray.wait`` and
 ``ray.put``; :mod:`fgnn.executors.host` picks between them and Ray's.

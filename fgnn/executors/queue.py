@@ -9,7 +9,7 @@ queue to know which consumer holds which task. Every :meth:`~GlobalQueue.get` le
 its consumer; :meth:`~GlobalQueue.ack` completes it; when a Trainer dies the runtime calls
 :meth:`~GlobalQueue.retire`, which puts its leased tasks back at the front. The epoch ends when
 every task id has been acknowledged once (duplicates from a re-delivery are dropped). The class
-is a plain asyncio class, made an actor only in :mod:`fgnn.executors.runtime`, and unit-testable
+is a plain asyncio class, made an actor only in :mod:`fgnn.runtime.driver`, and unit-testable
 in-process with ``asyncio.run``.
 """
 

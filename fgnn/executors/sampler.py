@@ -14,7 +14,7 @@ hands it, it
   the bounded global queue,
 
 and reports the three times (FGNN Table 5: Sample = S + M + C). The class is plain Python; the
-runtime turns it into an actor in one place (:mod:`fgnn.executors.runtime`).
+runtime turns it into an actor in one place (:mod:`fgnn.runtime.driver`).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any, Optional
 import torch
 
 from fgnn import gpu
-from fgnn.executors._common import (_device_tag, configure_torch, metrics_for,
+from fgnn.executors.common import (_device_tag, configure_torch, metrics_for,
                                     task_generator, tensor_from)
 from fgnn.config import SAMPLE_TRANSPORTS
 from fgnn.evaluation import EvalPlan, eval_generator
 from fgnn.executors import host
-from fgnn.executors._graph_kind import graph_kind
-from fgnn.executors._device import actor_device
+from fgnn.executors.graph_kind import graph_kind
+from fgnn.executors.device import actor_device
 from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
 from fgnn.executors.scheduler import epoch_batches
@@ -185,12 +185,12 @@ class SamplerExecutor:
 
     Args:
         graph: topology, a graph or its numpy payload (homogeneous or typed,
-            :mod:`fgnn.executors._graph_kind`), kept on ``device``.
+            :mod:`fgnn.executors.graph_kind`), kept on ``device``.
         sampler: the sampling algorithm.
         train_idx: ``(T,)`` training ids; task ``i`` of an epoch is
             ``epoch_batches(train_idx, batch_size, seed, epoch, parts)[i]``.
         batch_size: seeds per mini-batch (per optimizer step).
-        seed: job seed (tasks draw from :func:`~fgnn.executors._common.task_generator`).
+        seed: job seed (tasks draw from :func:`~fgnn.executors.common.task_generator`).
         cache_map: ``(N,)`` integer holder bits of the job's caches
             (:meth:`~fgnn.cache.placement.Placement.holder_bits`; None: nothing cached). A
             locality-aware sampler takes the cached vertices as its local set ``B``.
@@ -205,7 +205,7 @@ class SamplerExecutor:
             physical GPU (what ``cuda_ipc`` needs).
         eval_idx: split name -> ids of the splits evaluation passes score (``val``, ``test``;
             ``train`` is ``train_idx``).
-        parts: tasks per mini-batch (R of :mod:`fgnn.executors.ps`).
+        parts: tasks per mini-batch (R of :mod:`fgnn.exchange.ps`).
         task: the job task's :class:`~fgnn.tasks.base.SamplingSpec`
             (:meth:`Task.sampling <fgnn.tasks.base.Task.sampling>`): how a batch of items
             becomes a sample (a link job's items are training edges and evaluation pairs, a

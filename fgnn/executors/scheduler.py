@@ -127,7 +127,7 @@ class StandbyPolicy:
 
 def step_tasks(mode: str, devices: int) -> int:
     """R, the tasks each mini-batch is cut into (one per device; 1 in ``single`` mode): the
-    parameter server averages their gradients into one step (:mod:`fgnn.executors.ps`)."""
+    parameter server averages their gradients into one step (:mod:`fgnn.exchange.ps`)."""
     return 1 if mode == "single" else max(1, int(devices))
 
 
@@ -139,7 +139,7 @@ def epoch_batches(train_idx: torch.Tensor, batch_size: int, seed: int, epoch: in
     Task ``i`` of an epoch is ``tasks[i]``; the same ``(seed, epoch, parts)`` always gives the same
     tasks, so a task re-issued after a fault carries the same seeds. The tasks of mini-batch ``k``
     are ``tasks[k * parts:(k + 1) * parts]`` (while ``batch_size >= parts``): the parameter server
-    averages ``parts`` task gradients into one step (:mod:`fgnn.executors.ps`).
+    averages ``parts`` task gradients into one step (:mod:`fgnn.exchange.ps`).
 
     Raises:
         ValueError: on ``batch_size < 1`` or ``parts < 1``.

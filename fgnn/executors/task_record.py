@@ -4,7 +4,7 @@ Trainer: taken from the global queue, extracted, trained or scored, acknowledged
 A Trainer builds a :class:`TaskRecord` when it takes a task (:meth:`TrainerExecutor._take
 <fgnn.executors.trainer.TrainerExecutor>`), each stage fills its fields, and the acknowledgement
 carries it to the :class:`~fgnn.executors.queue.GlobalQueue` (which stamps ``task_id`` and
-``consumer``); the driver's :class:`~fgnn.executors._epoch.EpochCoordinator` sums the epoch's
+``consumer``); the driver's :class:`~fgnn.runtime.epoch.EpochCoordinator` sums the epoch's
 records into its :class:`~fgnn.monitor.stats.EpochStats` and details. No torch here: the queue
 actor imports this module.
 """

@@ -4,11 +4,11 @@ A Trainer dequeues sample refs from the global queue, extracts the input feature
 :class:`~fgnn.cache.feature_store.FeatureStore` (its own cache, peer devices' caches, host
 memory; FGNN §6.1, Song & Jiang §3.2), split by the Sampler's M-step marks, runs
 forward/backward, and exchanges the gradient: through the collective (``runtime.exchange=
-"collective"``, :mod:`fgnn.executors._exchange`: weights and optimizer on this device, one
-all-reduce per step) or by pushing it to the :class:`~fgnn.executors.ps.ParameterServer`.
+"collective"``, :mod:`fgnn.executors.trainer_exchange`: weights and optimizer on this device, one
+all-reduce per step) or by pushing it to the :class:`~fgnn.exchange.ps.ParameterServer`.
 Before computing a task it claims a slot of the current step (with the server, the claim brings
 the current weights): every step averages the gradients of its tasks, all computed from the
-previous step's weights (the rule of :mod:`fgnn.executors.ps`, in place of FGNN §5.2's bounded
+previous step's weights (the rule of :mod:`fgnn.exchange.ps`, in place of FGNN §5.2's bounded
 staleness).
 
 Pipelining (§5.2): a normal Trainer fetches and extracts mini-batch ``i + 1`` in a prefetch thread
@@ -40,18 +40,18 @@ import torch
 from torch import nn
 
 from fgnn.evaluation import EvalPlan
-from fgnn.executors._common import (MemmapFeatures, NonFiniteLoss, _device_tag,
+from fgnn.executors.common import (MemmapFeatures, NonFiniteLoss, _device_tag,
                                     configure_torch, graph_from_payload, metrics_for,
                                     open_disk_tiers,
                                     open_features, seed_task_rng, tensor_from)
 from fgnn.executors import host
-from fgnn.executors._graph_kind import graph_kind
-from fgnn.executors._device import actor_device, bind_device
+from fgnn.executors.graph_kind import graph_kind
+from fgnn.executors.device import actor_device, bind_device
 from fgnn.executors._memory import StepMemoryMeter
-from fgnn.executors._peers import TrainerPeers
+from fgnn.executors.peers import TrainerPeers
 from fgnn.executors._streams import CopyStream
 from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults, exhaust_memory
-from fgnn.executors.ps import flatten, step_wait, unflatten_into
+from fgnn.exchange.ps import flatten, step_wait, unflatten_into
 from fgnn.executors.sampler import transport_errors, unpack_sample, widen
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.executors.task_record import TaskRecord
@@ -152,7 +152,7 @@ class TrainerExecutor:
 
     Args:
         features: ``(N, F)`` host feature matrix (tensor, numpy or memmap), or a
-            :class:`~fgnn.executors._common.MemmapFeatures` naming a file that this Trainer maps
+            :class:`~fgnn.executors.common.MemmapFeatures` naming a file that this Trainer maps
             itself (its host tier then reads rows from the file, not from the object store),
             or for a typed dataset node type -> ``(N_t, F_t)`` matrix (``placement`` is then
             node type -> cached ids, and the store a
@@ -177,20 +177,20 @@ class TrainerExecutor:
         disk: a :class:`~fgnn.config.DiskConfig` with ``feature_tier="disk"``: read rows through
             the GIDS tiers of the on-disk file (device software cache of ``alpha``, CPU buffer,
             storage) instead of a static cache over the host matrix; ``features`` must then be a
-            :class:`~fgnn.executors._common.MemmapFeatures`.
+            :class:`~fgnn.executors.common.MemmapFeatures`.
         seed: the job's seed; each training step seeds its dropout from ``(seed, epoch, task)``
-            (:func:`~fgnn.executors._common.seed_task_rng`).
-        exchange: an :class:`~fgnn.executors.collective.ExchangeSpec`: exchange gradients over
+            (:func:`~fgnn.executors.common.seed_task_rng`).
+        exchange: an :class:`~fgnn.exchange.collective.ExchangeSpec`: exchange gradients over
             the collective (weights and optimizer on this device,
-            :mod:`fgnn.executors._exchange`) instead of through the parameter server ``ps``.
+            :mod:`fgnn.executors.trainer_exchange`) instead of through the parameter server ``ps``.
         deterministic: ``train.deterministic``: torch's deterministic algorithms in this
-            process (:func:`~fgnn.executors._common.configure_torch`).
+            process (:func:`~fgnn.executors.common.configure_torch`).
         step: the job task's :class:`~fgnn.tasks.base.StepRule` (labels, loss, evaluation
             record; :attr:`Task.step <fgnn.tasks.base.Task.step>`); None: node
             classification.
         peer_tier: ``cache.peer_tier``: ``auto`` keeps the cache in a shareable buffer and
             reads peers' rows from their buffers once :meth:`open_peers` maps them, ``host``
-            reads them from the host copy (:mod:`fgnn.executors._peers`).
+            reads them from the host copy (:mod:`fgnn.executors.peers`).
     """
 
     def __init__(self, features: Any, labels: Any, model: nn.Module,
@@ -235,7 +235,7 @@ class TrainerExecutor:
         self._next_claim: Any = None  # a slot the last push brought for the next task
         self.exchange = None
         if exchange is not None:
-            from fgnn.executors._exchange import TrainerExchange
+            from fgnn.executors.trainer_exchange import TrainerExchange
 
             self.exchange = TrainerExchange(exchange, name, self.model, self._ack,
                                             self.faults.crash_after_apply)
@@ -317,7 +317,7 @@ class TrainerExecutor:
 
     def export_cache(self) -> dict[str, Any]:
         """This Trainer's cache buffer for its peers: ``{"handle", "node", "why"}``
-        (:meth:`TrainerPeers.export <fgnn.executors._peers.TrainerPeers.export>`; no handle,
+        (:meth:`TrainerPeers.export <fgnn.executors.peers.TrainerPeers.export>`; no handle,
         with the reason, without a shareable buffer)."""
         return self.peers.export()
 
@@ -504,7 +504,7 @@ class TrainerExecutor:
     def _claim(self) -> Optional[float]:
         """Take a slot of the server's current step (and its weights when they changed), unless
         the last push already brought one; returns the seconds it waited for other Trainers' work
-        (:func:`~fgnn.executors.ps.step_wait`), or None when stopped first."""
+        (:func:`~fgnn.exchange.ps.step_wait`), or None when stopped first."""
         if self._next_claim is not None:
             self._adopt(self._next_claim)
             self._next_claim = None

@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import floyd_subsets
+from fgnn.sampling.checks import floyd_subsets
 
 __all__ = ["FusedRows", "sample_fused"]
 

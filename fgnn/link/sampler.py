@@ -39,7 +39,7 @@ from fgnn.link._exclude import TABLE_ROWS, HashPlan, SeedRowPlan, SeedTable, Tab
 from fgnn.link._fused import FusedRows, sample_fused
 from fgnn.link.edges import EdgeSet, check_pairs
 from fgnn.link.negatives import uniform_negatives
-from fgnn.sampling._util import check_seeds
+from fgnn.sampling.checks import check_seeds
 from fgnn.sampling.base import Sample
 from fgnn.sampling.khop import KHop
 from fgnn.sampling.remap import EdgeFilter, sample_layers

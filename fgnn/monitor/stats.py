@@ -102,7 +102,7 @@ class EpochStats:
     type the Trainers read from their cache and from the host in the epoch's tasks (hits +
     misses = the rows of that type the samples asked for); None for a homogeneous job."""
     ledger: Optional[dict[str, Any]] = None
-    """The epoch's exactly-once ledger (:func:`fgnn.executors._ledger.epoch_ledger`): ``tasks``,
+    """The epoch's exactly-once ledger (:func:`fgnn.runtime.ledger.epoch_ledger`): ``tasks``,
     ``issued``, ``lost``, ``reissued``, ``pushed``, ``applied``, ``applied_twice``, ``missing``,
     ``rejected`` and ``exactly_once``; None where no ledger was kept."""
 

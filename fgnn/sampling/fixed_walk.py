@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import check_seeds
+from fgnn.sampling.checks import check_seeds
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.random_walk import random_walk_topk
 from fgnn.sampling.remap import Remapper, sample_layers

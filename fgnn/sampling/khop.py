@@ -35,7 +35,7 @@ import torch
 
 from fgnn.config import FRONTIERS
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import check_fanouts, check_seeds, rand, row_bounds
+from fgnn.sampling.checks import check_fanouts, check_seeds, rand, row_bounds
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.kernels import kernel_for
 from fgnn.sampling.khop_compiled import uniform_compiled, weighted_compiled

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import rand, row_bounds
+from fgnn.sampling.checks import rand, row_bounds
 from fgnn.sampling.khop_cuda import uniform_cuda, weighted_cuda, weighted_keys
 
 __all__ = ["LOOP_FANOUT", "floyd_columns", "uniform_cpu", "weighted_cpu", "whole_rows"]

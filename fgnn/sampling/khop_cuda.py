@@ -2,7 +2,7 @@
 
 What bounds a sampler on a GPU is the number of kernel launches and of host syncs, so no Python
 loop runs over the fanout here: a uniform hop is Floyd's algorithm for every row and step at
-once (:func:`~fgnn.sampling._util.floyd_subsets`: a sort finds repeated draws, pointer jumping
+once (:func:`~fgnn.sampling.checks.floyd_subsets`: a sort finds repeated draws, pointer jumping
 resolves the chains in ``ceil(log2 fanout)`` rounds; one host sync), and a weighted hop decides
 all ``max_rounds * fanout`` rejection proposals of every row at once (one sort per row), with
 an exact Efraimidis-Spirakis finish for the rows left short. The kernels run on any device; the
@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import floyd_subsets, rand, row_bounds, segment_arange
+from fgnn.sampling.checks import floyd_subsets, rand, row_bounds, segment_arange
 
 __all__ = ["uniform_cuda", "weighted_cuda", "weighted_keys"]
 

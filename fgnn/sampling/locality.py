@@ -37,7 +37,7 @@ from typing import Iterable, Optional, Sequence, Union
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import floyd_subsets, row_bounds
+from fgnn.sampling.checks import floyd_subsets, row_bounds
 from fgnn.sampling.khop import KHop
 
 __all__ = ["LocalityAwareKHop", "ScaleController", "neighbour_sets"]

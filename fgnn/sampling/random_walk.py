@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from fgnn.graph import CSRGraph
-from fgnn.sampling._util import check_seeds, rand
+from fgnn.sampling.checks import check_seeds, rand
 from fgnn.sampling.base import Sample, Sampler
 from fgnn.sampling.remap import Remapper, sample_layers
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import torch
 
 from fgnn.config import FRONTIERS
-from fgnn.sampling._util import seed_value_error
+from fgnn.sampling.checks import seed_value_error
 from fgnn.sampling.kernels import kernel_for
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ task is a :class:`RecsysTask`); this module supplies what differs:
   held-out item per user) next to the planted ceiling and the popularity baseline of the same
   users. Validation recall picks the weights.
 * **Samplers** (:class:`RecsysSampling`): from the task's own generator
-  (:func:`~fgnn.executors._common.task_generator`) each user of the task gives one example,
+  (:func:`~fgnn.executors.common.task_generator`) each user of the task gives one example,
   a positive item and ``query_items`` other items of its history (the query is their mean
   embedding), all read from the user's row of the topology, which holds training interactions
   only: a held-out item is never drawn. The task also draws its shared uniform negatives; then

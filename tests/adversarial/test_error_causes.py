@@ -20,7 +20,7 @@ from fgnn.cli import main  # noqa: E402
 from fgnn.config import (JobConfig, ModelConfig, RuntimeConfig, SamplerConfig,  # noqa: E402
                          TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
-from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
+from fgnn.runtime.driver import Runtime, RuntimeFailure  # noqa: E402
 from fgnn.job import Job, JobConfigError  # noqa: E402
 
 TITLE = "\x1b[36mray::SamplerExecutor.sample_task()\x1b[39m"
@@ -57,7 +57,7 @@ def dataset():
 
 
 def test_an_executor_exception_stops_in_one_line_with_cause_and_resume_hint(dataset, tmp_path):
-    from fgnn.executors._epoch import _Exec
+    from fgnn.runtime.epoch import _Exec
 
     cfg = JobConfig(model=ModelConfig("sage", hidden=8), sampler=SamplerConfig(fanouts=(3, 3)),
                     train=TrainConfig(epochs=2, batch_size=16, checkpoint_dir=str(tmp_path)))

@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 from fgnn.checkpoint import CheckpointError, read_checkpoint, save_checkpoint  # noqa: E402
 from fgnn.config import JobConfig, ModelConfig, SamplerConfig, TrainConfig  # noqa: E402
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
-from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RuntimeFailure  # noqa: E402
+from fgnn.runtime.driver import CHECKPOINT_NAME, Runtime, RuntimeFailure  # noqa: E402
 
 EPOCHS = 4
 
@@ -151,8 +151,8 @@ def test_resume_rejects_a_negative_finished_epoch(dataset, tmp_path):
 def test_a_non_finite_loss_stops_naming_epoch_and_task(dataset, tmp_path):
     """A Trainer's ``NonFiniteLoss`` (it did not push the gradient) stops the job in one line
     naming the epoch and the task; the checkpoint stays the last completed epoch."""
-    from fgnn.executors._common import NonFiniteLoss
-    from fgnn.executors._epoch import _Exec
+    from fgnn.executors.common import NonFiniteLoss
+    from fgnn.runtime.epoch import _Exec
 
     rt = _runtime(dataset, str(tmp_path))
     rt.ps.train_step(0.5)

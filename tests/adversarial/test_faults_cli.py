@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 from fgnn.checkpoint import save_checkpoint  # noqa: E402
 from fgnn.cli import build_parser, config_from_args, main  # noqa: E402
 from fgnn.data import load_dataset  # noqa: E402
-from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime, RuntimeFailure  # noqa: E402
+from fgnn.runtime.driver import CHECKPOINT_NAME, Runtime, RuntimeFailure  # noqa: E402
 
 TINY = "rmat:scale=7,edge_factor=4,feat_dim=8,num_classes=3,train_frac=0.4,seed=0"
 EPOCHS = 3

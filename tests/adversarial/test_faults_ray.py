@@ -26,7 +26,7 @@ from fgnn.checkpoint import read_checkpoint  # noqa: E402
 from fgnn.config import (CacheConfig, JobConfig, ModelConfig, RuntimeConfig,  # noqa: E402
                          SamplerConfig, TrainConfig)
 from fgnn.data.synthetic import rmat_dataset  # noqa: E402
-from fgnn.executors.runtime import Runtime, RuntimeFailure  # noqa: E402
+from fgnn.runtime.driver import Runtime, RuntimeFailure  # noqa: E402
 
 STALL_S = 8.0
 #: the gradient exchange (``FGNN_TEST_EXCHANGE=collective`` runs these faults on the collective)

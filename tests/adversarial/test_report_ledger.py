@@ -13,7 +13,7 @@ import copy
 
 import pytest
 
-from fgnn.executors._ledger import epoch_ledger
+from fgnn.runtime.ledger import epoch_ledger
 from fgnn.monitor.stats import EpochStats, RunResult, SampleTimes
 from fgnn.report import ReportError, format_report, validate_report
 

@@ -66,7 +66,7 @@ def _non_loopback_address() -> str | None:
 
 
 def _ledger(host):
-    from fgnn.executors.step_ledger import Event, StepLedger
+    from fgnn.exchange.step_ledger import Event, StepLedger
 
     ledger = StepLedger(serve_store=True, store_host=host, alive=lambda m: True)
     ledger._append(Event("end", 0, ("t0",)))  # an event a member would read: key fgnn-ev0
@@ -75,7 +75,7 @@ def _ledger(host):
 
 def test_store_of_a_one_host_job_refuses_the_hosts_other_addresses():
     """As the runtime starts it for a job on one node: bound to loopback, nothing else."""
-    from fgnn.executors._store import LOOPBACK, connect_store
+    from fgnn.exchange.store import LOOPBACK, connect_store
 
     ip = _non_loopback_address()
     if ip is None:
@@ -94,7 +94,7 @@ def test_store_on_the_nodes_address_hides_every_key_without_the_secret():
     that only the ledger's Ray replies carry."""
     import torch.distributed as dist
 
-    from fgnn.executors._store import connect_store
+    from fgnn.exchange.store import connect_store
 
     ip = _non_loopback_address()
     if ip is None:
@@ -160,7 +160,7 @@ def test_resume_on_a_permuted_copy_is_refused_before_ray(tmp_path, no_ray, capsy
     from fgnn.checkpoint import save_checkpoint
     from fgnn.cli import build_parser, config_from_args
     from fgnn.data.ondisk import save_dataset
-    from fgnn.executors.runtime import CHECKPOINT_NAME, Runtime
+    from fgnn.runtime.driver import CHECKPOINT_NAME, Runtime
 
     data = load_dataset(TINY)
     cfg = config_from_args(build_parser().parse_args(["--model", "sage", "--dataset", TINY]))

@@ -70,7 +70,7 @@ def test_the_plan_counts_the_caches_the_group_can_hold(built):
 
 def test_the_runtime_sizes_the_cache_with_the_plans_budget(monkeypatch):
     import fgnn.data.memory as memory
-    from fgnn.executors._caches import CachePlanner
+    from fgnn.runtime.cache_plan import CachePlanner
 
     group = _group(GIB)
     monkeypatch.setattr(memory, "host_memory_limit", lambda: group)
@@ -83,10 +83,10 @@ def test_the_runtime_sizes_the_cache_with_the_plans_budget(monkeypatch):
 
 
 def _typed_planner(cache: CacheConfig, trainers: int = 2) -> SimpleNamespace:
-    """A stand-in :class:`~fgnn.executors._hetero.HeteroCachePlanner` with what ``_budgets``
+    """A stand-in :class:`~fgnn.runtime.cache_plan_typed.HeteroCachePlanner` with what ``_budgets``
     reads: a small typed graph, no measured model or step, ``trainers`` live Trainers."""
     from fgnn.data.synthetic_hetero import typed_synthetic
-    from fgnn.executors._caches import CachePlanner
+    from fgnn.runtime.cache_plan import CachePlanner
 
     roles = ("sampler",) + ("trainer",) * trainers
     planner = SimpleNamespace(
@@ -103,7 +103,7 @@ def test_a_typed_job_takes_the_same_share_of_the_group(monkeypatch):
     held; it now gets the homogeneous rule's budget: the group's share over the Trainers."""
     import fgnn.data.memory as memory
     from fgnn.cache.hetero import feature_bytes
-    from fgnn.executors._hetero import HeteroCachePlanner
+    from fgnn.runtime.cache_plan_typed import HeteroCachePlanner
 
     group = _group(2 * MIB)
     monkeypatch.setattr(memory, "host_memory_limit", lambda: group)

@@ -14,8 +14,8 @@ import pytest
 
 import fgnn
 from fgnn.config import JobConfig, RuntimeConfig, SamplerConfig, TrainConfig
-from fgnn.executors._resume import RunFinished
-from fgnn.executors.runtime import Runtime
+from fgnn.runtime.resume import RunFinished
+from fgnn.runtime.driver import Runtime
 from fgnn.job import Job
 
 TINY = "rmat:scale=7,edge_factor=4,feat_dim=8,num_classes=3,train_frac=0.4,seed=0"

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from fgnn.data.oom import OomWatch, oom_kills
-from fgnn.executors._ledger import epoch_ledger, redelivered
+from fgnn.runtime.ledger import epoch_ledger, redelivered
 
 REPO = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
@@ -63,7 +63,7 @@ def test_the_watch_reads_v1_and_v2_kill_counters(tmp_path):
 
 
 def _group(tmp_path: Path, kills_later: int):
-    from fgnn.executors import _workers
+    from fgnn.runtime import workers as _workers
 
     root, proc = _v1(tmp_path, kills=0)
     group = _workers.WorkerGroup.__new__(_workers.WorkerGroup)
@@ -75,7 +75,7 @@ def _group(tmp_path: Path, kills_later: int):
 
 @pytest.mark.parametrize("restarts", [True, False])
 def test_an_oom_killed_trainer_is_named_in_one_line(tmp_path, restarts):
-    from fgnn.executors._workers import _Exec
+    from fgnn.runtime.workers import _Exec
 
     group, said = _group(tmp_path, kills_later=1)
     group._named_if_oom(_Exec("fgnn-trainer-2", "trainer", 2, None), restarts=restarts)
@@ -91,7 +91,7 @@ def test_an_oom_killed_trainer_is_named_in_one_line(tmp_path, restarts):
 
 
 def test_a_death_that_is_no_oom_kill_says_nothing(tmp_path):
-    from fgnn.executors._workers import _Exec
+    from fgnn.runtime.workers import _Exec
 
     group, said = _group(tmp_path, kills_later=0)
     group._named_if_oom(_Exec("fgnn-trainer-1", "trainer", 1, None), restarts=True)
@@ -101,7 +101,7 @@ def test_a_death_that_is_no_oom_kill_says_nothing(tmp_path):
 def test_the_failure_of_a_restarting_trainer_names_the_oom_kill(tmp_path):
     """Through :meth:`WorkerGroup.failed` with Ray's error for a restarting actor."""
     ray_exceptions = pytest.importorskip("ray.exceptions")
-    from fgnn.executors._workers import _Exec
+    from fgnn.runtime.workers import _Exec
 
     group, said = _group(tmp_path, kills_later=1)
     group.reinstall = lambda execs: []
@@ -169,7 +169,7 @@ _JOB_IN_GROUP = textwrap.dedent("""
                              TrainConfig)
     from fgnn.data.synthetic import rmat_dataset
     from fgnn.executors.fault_injection import FaultSpec
-    from fgnn.executors.runtime import Runtime
+    from fgnn.runtime.driver import Runtime
     from fgnn.monitor.timeline import Timeline
     from fgnn.raystart import local_system_config
 

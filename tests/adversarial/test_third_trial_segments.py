@@ -25,8 +25,8 @@ import pytest
 from fgnn import raylet_watch as rw
 from fgnn import reaper
 from fgnn.cache import peer_share as ps
-from fgnn.executors._caches import CachePlanner
-from fgnn.executors._faults import RuntimeFailure
+from fgnn.runtime.cache_plan import CachePlanner
+from fgnn.runtime.faults import RuntimeFailure
 from fgnn.job import Job
 
 pytestmark = pytest.mark.skipif(ps.shm_dir() is None, reason="no writable /dev/shm here")

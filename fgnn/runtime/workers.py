@@ -23,10 +23,10 @@ from fgnn.causes import root_cause
 from fgnn.config import JobConfig
 from fgnn.data.oom import OomWatch
 from fgnn.executors import host
-from fgnn.executors._actors import LocalSampling, make_actor, stash_args, wait_stashed
-from fgnn.executors._common import NonFiniteLoss
-from fgnn.executors._device import AUTO
-from fgnn.executors._faults import _RESTART_TIMEOUT_S, Watchdog, _death_errors
+from fgnn.executors.actors import LocalSampling, make_actor, stash_args, wait_stashed
+from fgnn.executors.common import NonFiniteLoss
+from fgnn.executors.device import AUTO
+from fgnn.runtime.faults import _RESTART_TIMEOUT_S, Watchdog, _death_errors
 from fgnn.executors.fault_injection import FaultSpec
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.trainer import TrainerExecutor
@@ -79,7 +79,7 @@ class Services:
     shared_gpu: bool = False
     torch_device: str = AUTO
     exchange: Any = None
-    """The Trainers' :class:`~fgnn.executors.collective.ExchangeSpec` with
+    """The Trainers' :class:`~fgnn.exchange.collective.ExchangeSpec` with
     ``runtime.exchange="collective"`` (None: the parameter server)."""
     ring_files: Optional[str] = None
     """The path prefix of the collective's gradient ring files (removed at the job's end)."""

@@ -1,10 +1,10 @@
 """The gradient exchange as the runtime drives it: one interface for both exchanges.
 
 ``runtime.exchange`` picks the actor behind it (``Runtime._start_exchange``, the one place that
-picks): ``server``, the :class:`~fgnn.executors.ps.ParameterServer` (the default: it holds the
-model and takes the steps), or ``collective``, the :class:`~fgnn.executors.step_ledger.StepLedger`
+picks): ``server``, the :class:`~fgnn.exchange.ps.ParameterServer` (the default: it holds the
+model and takes the steps), or ``collective``, the :class:`~fgnn.exchange.step_ledger.StepLedger`
 (it coordinates Trainers that all-reduce their gradients and hold the weights). Both keep the
-exactly-once ledger with one :class:`~fgnn.executors.exactly_once.TaskLedger`. The Trainers talk
+exactly-once ledger with one :class:`~fgnn.exchange.exactly_once.TaskLedger`. The Trainers talk
 to each exchange in its own terms (``claim``/``step`` or ``join``/``request``/``deliver``); the
 driver only through :class:`GradientExchange`.
 """
@@ -50,7 +50,7 @@ class GradientExchange(Protocol):
 
     def ledger(self) -> dict[str, Any]:
         """This epoch's exactly-once ledger (:meth:`TaskLedger.report
-        <fgnn.executors.exactly_once.TaskLedger.report>` and the exchange's own timings)."""
+        <fgnn.exchange.exactly_once.TaskLedger.report>` and the exchange's own timings)."""
 
     def weights(self) -> tuple[int, torch.Tensor]:
         """``(version, flat weights)``."""

@@ -5,7 +5,7 @@ Samplers dynamically (:class:`TaskScheduler`, a few calls in flight per Sampler,
 whichever finishes first), wakes each Sampler's standby Trainer once that Sampler has finished
 its share (dynamic switching, §5.3), polls the global queue for progress, depth and lost
 samples, handles executor failures and stalls (leases back to the queue, restart or continue
-with fewer -- :meth:`WorkerGroup.failed <fgnn.executors._workers.WorkerGroup.failed>` -- or stop
+with fewer -- :meth:`WorkerGroup.failed <fgnn.runtime.workers.WorkerGroup.failed>` -- or stop
 with a checkpoint), keeps the exactly-once ledger and folds the records into an
 :class:`~fgnn.monitor.stats.EpochStats`. An epoch's state lives in one :class:`_Epoch`; the
 coordinator is passed the executors, the services and the watchdog it acts through.
@@ -23,11 +23,11 @@ import numpy as np
 from fgnn.config import JobConfig
 from fgnn.evaluation import EvalPlan, SplitScore
 from fgnn.executors import host
-from fgnn.executors._common import metrics_for
-from fgnn.executors._faults import _RESTART_TIMEOUT_S, RuntimeFailure, Watchdog, pass_name
-from fgnn.executors._ledger import epoch_ledger, redelivered
-from fgnn.executors._typed import sum_typed
-from fgnn.executors._workers import Services, WorkerGroup, _Exec
+from fgnn.executors.common import metrics_for
+from fgnn.runtime.faults import _RESTART_TIMEOUT_S, RuntimeFailure, Watchdog, pass_name
+from fgnn.runtime.ledger import epoch_ledger, redelivered
+from fgnn.executors.typed import sum_typed
+from fgnn.runtime.workers import Services, WorkerGroup, _Exec
 from fgnn.executors.scheduler import StandbyPolicy, TaskScheduler, trainer_seconds
 from fgnn.executors.task_record import TaskRecord
 from fgnn.monitor.stats import EpochStats, SampleTimes
@@ -56,7 +56,7 @@ class _EpochAcc:
     reissued: int = 0
     """Tasks handed to Samplers again after a fault."""
     ledger: Optional[dict[str, Any]] = None
-    """The epoch's exactly-once ledger (:func:`~fgnn.executors._ledger.epoch_ledger`)."""
+    """The epoch's exactly-once ledger (:func:`~fgnn.runtime.ledger.epoch_ledger`)."""
 
 
 @dataclass
@@ -188,7 +188,7 @@ class EpochCoordinator:
 
     def _join_exchange(self, epoch: int) -> None:
         """Every live Trainer and standby joins the collective exchange's group of ``epoch``
-        (:mod:`fgnn.executors.collective`); one that cannot is released, and its ``run_epoch``
+        (:mod:`fgnn.exchange.collective`); one that cannot is released, and its ``run_epoch``
         meets the fault handling."""
         import ray
 

@@ -1,8 +1,8 @@
 """A Trainer's hook into the collective gradient exchange (``runtime.exchange="collective"``).
 
-:class:`TrainerExchange` owns the Trainer's :class:`~fgnn.executors.collective.ExchangeMember`
+:class:`TrainerExchange` owns the Trainer's :class:`~fgnn.exchange.collective.ExchangeMember`
 (its weights and Adam state stay on the Trainer's device), connects it to the job's
-:class:`~fgnn.executors.step_ledger.StepLedger` actor and its rendezvous store, and runs one
+:class:`~fgnn.exchange.step_ledger.StepLedger` actor and its rendezvous store, and runs one
 training step the collective way: take a slot (requested when the prefetch brought the task,
 while the previous one computed; the ledger grants it in an event the member's reducer reads
 from the store, most often the closing step's ``reduce``, so no Ray reply is waited for), wait
@@ -28,10 +28,10 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from fgnn.executors._store import connect_store
-from fgnn.executors.collective import ExchangeMember, ExchangeSpec
-from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
-from fgnn.executors.ps import step_wait
+from fgnn.exchange.store import connect_store
+from fgnn.exchange.collective import ExchangeMember, ExchangeSpec
+from fgnn.exchange.step_ledger import GROUP_TIMEOUT_S, Event
+from fgnn.exchange.ps import step_wait
 from fgnn.executors.task_record import TaskRecord
 
 __all__ = ["TrainerExchange"]
@@ -44,7 +44,7 @@ class TrainerExchange:
     """The collective exchange of one Trainer actor.
 
     Args:
-        spec: the job's :class:`~fgnn.executors.collective.ExchangeSpec`.
+        spec: the job's :class:`~fgnn.exchange.collective.ExchangeSpec`.
         name: the Trainer's name.
         model: the Trainer's model on its device (the member steps its parameters in place).
         ack: ``ack(task_id, record)``: acknowledge a task whose step was applied.
@@ -243,7 +243,7 @@ class TrainerExchange:
         request is sent here only when none was sent for this task (:meth:`prefetched`
         requests ahead), so the member asks once per task. The wait up
         to the moment the last gradient of the step the grant waited for was ready is a wait
-        for other Trainers' work (:func:`~fgnn.executors.ps.step_wait`); the rest (that
+        for other Trainers' work (:func:`~fgnn.exchange.ps.step_wait`); the rest (that
         gradient's delivery, the close, the event's way to this process) is exchange: its
         pieces until the grant was read are ``x_grant_s`` (until the ledger published the
         grant: the last delivery's way and the close, or the request's way) and ``x_gevent_s``

@@ -1,14 +1,14 @@
 """The cache side of the runtime (internal): hotness, per-device plans, placement, filling.
 
-:class:`CachePlanner` is a part of :class:`~fgnn.executors.runtime.Runtime`; it holds the cache
+:class:`CachePlanner` is a part of :class:`~fgnn.runtime.driver.Runtime`; it holds the cache
 state of the job (hotness, plans, placement) and is passed the executors
-(:class:`~fgnn.executors._workers.WorkerGroup`) and services it acts on. The order of a run: a
+(:class:`~fgnn.runtime.workers.WorkerGroup`) and services it acts on. The order of a run: a
 sampling-free hotness map on the driver while the executors start (or PreSC's visit counts from
 the warm-up epochs, FGNN §6.3); after the warm-up, each device's cache plan from the
 Trainers' measured steps (FGNN §6.1, :func:`fgnn.cache.budget.plan_device_cache`), the placement
 over the final layout (Song & Jiang §3.2) and its holder bits for the Samplers' M step; then every
 executor fills its cache, again after a restart, and the Trainers map each other's buffers as
-their peer tier (:mod:`fgnn.executors._peers`). Hot-first reordering (DataTiering Algorithm 2)
+their peer tier (:mod:`fgnn.executors.peers`). Hot-first reordering (DataTiering Algorithm 2)
 happens before anything ships; the locality sampler's scale is adapted once per epoch (Song &
 Jiang Algorithm 2).
 """
@@ -26,9 +26,9 @@ import torch
 
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
-from fgnn.executors._faults import Watchdog
-from fgnn.executors._partition import FeaturePartitioning
-from fgnn.executors._workers import Services, WorkerGroup, _Exec
+from fgnn.runtime.faults import Watchdog
+from fgnn.runtime.partition import FeaturePartitioning
+from fgnn.runtime.workers import Services, WorkerGroup, _Exec
 from fgnn.monitor.stats import EpochStats
 from fgnn.sampling.base import Sampler
 from fgnn.sampling.locality import LocalityAwareKHop
@@ -281,7 +281,7 @@ class CachePlanner:
         """Terms every GPU device has: the measured context (the largest, None when no
         process could measure it) and, with ``--exchange collective``, one NCCL communicator
         (:func:`~fgnn.cache.sizing.nccl_buffer_bytes`; members sharing a GPU sum over gloo
-        and have none, :mod:`fgnn.executors._groups`)."""
+        and have none, :mod:`fgnn.exchange.groups`)."""
         from fgnn.cache.sizing import NCCL_BUFFSIZE, nccl_buffer_bytes
 
         if not cuda:
@@ -347,7 +347,7 @@ class CachePlanner:
 
     def _partition_features(self) -> None:
         """Plan the node partition from the hotness in force, start the feature servers and
-        assign the Trainers to nodes (:mod:`fgnn.executors._partition`); :meth:`install` then
+        assign the Trainers to nodes (:mod:`fgnn.runtime.partition`); :meth:`install` then
         gives every Trainer its node's host tier before its cache fill."""
         from ray.util.placement_group import placement_group_table
 
@@ -364,7 +364,7 @@ class CachePlanner:
     def count_reads(self) -> None:
         """At the start of the warm-up: every Trainer counts the feature rows it reads until its
         node's host tier is installed (a ``hotness`` partition's per-node access counts,
-        :mod:`fgnn.executors._partition`); nothing without one."""
+        :mod:`fgnn.runtime.partition`); nothing without one."""
         if self._counting_reads:
             n = self.dataset.num_nodes
             self.watchdog.get([e.handle.count_reads.remote(n) for e in self.workers.execs
@@ -550,18 +550,18 @@ class CachePlanner:
 
     def _offers(self, device: int) -> dict[int, Any]:
         """What the Trainer on ``device`` is offered from the last exports
-        (:func:`~fgnn.executors._peers.offers_for`)."""
-        from fgnn.executors._peers import offers_for
+        (:func:`~fgnn.executors.peers.offers_for`)."""
+        from fgnn.executors.peers import offers_for
 
         names = {e.device: e.name for e in self._trainers()}
         return offers_for(device, self.peer_exports, self._peer_rows(), names)
 
     def share_peers(self) -> None:
-        """The Trainers' peer tier (:mod:`fgnn.executors._peers`): each Trainer exports its
+        """The Trainers' peer tier (:mod:`fgnn.executors.peers`): each Trainer exports its
         buffer, then opens those of the others on its Ray node; what each reads from where is
         the report's ``allocation.peer_tier``. With ``cache.peer_tier = "host"`` nothing is
         exchanged: every peer is read from the host copy."""
-        from fgnn.executors._peers import host_reads
+        from fgnn.executors.peers import host_reads
 
         rows, trainers = self._peer_rows(), self._trainers()
         self._peers_stale = False
@@ -615,7 +615,7 @@ class CachePlanner:
 
     def peer_report(self) -> Optional[dict[str, Any]]:
         """The report's ``allocation.peer_tier`` (None when no Trainer has a peer)."""
-        from fgnn.executors._peers import peer_report
+        from fgnn.executors.peers import peer_report
 
         if not self.peer_opened:
             return None

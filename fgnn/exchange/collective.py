@@ -1,12 +1,12 @@
 """Gradient exchange over a collective: weights and optimizer state stay on every Trainer's device.
 
-The step rule is the parameter server's (:mod:`fgnn.executors.ps`): a step averages the gradients
+The step rule is the parameter server's (:mod:`fgnn.exchange.ps`): a step averages the gradients
 of R tasks (one mini-batch), weighted by their seed counts, and every gradient of a step is
 computed from the previous step's weights. What moves differs: only gradients, once per step, in
 one sum of ``[sum of seed-weighted gradients, seed count]`` over the Trainers of the current
 group. On CUDA: an NCCL all-reduce when every member has a GPU of its own, else gloo through host
-memory (NCCL refuses two ranks on one GPU: :mod:`fgnn.executors._groups`). CPU members on one host sum from shared memory: a Trainer
-writes each task's gradient into its :class:`~fgnn.executors._gradring.GradientRing` before it
+memory (NCCL refuses two ranks on one GPU: :mod:`fgnn.exchange.groups`). CPU members on one host sum from shared memory: a Trainer
+writes each task's gradient into its :class:`~fgnn.exchange.gradring.GradientRing` before it
 delivers the task, the step's ``reduce`` event lists the accepted deliveries with their rows,
 and every member adds those rows in the listed order (the same bits everywhere, and no member
 waits for another one). Otherwise (members on several hosts, or without room for a ring):
@@ -16,11 +16,11 @@ weights and no weights are ever sent back.
 
 Two pieces:
 
-* :class:`~fgnn.executors.step_ledger.StepLedger` (:mod:`fgnn.executors.step_ledger`) -- the
+* :class:`~fgnn.exchange.step_ledger.StepLedger` (:mod:`fgnn.exchange.step_ledger`) -- the
   coordinator (a small threaded actor; it holds no tensors in the step path). It hands out the R
   slots of the open step to the members' requests
-  (:meth:`~fgnn.executors.step_ledger.StepLedger.request`), keeps the exactly-once ledger
-  (:meth:`~fgnn.executors.step_ledger.StepLedger.deliver` turns a duplicate task away), closes a
+  (:meth:`~fgnn.exchange.step_ledger.StepLedger.request`), keeps the exactly-once ledger
+  (:meth:`~fgnn.exchange.step_ledger.StepLedger.deliver` turns a duplicate task away), closes a
   step once every slot delivered, and keeps an *event log* every member replays in order:
   ``form`` (a new group generation: rank 0, the member with the newest state, broadcasts weights
   and optimizer state), ``reduce`` (all-reduce step ``s`` and apply it; it also lists the step's
@@ -33,9 +33,9 @@ Two pieces:
   reduced again without the dead member's gradients, whose tasks go back to "not applied" (their
   leases return through the queue and another Trainer trains them). A death nobody reports (a
   standby killed while idle: no call of the runtime's fails) shows as a failed collective: the
-  member tells the ledger (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`), which probes
+  member tells the ledger (:meth:`~fgnn.exchange.step_ledger.StepLedger.failed`), which probes
   its members' liveness and releases the dead one; a restarted Trainer announces its new
-  incarnation (:meth:`~fgnn.executors.step_ledger.StepLedger.hello`), which releases the one it
+  incarnation (:meth:`~fgnn.exchange.step_ledger.StepLedger.hello`), which releases the one it
   replaces. From shared memory no sum fails (a dead member's listed rows are still in its file):
   a dead member shows as one that never applies a step, so a writer waiting for it to free a
   ring row tells the ledger, and the ledger probes its members once every task of the epoch is
@@ -68,11 +68,11 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from fgnn.executors._gradring import DEFAULT_ROWS, GradientRing, host_key, ring_bytes
-from fgnn.executors._groups import (abort_group, group_broadcast, group_sum, group_sum_count,
+from fgnn.exchange.gradring import DEFAULT_ROWS, GradientRing, host_key, ring_bytes
+from fgnn.exchange.groups import (abort_group, group_broadcast, group_sum, group_sum_count,
                                     is_nccl, new_group)
-from fgnn.executors.ps import flatten
-from fgnn.executors.step_ledger import GROUP_TIMEOUT_S, Event
+from fgnn.exchange.ps import flatten
+from fgnn.exchange.step_ledger import GROUP_TIMEOUT_S, Event
 
 __all__ = ["ExchangeMember", "ExchangeSpec", "group_broadcast", "group_sum", "new_group"]
 
@@ -82,7 +82,7 @@ class ExchangeSpec:
     arguments, so a restarted Trainer has it again).
 
     Attributes:
-        ledger: handle of the :class:`~fgnn.executors.step_ledger.StepLedger` actor.
+        ledger: handle of the :class:`~fgnn.exchange.step_ledger.StepLedger` actor.
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
         optimizer_state: optional optimizer ``state_dict`` to resume from.
@@ -90,7 +90,7 @@ class ExchangeSpec:
             shared-memory transport (the members sum over gloo).
         ring_prefix: the job's prefix of ring file names (the runtime removes
             ``ring_dir/ring_prefix-*`` at the job's end).
-        ring_rows: rows of each ring (:func:`~fgnn.executors._gradring.ring_rows`).
+        ring_rows: rows of each ring (:func:`~fgnn.exchange.gradring.ring_rows`).
     """
 
     ledger: Any
@@ -174,7 +174,7 @@ class ExchangeMember:
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
         optimizer_state: optional optimizer ``state_dict`` to resume from.
-        call: ``call(method, *args)`` runs a :class:`~fgnn.executors.step_ledger.StepLedger`
+        call: ``call(method, *args)`` runs a :class:`~fgnn.exchange.step_ledger.StepLedger`
             method (a Ray call, or a direct one in-process).
         post: ``post(method, *args)``: the same without waiting for the reply (a Ray call
             submitted); None: ``call``.
@@ -235,7 +235,7 @@ class ExchangeMember:
         self._events = events or (lambda i, v: call("next_event", name, i, v, 1.0))
         self._inflight: Counter[int] = Counter()
         self._pg: Any = None
-        #: builds each generation's group (:func:`~fgnn.executors._groups.new_group`)
+        #: builds each generation's group (:func:`~fgnn.exchange.groups.new_group`)
         self.new_group: Callable[..., Any] = new_group
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -308,7 +308,7 @@ class ExchangeMember:
     # ------------------------------------------------------------------ the training thread
     def ask(self) -> None:
         """Request a slot for a task this member holds
-        (:meth:`~fgnn.executors.step_ledger.StepLedger.request`; the reply
+        (:meth:`~fgnn.exchange.step_ledger.StepLedger.request`; the reply
         is not waited for: the grant comes in an event). One request per task."""
         with self._cv:
             self._asked += 1
@@ -319,7 +319,7 @@ class ExchangeMember:
         """A slot for the oldest task this member holds, once this member holds the weights of
         its step: ``(step, ready_at, granted_at, read_at)``, where ``ready_at`` is the wall time
         the last gradient of the step the request waited for was ready (None: it did not wait for a close;
-        :func:`~fgnn.executors.ps.step_wait`), ``granted_at`` the wall time the ledger
+        :func:`~fgnn.exchange.ps.step_wait`), ``granted_at`` the wall time the ledger
         published the grant and ``read_at`` the time this member's reducer read it. With
         ``ask``, asks for one first when no request is outstanding (a caller that requests
         ahead, :meth:`ask`, counts its requests per task itself and passes False: "none
@@ -364,7 +364,7 @@ class ExchangeMember:
 
         A row is reused only once every member of the group has applied the step it held
         (a member lagging that far makes the writer wait); after a second of waiting the
-        ledger is told (:meth:`~fgnn.executors.step_ledger.StepLedger.failed`: it probes the
+        ledger is told (:meth:`~fgnn.exchange.step_ledger.StepLedger.failed`: it probes the
         members and releases a dead one), and after ``timeout_s`` (or ``stop``) the gradient
         is kept in memory instead (its step then sums over gloo). So is one whose row holds
         a gradient of this very step (this member holds more of the step's slots than its

@@ -2,7 +2,7 @@
 restart limits, and the :class:`Watchdog` that puts a deadline on every wait of the driver.
 
 Every failure line ends with where to resume from: the :class:`Watchdog` asks the job's
-:class:`~fgnn.executors._resume.Checkpointer` for its failure checkpoint (the last completed
+:class:`~fgnn.runtime.resume.Checkpointer` for its failure checkpoint (the last completed
 epoch) and appends the resume hint.
 """
 
@@ -13,8 +13,6 @@ from typing import Any, Optional, Protocol
 
 __all__ = ["RuntimeFailure", "Watchdog", "pass_name"]
 
-#: Times Ray restarts a dead executor before the job continues without it.
-_MAX_RESTARTS = 1
 #: Seconds a restarting executor may take before the job continues without it.
 _RESTART_TIMEOUT_S = 120.0
 #: Most seconds the driver waits for the queue to take an abort (it may be the hung part).
@@ -58,7 +56,7 @@ class Watchdog:
     Args:
         limit_s: ``runtime.stall_timeout_s``: the longest the driver waits for an answer.
         checkpoints: builds the one-line failure with the last good checkpoint
-            (:meth:`~fgnn.executors._resume.Checkpointer.failure`).
+            (:meth:`~fgnn.runtime.resume.Checkpointer.failure`).
     """
 
     def __init__(self, limit_s: float, checkpoints: _FailureCheckpoint) -> None:

@@ -1,7 +1,7 @@
 """The exactly-once ledger of an epoch's tasks, kept by both gradient exchanges.
 
-A gradient exchange (the parameter server, :mod:`fgnn.executors.ps`, or the collective's
-coordinator, :mod:`fgnn.executors.step_ledger`) owns one :class:`TaskLedger` and asks it three
+A gradient exchange (the parameter server, :mod:`fgnn.exchange.ps`, or the collective's
+coordinator, :mod:`fgnn.exchange.step_ledger`) owns one :class:`TaskLedger` and asks it three
 things: whether a caller is a dead incarnation of its consumer (:meth:`TaskLedger.stale`), whether
 a task's gradient may count (:meth:`TaskLedger.admit`: the exactly-once rule), and how many slots
 the open step has (:meth:`TaskLedger.slots`). It tells the ledger every gradient pushed
@@ -10,7 +10,7 @@ the open step has (:meth:`TaskLedger.slots`). It tells the ledger every gradient
 the step was reduced (:meth:`~TaskLedger.revoke`). The counts are kept apart from the decision,
 so a broken rule shows in them: ``applied > 1`` for a task means its gradient counted twice.
 :meth:`~TaskLedger.report` is the ``ledger()`` both exchanges answer (the report's ledger is
-folded from it by :func:`fgnn.executors._ledger.epoch_ledger`).
+folded from it by :func:`fgnn.runtime.ledger.epoch_ledger`).
 
 Pure Python, no torch: the ledger sits inside whichever actor owns it.
 """

@@ -1,4 +1,4 @@
-"""Input checks and small vectorised helpers shared by the samplers (internal)."""
+"""Input checks and small vectorised helpers shared by the samplers and the link sampler."""
 
 from __future__ import annotations
 

@@ -28,22 +28,22 @@ from fgnn.data.dataset import Dataset
 from fgnn.evaluation import EvalPlan, eval_chunk
 from fgnn.subsets import subset_ids, val_subset_size
 from fgnn.executors import host
-from fgnn.executors._actors import ARGS_ACTOR, QueueService
-from fgnn.executors._partition import cluster_nodes
-from fgnn.executors._graph_kind import graph_kind
-from fgnn.executors._planners import planner_for
-from fgnn.executors._gradring import default_ring_dir, ring_rows
-from fgnn.executors._common import MemmapFeatures
-from fgnn.executors._epoch import EpochCoordinator, EvalOutcome
-from fgnn.executors._faults import RuntimeFailure, Watchdog, _death_errors
-from fgnn.executors._resume import CHECKPOINT_NAME, Checkpointer, RunFinished
-from fgnn.executors._workers import ExecutorSpec, Services, WorkerGroup, _Exec
-from fgnn.executors.collective import ExchangeSpec
+from fgnn.executors.actors import ARGS_ACTOR, QueueService
+from fgnn.runtime.partition import cluster_nodes
+from fgnn.executors.graph_kind import graph_kind
+from fgnn.runtime.planners import planner_for
+from fgnn.exchange.gradring import default_ring_dir, ring_rows
+from fgnn.executors.common import MemmapFeatures
+from fgnn.runtime.epoch import EpochCoordinator, EvalOutcome
+from fgnn.runtime.faults import RuntimeFailure, Watchdog, _death_errors
+from fgnn.runtime.resume import CHECKPOINT_NAME, Checkpointer, RunFinished
+from fgnn.runtime.workers import ExecutorSpec, Services, WorkerGroup, _Exec
+from fgnn.exchange.collective import ExchangeSpec
 from fgnn.executors.fault_injection import FaultSpec
-from fgnn.executors._store import LOOPBACK
+from fgnn.exchange.store import LOOPBACK
 from fgnn.executors.inline import InlineActor
-from fgnn.executors.step_ledger import StepLedger
-from fgnn.executors.ps import ParameterServer, flatten, unflatten_into
+from fgnn.exchange.step_ledger import StepLedger
+from fgnn.exchange.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.sampler import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks, trainer_seconds
 from fgnn.monitor.stats import EpochStats, RunResult
@@ -66,10 +66,10 @@ class Runtime:
     the configured mode.
 
     The runtime is composed of parts that hold their own state: the :class:`Checkpointer`
-    (:mod:`fgnn.executors._resume`), the :class:`Watchdog` (deadlines and the job's stop), the
-    :class:`WorkerGroup` of executor actors (:mod:`fgnn.executors._workers`), the
-    :class:`CachePlanner` (:mod:`fgnn.executors._caches`) and the :class:`EpochCoordinator`
-    that owns each epoch (:mod:`fgnn.executors._epoch`); :meth:`run` is the training loop over
+    (:mod:`fgnn.runtime.resume`), the :class:`Watchdog` (deadlines and the job's stop), the
+    :class:`WorkerGroup` of executor actors (:mod:`fgnn.runtime.workers`), the
+    :class:`CachePlanner` (:mod:`fgnn.runtime.cache_plan`) and the :class:`EpochCoordinator`
+    that owns each epoch (:mod:`fgnn.runtime.epoch`); :meth:`run` is the training loop over
     them.
 
     Args:
@@ -115,7 +115,7 @@ class Runtime:
         #: the wall time by part (:mod:`fgnn.monitor.timeline`), the job's when it passes one
         self.timeline = timeline if timeline is not None else Timeline()
         check_job(config, dataset)  # what the task and graph kind refuse, one line
-        #: homogeneous or typed (:mod:`fgnn.executors._graph_kind`): payloads, stores, planner
+        #: homogeneous or typed (:mod:`fgnn.executors.graph_kind`): payloads, stores, planner
         self.kind = graph_kind(dataset)
         self.sampler = sampler if sampler is not None else self.kind.build_sampler(config,
                                                                                    dataset)
@@ -267,12 +267,12 @@ class Runtime:
     def mark_complete(self, final: dict[str, float]) -> None:
         """The job wrote its outputs: a resume of the checkpoint is finished from now on
         (:meth:`Checkpointer.mark_complete
-        <fgnn.executors._resume.Checkpointer.mark_complete>`)."""
+        <fgnn.runtime.resume.Checkpointer.mark_complete>`)."""
         self.checkpointer.mark_complete(final)
 
     def load_resume(self) -> int:
         """With ``train.resume``, read and check the checkpoint; returns the first epoch to run
-        (:meth:`Checkpointer.load_resume <fgnn.executors._resume.Checkpointer.load_resume>`)."""
+        (:meth:`Checkpointer.load_resume <fgnn.runtime.resume.Checkpointer.load_resume>`)."""
         return self.checkpointer.load_resume()
 
     # ================================================================== setup
@@ -368,7 +368,7 @@ class Runtime:
 
     def _start_exchange(self, nodes: set[str]) -> None:
         """Start the gradient exchange ``runtime.exchange`` picks (the one place that picks):
-        ``self.ps``, a :class:`~fgnn.executors.exchange_api.GradientExchange` actor. ``nodes``:
+        ``self.ps``, a :class:`~fgnn.exchange.api.GradientExchange` actor. ``nodes``:
         the nodes of the job's devices."""
         import ray
 
@@ -630,7 +630,7 @@ class Runtime:
 
     def _save_checkpoint(self, epoch: int) -> Any:
         """End of epoch ``epoch``: the server's state is the last good one
-        (:meth:`Checkpointer.save <fgnn.executors._resume.Checkpointer.save>`)."""
+        (:meth:`Checkpointer.save <fgnn.runtime.resume.Checkpointer.save>`)."""
         state = self.watchdog.get(self.ps.state.remote(), "the parameter server")
         return self.checkpointer.save(epoch, state)
 

@@ -1,5 +1,5 @@
 """A Trainer's gradients in shared memory: the collective exchange's transport among CPU
-members on one host (:mod:`fgnn.executors.collective`).
+members on one host (:mod:`fgnn.exchange.collective`).
 
 Each member owns one :class:`GradientRing`, a file (in ``/dev/shm`` by default) of ``rows``
 rows of ``width`` float32 values behind a small header. A Trainer writes each task's gradient

@@ -1,6 +1,6 @@
 """The collective exchange's rendezvous store, bound and keyed so that only the job reaches it.
 
-The ledger (:class:`~fgnn.executors.step_ledger.StepLedger`) serves a ``torch.distributed``
+The ledger (:class:`~fgnn.exchange.step_ledger.StepLedger`) serves a ``torch.distributed``
 ``TCPStore``; left to itself, its server listens on every interface (``*:port``, IPv4 and IPv6)
 and answers anyone, with no authentication. :func:`serve_store` instead
 

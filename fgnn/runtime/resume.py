@@ -1,6 +1,6 @@
 """Checkpoints of the runtime (internal): writing them after each epoch, reading one to resume.
 
-:class:`Checkpointer` is a part of :class:`~fgnn.executors.runtime.Runtime`. A checkpoint holds
+:class:`Checkpointer` is a part of :class:`~fgnn.runtime.driver.Runtime`. A checkpoint holds
 the parameter server's model and optimizer, the best-validation weights so far and the job's
 identity (:mod:`fgnn.model_file`), written atomically; resuming checks the identity before Ray
 starts (:meth:`Checkpointer.load_resume`): first what the job is trained for (:func:`check_task`:
@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from fgnn.executors._faults import RuntimeFailure
+from fgnn.runtime.faults import RuntimeFailure
 
 __all__ = ["Checkpointer", "CHECKPOINT_NAME", "RunFinished", "check_task"]
 

@@ -1,6 +1,6 @@
 """The collective exchange's coordinator: slots, the exactly-once ledger, membership and the
 event log every member replays (:class:`StepLedger`; the members' side and the design are in
-:mod:`fgnn.executors.collective`).
+:mod:`fgnn.exchange.collective`).
 
 No tensor passes through it: it hands out the R slots of the open step to the members'
 requests, turns a duplicate task away, closes a step once every slot delivered, and appends
@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from fgnn.executors._store import StoreAddress
-from fgnn.executors._store import serve_store as serve
-from fgnn.executors.exactly_once import TaskLedger
+from fgnn.exchange.store import StoreAddress
+from fgnn.exchange.store import serve_store as serve
+from fgnn.exchange.exactly_once import TaskLedger
 
 __all__ = ["GROUP_TIMEOUT_S", "Event", "StepLedger"]
 
@@ -46,10 +46,10 @@ class Event:
             ``(member, incarnation, ready_at)`` each: in the ``reduce`` of step ``s`` slots of
             step ``s + 1``, in a ``grant`` slots of ``step``. ``ready_at``: the wall time the
             last gradient of the step the request waited for was ready (None: no wait), see
-            :func:`~fgnn.executors.ps.step_wait`.
+            :func:`~fgnn.exchange.ps.step_wait`.
         tasks: ``reduce``: the step's accepted deliveries, ``(member, task id, row)`` each (a
             member counts exactly these of its gradients, without waiting for the replies;
-            ``row``: the row of the member's :class:`~fgnn.executors._gradring.GradientRing`
+            ``row``: the row of the member's :class:`~fgnn.exchange.gradring.GradientRing`
             holding the gradient, or None).
         rings: ``form``: the members' gradient ring files in rank order when every member has
             one on one host (the group then sums from shared memory), else empty (gloo).
@@ -79,7 +79,7 @@ class StepLedger:
             :meth:`failed` runs); None: the Ray actor of that name still exists (with
             ``serve_store``), else every member counts as alive.
         store_host: the address the store server binds to
-            (:func:`~fgnn.executors._store.serve_store`): ``127.0.0.1`` when every member runs
+            (:func:`~fgnn.exchange.store.serve_store`): ``127.0.0.1`` when every member runs
             on the ledger's node; None: the node's own address. Either way its keys lie under
             a random secret the members get from :meth:`store_address`.
     """
@@ -125,7 +125,7 @@ class StepLedger:
         self._claimed = self._received = 0
         # wall time the open step's last gradient was ready (its Trainer's clock), and that of
         # the step closed last: a request that waited for a close waited for other Trainers'
-        # work only until then (:func:`~fgnn.executors.ps.step_wait`)
+        # work only until then (:func:`~fgnn.exchange.ps.step_wait`)
         self._ready, self._closed_ready = 0.0, 0.0
         self._ended = False
 
@@ -145,7 +145,7 @@ class StepLedger:
 
     def store_address(self) -> Optional[StoreAddress]:
         """Where the rendezvous store is and the secret prefix of its keys
-        (:func:`~fgnn.executors._store.connect_store` takes it), or None in-process."""
+        (:func:`~fgnn.exchange.store.connect_store` takes it), or None in-process."""
         return self._address
 
     # ------------------------------------------------------------------ epoch and members
@@ -405,7 +405,7 @@ class StepLedger:
 
     def _admit(self, epoch: int, task_id: int) -> bool:
         """The exactly-once rule: a task of this epoch none of whose gradients counted yet
-        (:meth:`TaskLedger.admit <fgnn.executors.exactly_once.TaskLedger.admit>`; the hook a
+        (:meth:`TaskLedger.admit <fgnn.exchange.exactly_once.TaskLedger.admit>`; the hook a
         fault test breaks)."""
         return self._tasks.admit(epoch, task_id)
 
@@ -475,7 +475,7 @@ class StepLedger:
     # ------------------------------------------------------------------ reports
     def ledger(self) -> dict[str, Any]:
         """This epoch's exactly-once ledger, as :meth:`ParameterServer.ledger
-        <fgnn.executors.ps.ParameterServer.ledger>` reports it (``busy_s``: time inside
+        <fgnn.exchange.ps.ParameterServer.ledger>` reports it (``busy_s``: time inside
         :meth:`deliver`)."""
         with self._cv:
             return {**self._tasks.report(), "generation": self.generation}

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from fgnn.cache.feature_store import FeatureStore
-from fgnn.executors import _typed
-from fgnn.executors._common import (features_payload, graph_from_payload, graph_payload,
+from fgnn.executors import typed as _typed
+from fgnn.executors.common import (features_payload, graph_from_payload, graph_payload,
                                    tensor_from)
 from fgnn.graph import CSRGraph
 from fgnn.data.dataset_hetero import HeteroDataset
@@ -33,7 +33,7 @@ def build_store(features: Any, placement: Any, device_index: int,
                 holders: Any = None, own: Any = None) -> Any:
     """A Trainer's feature store: the rows ``placement`` puts on device ``device_index``
     cached on ``device`` (FGNN §6.1 ``load_cache``) in a buffer ``alloc`` makes (shareable:
-    :class:`~fgnn.executors._peers.TrainerPeers`), rows other devices cache in the peer tier
+    :class:`~fgnn.executors.peers.TrainerPeers`), rows other devices cache in the peer tier
     (served from the host copy, counted as peer reads, until the peers' buffers are opened
     into it), the rest read from host memory. ``placement=None``: no cache. ``h2d``: the copy
     stream's upload (pinned, non-blocking), which every upload of the store's ``gather`` goes
@@ -102,7 +102,7 @@ class GraphKind:
 
 class TypedKind(GraphKind):
     """A typed graph: one CSR per relation, one feature matrix per node type, the typed store
-    (:mod:`fgnn.executors._typed`)."""
+    (:mod:`fgnn.executors.typed`)."""
 
     typed = True
 

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch import nn
 
-from fgnn.executors.exactly_once import TaskLedger
+from fgnn.exchange.exactly_once import TaskLedger
 from fgnn.threads import shared_pool
 
 __all__ = ["ParameterServer", "Claim", "StepReply", "flatten", "step_wait", "unflatten_into"]
@@ -352,7 +352,7 @@ class ParameterServer:
     def _admit(self, epoch: int, task_id: int) -> bool:
         """Whether a gradient of ``task_id`` may be applied: it belongs to this epoch and no
         gradient of that task was applied in it yet (the exactly-once rule of
-        :meth:`TaskLedger.admit <fgnn.executors.exactly_once.TaskLedger.admit>`; the hook a
+        :meth:`TaskLedger.admit <fgnn.exchange.exactly_once.TaskLedger.admit>`; the hook a
         fault test breaks)."""
         return self._tasks.admit(epoch, task_id)
 
@@ -385,7 +385,7 @@ class ParameterServer:
         ``rejected`` (duplicates and stale epochs turned away); ``by`` (task id -> the trainer
         whose gradient was applied first), ``steps`` taken, ``busy_s`` (pushes) and ``claim_s``
         (time inside :meth:`claim`, waits included); see :meth:`TaskLedger.report
-        <fgnn.executors.exactly_once.TaskLedger.report>`."""
+        <fgnn.exchange.exactly_once.TaskLedger.report>`."""
         return {**self._tasks.report(), "claim_s": self._wait_s}
 
     def state(self) -> dict[str, Any]:

@@ -19,14 +19,16 @@ from typing import Any, Optional
 from fgnn.evaluation import EvalPlan
 from fgnn.executors import host
 from fgnn.executors._argstore import ARGS_ACTOR, QueueService
-from fgnn.executors._faults import _MAX_RESTARTS
 from fgnn.executors.inline import InlineActor
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.sampling.base import Sampler
 
 __all__ = ["ARGS_ACTOR", "QueueService", "stash_args", "wait_stashed",
            "make_actor", "LocalSampling",
-           "remote_options", "tensor_transport_supported"]
+           "remote_options", "tensor_transport_supported", "MAX_RESTARTS"]
+
+#: Times Ray restarts a dead executor before the job continues without it.
+MAX_RESTARTS = 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,7 +117,7 @@ def remote_options(gpu: float, kwargs: dict[str, Any]) -> dict[str, Any]:
     concurrency group, in which it frees the GPU objects the Trainers are done with (without
     it the frees wait behind the Sampler's own calls, and its GPU memory is released late).
     """
-    opts: dict[str, Any] = {"num_gpus": gpu, "num_cpus": 0, "max_restarts": _MAX_RESTARTS}
+    opts: dict[str, Any] = {"num_gpus": gpu, "num_cpus": 0, "max_restarts": MAX_RESTARTS}
     if kwargs.get("transport") == "cuda_ipc" and tensor_transport_supported():
         opts["enable_tensor_transport"] = True
     return opts

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fgnn.executors._caches import CachePlanner
+from fgnn.runtime.cache_plan import CachePlanner
 from fgnn.tasks.recsys import REC
 
 __all__ = ["RecsysCachePlanner"]

@@ -1,4 +1,4 @@
-"""Typed samples and stores inside the executors (internal; :mod:`fgnn.executors._hetero`
+"""Typed samples and stores inside the executors (internal; :mod:`fgnn.runtime.cache_plan_typed`
 describes the typed job): topology and feature payloads per relation and node type, packing a
 typed payloads for the object store, PreSC visits per type, and a
 Trainer's typed Extract with hit/miss counts per node type."""
@@ -10,7 +10,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.executors._common import tensor_from
+from fgnn.executors.common import tensor_from
 from fgnn.executors.task_record import TaskRecord
 from fgnn.graph import CSRGraph
 from fgnn.graph.hetero import HeteroGraph
@@ -24,7 +24,7 @@ __all__ = ["graph_payload", "graph_from_payload", "features_payload", "graph_nby
 def graph_payload(graph: HeteroGraph) -> dict[str, Any]:
     """Numpy arrays of every relation's CSR, the node counts and the target type (no features:
     the Samplers never read them)."""
-    from fgnn.executors._common import graph_payload as csr_payload
+    from fgnn.executors.common import graph_payload as csr_payload
 
     return {"num_nodes": dict(graph.num_nodes), "target_type": graph.target_type,
             "relations": {et: csr_payload(c) for et, c in graph.relations.items()}}

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fgnn.executors._caches import CachePlanner
-from fgnn.executors._graph_kind import GraphKind
-from fgnn.executors._hetero import HeteroCachePlanner
-from fgnn.executors._recsys import RecsysCachePlanner
+from fgnn.runtime.cache_plan import CachePlanner
+from fgnn.executors.graph_kind import GraphKind
+from fgnn.runtime.cache_plan_typed import HeteroCachePlanner
+from fgnn.runtime.cache_plan_recsys import RecsysCachePlanner
 
 __all__ = ["planner_for"]
 

@@ -8,7 +8,7 @@ What changes against a homogeneous job, and where:
 * **Samplers** -- a :class:`~fgnn.sampling.hetero.HeteroKHop` with per-relation fanouts draws a
   typed :class:`~fgnn.sampling.base.Sample` around each task's seeds of the target type, from
   the same per-task generator as a homogeneous task
-  (:func:`~fgnn.executors._common.task_generator`); :func:`fgnn.executors.sampler.pack_sample`
+  (:func:`~fgnn.executors.common.task_generator`); :func:`fgnn.executors.sampler.pack_sample`
   carries it through the object store. PreSC counts visits per ``(type, id)``.
 * **Caches** -- :class:`HeteroCachePlanner`: hotness per node type (PreSC visits from the
   warm-up epochs, degree, random), ONE byte budget across the types
@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from fgnn.data.dataset import Dataset
-from fgnn.executors._caches import CachePlanner
-from fgnn.executors._typed import graph_nbytes
+from fgnn.runtime.cache_plan import CachePlanner
+from fgnn.executors.typed import graph_nbytes
 from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["degree_hotness", "HeteroCachePlanner"]

@@ -1,6 +1,6 @@
 """Process groups of the collective exchange: which backend, and sums that never hang.
 
-One group per generation of the exchange (:mod:`fgnn.executors.collective`), built from a store
+One group per generation of the exchange (:mod:`fgnn.exchange.collective`), built from a store
 prefix without ``init_process_group``'s global state.
 
 * **Backend.** NCCL on CUDA when every member is on its own physical GPU; NCCL refuses two ranks

@@ -1,6 +1,6 @@
 """The exactly-once ledger of an epoch in the report (``epochs[*].ledger``).
 
-The gradient exchange's :class:`~fgnn.executors.exactly_once.TaskLedger` counts every gradient
+The gradient exchange's :class:`~fgnn.exchange.exactly_once.TaskLedger` counts every gradient
 pushed per task (``attempts``), applied (``applied``) and turned away (``rejected``: duplicates of
 an applied task, stale epochs, dead incarnations); the
 driver counts the tasks it handed to Samplers (``issued``), handed out again after a fault
