@@ -46,6 +46,7 @@ class Branch:
 
 FS = "fgnn/cache/feature_store.py"
 SA = "fgnn/executors/sampler.py"
+TR = "fgnn/executors/transport.py"
 ST = "fgnn/executors/_streams.py"
 GR = "fgnn/exchange/groups.py"
 ME = "fgnn/executors/_memory.py"
@@ -75,9 +76,9 @@ BRANCHES: tuple[Branch, ...] = (
     Branch(FS, "                rows = gpu.to_device(buf.index_select(0, upload(p, where)), "
                "self.device)", (CACHE + "test_a_peer_buffer_is_gathered_on_its_gpu_and_copied_over",),
            "                rows = buf.index_select(0, upload(p, where))"),
-    Branch(SA, "        return gpu.copy_into(gpu.empty_pinned(t.shape, t.dtype), t)", (_HOSTCOPY,),
+    Branch(TR, "        return gpu.copy_into(gpu.empty_pinned(t.shape, t.dtype), t)", (_HOSTCOPY,),
            "        return gpu.copy_into(torch.empty(t.shape, dtype=t.dtype), t)"),
-    Branch(SA, "        gpu.current_stream(dev).synchronize()  # one wait for every copy",
+    Branch(TR, "        gpu.current_stream(dev).synchronize()  # one wait for every copy",
            (_HOSTCOPY,)),
     Branch(SA, '            out["cuda_peak_bytes"] = gpu.max_memory_allocated(self.device)',
            (EXE + "test_a_cuda_sampler_syncs_once_per_cache_choice_and_reports_its_working_set",),

@@ -72,7 +72,7 @@ def test_stage_clock_times_with_events_resolved_after_their_end(fake_cuda):
 
 
 def test_host_copy_stages_into_pinned_memory_and_waits_once(fake_cuda):
-    from fgnn.executors.sampler import host_copy
+    from fgnn.executors.transport import host_copy
 
     sample = _device_sample(fake_cuda)
     out = host_copy(sample, narrow=True)

@@ -22,8 +22,9 @@ from fgnn.executors import device as _device  # noqa: E402
 from fgnn.executors.device import AUTO, actor_device, resolve_device  # noqa: E402
 from fgnn.executors._streams import StageClock  # noqa: E402
 from fgnn.executors.queue import QueueItem  # noqa: E402
-from fgnn.executors.sampler import (SamplerExecutor, choose_transport,  # noqa: E402
-                                    pack_sample, pack_sample_tensors, trainers_share_gpu)
+from fgnn.executors.sampler import SamplerExecutor  # noqa: E402
+from fgnn.executors.transport import (choose_transport, pack_sample,  # noqa: E402
+                                      pack_sample_tensors, trainers_share_gpu)
 from fgnn.sampling.base import Block, Sample  # noqa: E402
 
 

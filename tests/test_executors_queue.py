@@ -9,7 +9,8 @@ import torch
 
 from fgnn.exchange.ps import ParameterServer, flatten, unflatten_into
 from fgnn.executors.queue import GlobalQueue, QueueItem
-from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.executors.task_record import TaskRecord
 from fgnn.sampling.khop import KHop
 

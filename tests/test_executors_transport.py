@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fgnn.executors.sampler import (choose_transport, pack_sample, pack_sample_tensors,
-                                    unpack_sample)
+from fgnn.executors.transport import (choose_transport, pack_sample, pack_sample_tensors,
+                                      unpack_sample)
 from fgnn.sampling import KHop
 from fgnn.executors._streams import CopyStream, StageClock
 from conftest import random_graph
@@ -231,7 +231,7 @@ def test_the_c_step_narrows_ids_to_int32_and_the_trainer_restores_them():
     """A CUDA Sampler's host copy (the C step) narrows int64 ids to int32 where they fit:
     half the bytes of every edge list through the object store; the Trainer widens them on
     its device after the upload, so it trains on the same sample."""
-    from fgnn.executors.sampler import _narrowable, host_copy, widen
+    from fgnn.executors.transport import narrowable, host_copy, widen
 
     g = random_graph(300, 3000, seed=2)
     s = KHop([4, 3]).sample(g, torch.arange(20), torch.Generator().manual_seed(1))
@@ -248,6 +248,6 @@ def test_the_c_step_narrows_ids_to_int32_and_the_trainer_restores_them():
     for a, b in zip(back.blocks, s.blocks):
         assert torch.equal(a.src, b.src) and torch.equal(a.dst, b.dst)
     assert host_copy(s).input_nodes.dtype == torch.int64  # not narrowed unless asked
-    assert _narrowable(g, None) and _narrowable(g, torch.zeros(300, dtype=torch.int32))
-    assert not _narrowable(g, torch.zeros(300, dtype=torch.int64))  # > 31 devices' marks
-    assert not _narrowable(object(), None)  # a typed graph: no single vertex count
+    assert narrowable(g, None) and narrowable(g, torch.zeros(300, dtype=torch.int32))
+    assert not narrowable(g, torch.zeros(300, dtype=torch.int64))  # > 31 devices' marks
+    assert not narrowable(object(), None)  # a typed graph: no single vertex count

@@ -29,7 +29,8 @@ from fgnn.config import (CacheConfig, JobConfig, LinkConfig, ModelConfig, Runtim
                          SamplerConfig, TrainConfig)
 from fgnn.data import load_dataset
 from fgnn.executors.typed import graph_payload
-from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.hetero import HeteroKHop
 from fgnn.hetero.link import reverse_of, typed_link_split, typed_negatives
 from fgnn.hetero.link_task import TypedLinkTask

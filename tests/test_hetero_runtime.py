@@ -30,7 +30,8 @@ from fgnn.data import from_pyg, load_dataset
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.executors.common import task_generator
 from fgnn.executors.typed import graph_payload
-from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
 from fgnn.hetero import HeteroKHop
 from fgnn.sampling import Sample

@@ -21,7 +21,8 @@ import torch
 
 from fgnn.config import JobConfig, LinkConfig, ModelConfig, SamplerConfig, TrainConfig
 from fgnn.data import load_dataset
-from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.link.edges import EdgeSet
 from fgnn.link.task import LinkSampling, LinkTask
 from fgnn.sampling import KHop

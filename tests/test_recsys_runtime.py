@@ -22,7 +22,8 @@ from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, Samp
 from fgnn.data import load_dataset
 from fgnn.executors.common import task_generator
 from fgnn.tasks.recsys import RecsysSampling, RecsysTask
-from fgnn.executors.sampler import SamplerExecutor, pack_sample, unpack_sample
+from fgnn.executors.sampler import SamplerExecutor
+from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
 from fgnn.data.useritem import RecsysDataset
 from fgnn.models.pinsage_rec import NEGATIVE, POSITIVE, QUERY

@@ -133,7 +133,8 @@ def test_standby_trainer_extracts_from_the_samplers_marks(ray_cluster):
     from fgnn.cache.placement import job_placement
     from fgnn.data import load_dataset
     from fgnn.executors.queue import QueueItem
-    from fgnn.executors.sampler import SamplerExecutor, pack_sample
+    from fgnn.executors.sampler import SamplerExecutor
+    from fgnn.executors.transport import pack_sample
     from fgnn.executors.trainer import TrainerExecutor
     from fgnn.models import GraphSAGE
     from fgnn.sampling import KHop

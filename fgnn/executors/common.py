@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import mmap
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
+from fgnn.executors.transport import tensor_from
 from fgnn.graph import CSRGraph, TopologyFiles
 
-__all__ = ["graph_payload", "graph_from_payload", "tensor_from", "task_generator", "metrics_for",
+__all__ = ["graph_payload", "graph_from_payload", "task_generator", "metrics_for",
            "NullMetrics", "MemmapFeatures", "features_payload", "open_features",
            "open_disk_tiers"]
 
@@ -165,14 +165,6 @@ def open_disk_tiers(payload: Any, hotness: Optional[torch.Tensor], alpha: float,
     return DiskTiers(source, cache, window=disk.window if disk.cache == "window" else 0,
                      accumulator=acc, device=device)
 
-
-def tensor_from(array: Any) -> torch.Tensor:
-    """A tensor over ``array`` without a copy (read-only object-store arrays included)."""
-    if isinstance(array, torch.Tensor):
-        return array
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # non-writable buffer: we never write
-        return torch.from_numpy(np.asarray(array))
 
 
 def graph_from_payload(payload: Any, device: torch.device | str = "cpu") -> CSRGraph:

@@ -16,8 +16,8 @@ import torch
 
 from fgnn.cache.feature_store import FeatureStore
 from fgnn.executors import typed as _typed
-from fgnn.executors.common import (features_payload, graph_from_payload, graph_payload,
-                                   tensor_from)
+from fgnn.executors.common import features_payload, graph_from_payload, graph_payload
+from fgnn.executors.transport import tensor_from
 from fgnn.graph import CSRGraph
 from fgnn.data.dataset_hetero import HeteroDataset
 from fgnn.graph.hetero import HeteroGraph

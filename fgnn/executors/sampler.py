@@ -25,15 +25,15 @@ from typing import Any, Optional
 import torch
 
 from fgnn import gpu
-from fgnn.executors.common import (_device_tag, configure_torch, metrics_for,
-                                    task_generator, tensor_from)
-from fgnn.config import SAMPLE_TRANSPORTS
+from fgnn.executors.common import _device_tag, configure_torch, metrics_for, task_generator
 from fgnn.evaluation import EvalPlan, eval_generator
 from fgnn.executors import host
 from fgnn.executors.graph_kind import graph_kind
 from fgnn.executors.device import actor_device
 from fgnn.executors._streams import StageClock
 from fgnn.executors.queue import QueueItem
+from fgnn.executors.transport import (choose_transport, host_copy, narrowable, pack_sample,
+                                      pack_sample_tensors, tensor_from)
 from fgnn.executors.scheduler import epoch_batches
 from fgnn.procmem import process_memory
 from fgnn.sampling.base import Sample, Sampler, per_type, per_type_zip
@@ -41,63 +41,7 @@ from fgnn.sampling.task_sampling import SamplingSpec
 from fgnn.tasks.node import NodeSampling
 from fgnn.sampling.locality import LocalityAwareKHop
 
-__all__ = ["SamplerExecutor", "pack_sample", "pack_sample_tensors", "unpack_sample", "TRANSPORTS",
-           "choose_transport", "host_copy", "trainers_share_gpu", "transport_errors", "widen"]
-
-#: How a sample travels from its Sampler to a Trainer: ``object_store`` (host memory: Ray's
-#: object store, numpy buffers mapped zero-copy; every device kind, across nodes; what ``auto``
-#: takes) or ``cuda_ipc`` (Ray Direct Transport: the sample stays in the Sampler's GPU memory
-#: and the Trainer maps it over CUDA IPC -- no host round trip). Ray's CUDA IPC receiver only
-#: accepts tensors made on a GPU Ray assigned to the *receiving* actor
-#: (``ray/experimental/rdt/cuda_ipc_transport.py``), and every Trainer takes from one queue, so
-#: ``cuda_ipc`` is only valid when every Trainer of the job is on its Sampler's physical GPU.
-TRANSPORTS = SAMPLE_TRANSPORTS
-
-
-def transport_errors() -> tuple[type, ...]:
-    """What a failed receipt of a sample raises: a :class:`ray.exceptions.RayError` (the owner
-    died, the fetch timed out), ``ValueError`` (CUDA IPC: the receiver is not on the sender's
-    GPU or node) or ``RuntimeError`` (CUDA IPC: the tensor cannot be reconstructed, e.g. its
-    producer died). A Trainer answers each by handing the task back to be sampled again."""
-    import ray
-
-    return (ray.exceptions.RayError, ValueError, RuntimeError)
-
-
-def trainers_share_gpu(mode: str, cluster_gpus: float) -> bool:
-    """Whether every Trainer that can take a Sampler's samples runs on that Sampler's physical
-    GPU, by construction: in ``single`` mode only the standby trains, in its Sampler's bundle;
-    otherwise only a Ray cluster of one GPU puts every bundle on the same GPU (Ray picks the GPU
-    of a fractional bundle itself)."""
-    return mode == "single" or cluster_gpus <= 1
-
-
-def choose_transport(requested: str, device_type: str, one_node: bool,
-                     shared_gpu: bool) -> str:
-    """The sample transport in force.
-
-    ``auto`` is ``object_store``. ``cuda_ipc`` is taken only when asked for, and only where Ray's
-    CUDA IPC receiver can read the samples: CUDA Samplers, one node and ``shared_gpu`` (every
-    Trainer that can take a sample runs on its Sampler's physical GPU,
-    :func:`trainers_share_gpu`: ``single`` mode, or a cluster of one GPU, e.g.
-    ``--devices 2 --gpus-per-device 0.5`` on one GPU).
-
-    Raises:
-        ValueError: for an unknown name, or ``cuda_ipc`` asked for where it cannot work.
-    """
-    if requested not in TRANSPORTS:
-        raise ValueError(f"sample transport must be one of {', '.join(TRANSPORTS)}, got "
-                         f"{requested!r}")
-    if requested != "cuda_ipc":
-        return "object_store"
-    why = ("the Samplers are not on CUDA" if device_type != "cuda" else
-           "the executors span several nodes" if not one_node else
-           "some Trainers are on other GPUs than their Sampler (Ray's CUDA IPC receiver only "
-           "accepts tensors made on its own GPU)" if not shared_gpu else None)
-    if why is not None:
-        raise ValueError(f"sample transport cuda_ipc needs every Trainer on its Sampler's GPU: "
-                         f"{why}; use object_store")
-    return requested
+__all__ = ["SamplerExecutor"]
 
 
 def _add_visit(visits: torch.Tensor, ids: torch.Tensor) -> None:
@@ -112,72 +56,6 @@ def _check_cache_map(cache_map: Any, device: torch.device) -> Optional[torch.Ten
         raise ValueError(f"cache_map must be the (N,) integer holder bits of a Placement, got "
                          f"dtype {m.dtype} and shape {tuple(m.shape)}")
     return m.to(device)
-
-
-def _numpy(t: torch.Tensor) -> Any:
-    return t.detach().cpu().numpy()
-
-
-def pack_sample(sample: Sample) -> dict[str, Any]:
-    """The sample as numpy arrays: Ray stores numpy buffers out of band and maps them zero-copy
-    into the reader, several times cheaper than pickling torch tensors (the C step)."""
-    return sample.pack(_numpy)
-
-
-def pack_sample_tensors(sample: Sample) -> dict[str, Any]:
-    """The sample's layout with its tensors left where they are (on the GPU), for a direct
-    tensor transport (:data:`TRANSPORTS`).
-
-    Raises:
-        ValueError: when the tensors are not all on one device (Ray puts one RDT object only
-            when they are).
-    """
-    devices = {str(t.device) for t in sample.tensors()}
-    if len(devices) > 1:
-        raise ValueError(f"a sample sent by a tensor transport must have every tensor on one "
-                         f"device, got {', '.join(sorted(devices))}")
-    return sample.pack(lambda t: t)
-
-
-def host_copy(sample: Sample, narrow: bool = False) -> Sample:
-    """The C step's copy of a device sample into host memory: every tensor (int64 ids
-    narrowed to int32 first, with ``narrow``: half the bytes of every edge list and id array)
-    copied into pinned memory without blocking, then one wait for them all, where each
-    tensor was one synchronous copy into pageable memory. A receiver restores the ids'
-    width with :func:`widen` (on its device, after the upload)."""
-    def stage(t: torch.Tensor) -> torch.Tensor:
-        if narrow and t.dtype == torch.int64:
-            t = t.to(torch.int32)
-        if gpu.is_host(gpu.device_of(t)):
-            return t
-        return gpu.copy_into(gpu.empty_pinned(t.shape, t.dtype), t)
-
-    moved = sample.map(stage)
-    for dev in {gpu.device_of(t) for t in sample.tensors() if gpu.on_cuda(t)}:
-        gpu.current_stream(dev).synchronize()  # one wait for every copy
-    return moved
-
-
-def _narrowable(graph: Any, cache_map: Optional[torch.Tensor]) -> bool:
-    """Whether a sample's int64 tensors fit int32: vertex ids below 2^31 on a homogeneous
-    graph, and marks of at most 31 devices (an int64 cache map holds more)."""
-    n = getattr(graph, "num_nodes", None)
-    return (isinstance(n, int) and n < 2 ** 31
-            and (cache_map is None or cache_map.dtype != torch.int64))
-
-
-def widen(t: torch.Tensor) -> torch.Tensor:
-    """An int32 id array of a narrowed sample (:func:`host_copy`) back to int64."""
-    return t.long() if t.dtype == torch.int32 else t
-
-
-def unpack_sample(packed: Any) -> Sample:
-    """Inverse of :func:`pack_sample` (tensors over the read-only object-store buffers; the
-    runtime never writes to a sample) and of :func:`pack_sample_tensors`. A :class:`Sample`
-    passes through."""
-    if isinstance(packed, Sample):
-        return packed
-    return Sample.unpack(packed, tensor_from)
 
 
 class SamplerExecutor:
@@ -199,7 +77,7 @@ class SamplerExecutor:
         name: actor name, e.g. ``fgnn-sampler-0``.
         device: the sampling device (``"cpu"`` with Ray logical GPUs, ``"auto"``: the GPU Ray
             assigned this actor).
-        transport: how samples reach the Trainers (:data:`TRANSPORTS`, :func:`choose_transport`).
+        transport: how samples reach the Trainers (:data:`~fgnn.executors.transport.TRANSPORTS`, :func:`~fgnn.executors.transport.choose_transport`).
         one_node: whether every executor of the job is on this node.
         shared_gpu: whether every Trainer that can take this Sampler's samples runs on its
             physical GPU (what ``cuda_ipc`` needs).
@@ -288,7 +166,7 @@ class SamplerExecutor:
         §4: the vertices stored on the group's devices)."""
         self.cache_map = _check_cache_map(cache_map, self.device)
         # the C step narrows ids to int32 where they fit (a CUDA Sampler's host copy only)
-        self._narrow = gpu.is_cuda(self.device) and _narrowable(self.graph, self.cache_map)
+        self._narrow = gpu.is_cuda(self.device) and narrowable(self.graph, self.cache_map)
         if isinstance(self.sampler, LocalityAwareKHop):
             self.sampler.set_local(None if self.cache_map is None else self.cache_map != 0)
         if gpu.is_cuda(self.device):  # once per cache choice: a time-sharing Trainer samples

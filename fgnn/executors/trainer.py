@@ -42,8 +42,7 @@ from torch import nn
 from fgnn.evaluation import EvalPlan
 from fgnn.executors.common import (MemmapFeatures, NonFiniteLoss, _device_tag,
                                     configure_torch, graph_from_payload, metrics_for,
-                                    open_disk_tiers,
-                                    open_features, seed_task_rng, tensor_from)
+                                    open_disk_tiers, open_features, seed_task_rng)
 from fgnn.executors import host
 from fgnn.executors.graph_kind import graph_kind
 from fgnn.executors.device import actor_device, bind_device
@@ -52,7 +51,7 @@ from fgnn.executors.peers import TrainerPeers
 from fgnn.executors._streams import CopyStream
 from fgnn.executors.fault_injection import NO_FAULTS, TrainerFaults, exhaust_memory
 from fgnn.exchange.ps import flatten, step_wait, unflatten_into
-from fgnn.executors.sampler import transport_errors, unpack_sample, widen
+from fgnn.executors.transport import tensor_from, to_device, transport_errors, unpack_sample
 from fgnn.executors.scheduler import StandbyPolicy
 from fgnn.executors.task_record import TaskRecord
 from fgnn.cache.feature_store import FeatureStore
@@ -492,7 +491,7 @@ class TrainerExecutor:
         on the device through the copy stream, and its event."""
         labels = self.copies.h2d(self.step.labels(sample, self.labels))
         # ids a CUDA Sampler narrowed to int32 for the host copy are widened on the device
-        sample = sample.map(lambda t: widen(self.copies.h2d(t)))
+        sample = to_device(sample, self.copies.h2d)
         return labels, sample, self.copies.record()
 
     def _adopt(self, claim: Any) -> None:

@@ -10,8 +10,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from fgnn.executors.common import tensor_from
 from fgnn.executors.task_record import TaskRecord
+from fgnn.executors.transport import tensor_from
 from fgnn.graph import CSRGraph
 from fgnn.graph.hetero import HeteroGraph
 from fgnn.sampling.base import Sample

@@ -8,7 +8,7 @@ What changes against a homogeneous job, and where:
 * **Samplers** -- a :class:`~fgnn.sampling.hetero.HeteroKHop` with per-relation fanouts draws a
   typed :class:`~fgnn.sampling.base.Sample` around each task's seeds of the target type, from
   the same per-task generator as a homogeneous task
-  (:func:`~fgnn.executors.common.task_generator`); :func:`fgnn.executors.sampler.pack_sample`
+  (:func:`~fgnn.executors.common.task_generator`); :func:`fgnn.executors.transport.pack_sample`
   carries it through the object store. PreSC counts visits per ``(type, id)``.
 * **Caches** -- :class:`HeteroCachePlanner`: hotness per node type (PreSC visits from the
   warm-up epochs, degree, random), ONE byte budget across the types

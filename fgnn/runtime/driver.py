@@ -44,7 +44,7 @@ from fgnn.exchange.store import LOOPBACK
 from fgnn.executors.inline import InlineActor
 from fgnn.exchange.step_ledger import StepLedger
 from fgnn.exchange.ps import ParameterServer, flatten, unflatten_into
-from fgnn.executors.sampler import trainers_share_gpu
+from fgnn.executors.transport import trainers_share_gpu
 from fgnn.executors.scheduler import allocate, epoch_batches, step_tasks, trainer_seconds
 from fgnn.monitor.stats import EpochStats, RunResult
 from fgnn.procmem import process_memory
