@@ -9,7 +9,7 @@ Example::
 The graph is :func:`fgnn.data.bipartite.user_item_graph` (items carry ``--item-feat-dim``
 float32 features); users get ``--user-feat-dim`` random float32 features (0: none, learned
 embeddings), so the two types have different row widths. Seeds are items (the item side of
-PinSAGE-style training), sampled by :class:`~fgnn.hetero.HeteroKHop` with ``--fanouts`` per
+PinSAGE-style training), sampled by :class:`~fgnn.HeteroKHop` with ``--fanouts`` per
 relation. PreSC#K (:func:`~fgnn.cache.hetero.hetero_presc_hotness`) pre-samples ``--presc``
 epochs with one generator; the hit rate is then measured over ``--epochs`` other epochs (an
 independent generator) through :class:`~fgnn.cache.hetero.HeteroFeatureStore` counters, for each
@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fgnn.hetero import HeteroGraph, HeteroKHop  # noqa: E402
+from fgnn import HeteroGraph, HeteroKHop  # noqa: E402
 from fgnn.data.bipartite import ITEM, USER, user_item_graph  # noqa: E402
 from fgnn.cache.hetero import (SPLITS, HeteroFeatureStore, feature_bytes,  # noqa: E402
                                hetero_presc_hotness, row_bytes_of)

@@ -7,7 +7,7 @@ Example::
 
 Generates :func:`fgnn.data.bipartite.user_item_graph` (one held-out item per user), trains
 PinSAGE item embeddings single-process on CPU with the max-margin loss and hard negatives
-(:func:`fgnn.hetero.recsys.train_pinsage`), and reports recall@K (= Hits@K) of ranking each
+(:func:`fgnn.tasks.recsys_inprocess.train_pinsage`), and reports recall@K (= Hits@K) of ranking each
 user's unseen items against the mean embedding of their history plus the learned item bias
 (``--item-bias``; the row "embeddings alone" leaves it out). Next to it: the popularity
 baseline (most interacted-with unseen items), the planted ceiling (expected recall@K of ranking
@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fgnn.data.bipartite import IU, UI, user_item_graph  # noqa: E402
-from fgnn.hetero.recsys import (RecConfig, popularity_recall, recall_at_k,  # noqa: E402
+from fgnn.tasks.recsys_inprocess import (RecConfig, popularity_recall, recall_at_k,  # noqa: E402
                                 recall_of_scores, train_pinsage)
 from fgnn.models.pinsage_rec import ITEM_BIASES  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Share of the Sample stage a typed link job spends excluding seed edges (issue 20).
 
 Runs a Sampler's training epoch of ``author,writes,paper`` on ``hetero:papers=2000,seed=0``
-(``fgnn.hetero.link_task.TypedLinkSampling.train_sample``, batch 128, fanouts 5,5,
+(``fgnn.tasks.link_typed.TypedLinkSampling.train_sample``, batch 128, fanouts 5,5,
 ``exclude="reverse"``) five times in this process and times the seed-edge filter
 (``seed_edge_filter``: building the per-batch edge sets and every look-up) inside the same calls,
 so machine noise hits both alike. Prints one line per round and the median share.
@@ -10,7 +10,7 @@ Usage: ``PYTHONPATH=. python bench/typed_link_exclusion.py``
 """
 import time, torch
 torch.set_num_threads(1)
-import fgnn.hetero.link_task as lt
+import fgnn.tasks.link_typed as lt
 from fgnn.config import JobConfig, LinkConfig
 from fgnn.data import load_dataset
 from fgnn.sampling.hetero import HeteroKHop

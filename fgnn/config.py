@@ -55,7 +55,7 @@ RECIPES = ("fgnn-7.1", "kipf-welling", "gae", "pinsage-rec", "velickovic")
 #: ``JobConfig.recipe`` besides a recipe's name: ``auto`` (:class:`fgnn.Job` picks the recipe
 #: of the dataset, model and task, as ``launch.py`` does) or ``off`` (none: the config as built).
 RECIPE_CHOICES = ("auto", "off") + RECIPES
-#: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.link.task`).
+#: What a job learns: ``node`` classification or ``link`` prediction (:mod:`fgnn.tasks.link`).
 TASKS = ("node", "link", "recsys")
 _TASK_NAMES: list[str] = list(TASKS)
 
@@ -624,7 +624,7 @@ class RuntimeConfig:
 @dataclass
 class LinkConfig:
     """Link prediction (``JobConfig.task="link"``): the edge split, the training negatives, the
-    exclusion of seed edges, the decoder and the ranking metrics (:mod:`fgnn.link.task`)."""
+    exclusion of seed edges, the decoder and the ranking metrics (:mod:`fgnn.tasks.link`)."""
 
     neg_ratio: int = flag(1, "link: uniform negatives per training edge, the destination "
                           "replaced", type=int_at_least(1), metavar="K")
@@ -665,7 +665,7 @@ class LinkConfig:
         default_text="default: the dataset's own, e.g. author,writes,paper on hetero:, or its "
                      "only relation")
     """Typed datasets: the relation whose edges are predicted, ``SRC,REL,DST`` (or ``REL``
-    alone when unique; :func:`fgnn.hetero.link.resolve_edge_type`). None: the dataset's own
+    alone when unique; :func:`fgnn.link.hetero.resolve_edge_type`). None: the dataset's own
     (the synthetic ``hetero:`` graph predicts ``author,writes,paper``) or its only relation."""
 
     def __post_init__(self) -> None:

@@ -32,7 +32,7 @@ Five recipes exist:
   training split, as Kipf & Welling's.
 * ``pinsage-rec`` -- ``task="recsys"`` with ``--model pinsage`` (any dataset; the job refuses
   one that is not a user-item graph): the single-process recommender recipe of
-  :mod:`fgnn.hetero.recsys` through the runtime (:mod:`fgnn.tasks.recsys`).
+  :mod:`fgnn.tasks.recsys_inprocess` through the runtime (:mod:`fgnn.tasks.recsys`).
 
 A recipe is a set of values for dotted :class:`~fgnn.config.JobConfig` fields (and options of the
 dataset spec). :func:`apply_recipe` writes them into a config except for the fields the user set, so
@@ -158,8 +158,8 @@ VELICKOVIC_RECIPE = Recipe(
 
 PINSAGE_REC_RECIPE = Recipe(
     "pinsage-rec",
-    "PinSAGE as a recommender (Ying et al. 2018, fgnn.hetero.recsys's recipe): 2 layers of "
-    "importance pooling over the top 10 of 20 item -> user -> item walks of 2 hops, hidden "
+    "PinSAGE as a recommender (Ying et al. 2018, fgnn.tasks.recsys_inprocess's recipe): 2 "
+    "layers of importance pooling over the top 10 of 20 item -> user -> item walks of 2 hops, hidden "
     "128, no dropout, lr 3e-3, no weight decay, batches of 512 users, 13 epochs",
     {
         "model.hidden": 128,

@@ -11,7 +11,7 @@ import torch
 
 from fgnn.data import Dataset, from_dgl, from_pyg
 from fgnn.graph import CSRGraph
-from fgnn.hetero import HeteroDataset, HeteroGraph, HeteroKHop, from_dgl_hetero, from_pyg_hetero
+from fgnn import HeteroDataset, HeteroGraph, HeteroKHop, from_dgl_hetero, from_pyg_hetero
 from fgnn.models.hetero_sage import HeteroGraphSAGE, HeteroSAGEConv, hetero_inputs
 
 UI = ("user", "rates", "item")

@@ -13,7 +13,7 @@ import torch
 from fgnn.cache.hetero import (HeteroFeatureStore, choose_cached_rows, feature_bytes,
                                hetero_presample_counts, hetero_presc_hotness)
 from fgnn.graph.hetero import row_bytes_of
-from fgnn.hetero import HeteroGraph, HeteroKHop
+from fgnn import HeteroGraph, HeteroKHop
 
 # paper <-writes- author, paper -cites-> paper, paper <-has- topic (topic: no features)
 PA = ("author", "writes", "paper")

@@ -31,9 +31,9 @@ from fgnn.data import load_dataset
 from fgnn.executors.typed import graph_payload
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.transport import pack_sample, unpack_sample
-from fgnn.hetero import HeteroKHop
-from fgnn.hetero.link import reverse_of, typed_link_split, typed_negatives
-from fgnn.hetero.link_task import TypedLinkTask
+from fgnn import HeteroKHop
+from fgnn.link.hetero import reverse_of, typed_link_split, typed_negatives
+from fgnn.tasks.link_typed import TypedLinkTask
 from fgnn.link.edges import EdgeSet
 
 SPEC = "hetero:papers=400,authors=120,fields=8,seed=2"
@@ -186,8 +186,8 @@ def test_a_bad_link_edge_type_is_one_line_listing_the_relations(value, says, cli
 
 @pytest.mark.parametrize("decoder", ["dot", "mlp"])
 def test_the_model_embeds_both_endpoint_types_and_trains_through_the_decoder(decoder):
-    from fgnn.hetero.link_task import build_typed_link_model
-    from fgnn.link.task import pair_loss
+    from fgnn.tasks.link_typed import build_typed_link_model
+    from fgnn.tasks.link import pair_loss
     from fgnn.models.hetero_sage import hetero_inputs
 
     cfg = _job(decoder=decoder)
@@ -217,7 +217,7 @@ def test_a_typed_ondisk_graph_without_a_default_relation_asks_for_one(tmp_path, 
 
 def _symmetric_graph():
     """The planted graph plus ``paper-similar->paper``, symmetric (its own reverse)."""
-    from fgnn.hetero import HeteroGraph
+    from fgnn import HeteroGraph
 
     g = load_dataset(SPEC).graph
     cites = g.edge_index(("paper", "cites", "paper"))
@@ -228,7 +228,7 @@ def _symmetric_graph():
 
 
 def test_a_symmetric_relation_is_split_as_unordered_pairs_with_both_directions_excluded():
-    from fgnn.hetero.link_task import TypedLinkSampling, seed_edge_filter
+    from fgnn.tasks.link_typed import TypedLinkSampling, seed_edge_filter
 
     g = _symmetric_graph()
     sim = ("paper", "similar", "paper")
@@ -274,7 +274,7 @@ def _symmetric_dataset(g):
 @pytest.mark.parametrize("spec", ["author,writes,paper", "author:writes:paper",
                                   "author-writes->paper", "writes", None])
 def test_link_edge_type_spellings(spec):
-    from fgnn.hetero.link import resolve_edge_type
+    from fgnn.link.hetero import resolve_edge_type
 
     assert resolve_edge_type(load_dataset(SPEC).graph, spec) == WRITES
 

@@ -15,7 +15,7 @@ import torch
 from fgnn.data import load_dataset, load_ondisk, load_ondisk_hetero, rmat_dataset, \
     save_dataset, save_ondisk_hetero
 from fgnn.graph import CSRGraph
-from fgnn.hetero import HeteroGraph
+from fgnn import HeteroGraph
 
 UI = ("user", "rates", "item")
 IU = ("item", "rated_by", "user")

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from fgnn.hetero import HeteroGraph
+from fgnn import HeteroGraph
 from fgnn.data.bipartite import IU, UI, user_item_graph
-from fgnn.hetero.recsys import (RecConfig, cooccurrence_pairs, hard_negatives,
+from fgnn.tasks.recsys_inprocess import (RecConfig, cooccurrence_pairs, hard_negatives,
                                 history_queries, popularity_recall, recall_at_k, train_pinsage)
 from fgnn.sampling.walks_hetero import ItemWalkSampler
 from fgnn.models.pinsage_rec import ItemBias, max_margin_loss

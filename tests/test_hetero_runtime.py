@@ -33,7 +33,7 @@ from fgnn.executors.typed import graph_payload
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.executors.scheduler import epoch_batches, step_tasks
-from fgnn.hetero import HeteroKHop
+from fgnn import HeteroKHop
 from fgnn.sampling import Sample
 
 SPEC = "hetero:papers=1000,authors=300,fields=16,seed=0"
@@ -185,7 +185,7 @@ def test_relation_fanouts_need_one_fanout_per_layer_and_a_typed_dataset(cli_erro
 def _bare_ondisk(tmp_path) -> "Path":
     """The planted typed graph saved on disk without labels (a manifest with no ``target``)."""
     from fgnn.data.ondisk_hetero import save_ondisk_hetero
-    from fgnn.hetero import HeteroGraph
+    from fgnn import HeteroGraph
 
     g = load_dataset("hetero:papers=100,authors=30").graph
     bare = HeteroGraph(g.num_nodes, g.relations, g.features, meta={"name": "bare"})

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("executors",),                         # the workers: Sampler, Trainer, queue, actors
     ("exchange",),                          # the gradient exchange: parameter server, collective
     ("tasks",),                             # what a job learns: node, link, recsys (one table)
-    ("training", "evaluation", "inference", "model_file", "link", "hetero"),   # tasks
+    ("training", "evaluation", "inference", "model_file", "link"),   # what the tasks use
     ("monitor", "checkpoint"),
     ("models", "cache", "sampling"),
     ("data",),                              # loaders, converters, on-disk; homogeneous, typed

@@ -24,7 +24,7 @@ from fgnn.data import load_dataset
 from fgnn.executors.sampler import SamplerExecutor
 from fgnn.executors.transport import pack_sample, unpack_sample
 from fgnn.link.edges import EdgeSet
-from fgnn.link.task import LinkSampling, LinkTask
+from fgnn.tasks.link import LinkSampling, LinkTask
 from fgnn.sampling import KHop
 
 TINY = "rmat:scale=7,edge_factor=6,feat_dim=8,num_classes=2,train_frac=0.5,seed=3"
@@ -190,7 +190,7 @@ def _reference(model, cfg: JobConfig, task: LinkTask, chunk: int) -> dict[str, f
     """The evaluation recipe in this process: every split's pairs in order, in chunks of
     ``chunk``, chunk ``i`` sampled with ``eval_generator(seed, split, i)``."""
     from fgnn.evaluation import eval_generator
-    from fgnn.link.task import pair_scores
+    from fgnn.tasks.link import pair_scores
     from fgnn.training import extract_features
 
     ds = load_dataset(cfg.dataset)

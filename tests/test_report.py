@@ -342,7 +342,7 @@ def test_the_report_carries_the_metric_of_its_task():
         r["metric"] = bad
         with pytest.raises(ReportError, match="report field metric"):
             validate_report(r)
-    from fgnn.link.task import LinkTask
+    from fgnn.tasks.link import LinkTask
     from fgnn.tasks import NodeTask
     from fgnn.tasks.recsys import RecsysTask
     assert (NodeTask.metric, LinkTask.metric, RecsysTask.metric) == \

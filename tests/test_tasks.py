@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from fgnn.config import JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig
 from fgnn.data.spec import load_dataset
-from fgnn.hetero.link_task import TypedLinkTask
-from fgnn.link.task import LinkTask
+from fgnn.tasks.link_typed import TypedLinkTask
+from fgnn.tasks.link import LinkTask
 from fgnn.sampling.task_sampling import SamplingSpec, TaskSampling
 from fgnn.tasks import (TASKS, NodeStep, NodeTask, StepRule, Task, build_task, register_task)
 from fgnn.tasks.recsys import RecsysTask

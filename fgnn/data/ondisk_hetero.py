@@ -46,7 +46,7 @@ from fgnn.data.ondisk import (FEAT_DTYPES, FORMAT, HETERO_FORMAT, VERSION, _chec
                               write_dir_atomically, write_features_npy_chunked, write_manifest)
 from fgnn.graph import CSRGraph
 
-if TYPE_CHECKING:  # fgnn.hetero imports fgnn.data: import it lazily at run time
+if TYPE_CHECKING:  # a type only: fgnn.graph.hetero is not needed at run time
     from fgnn.graph.hetero import HeteroGraph
 
 __all__ = ["save_ondisk_hetero", "load_ondisk_hetero", "SPLIT_KEYS"]

@@ -6,7 +6,7 @@ user ``u`` is vertex ``num_items + u``. The topology holds both directions of ev
 interaction (a user's row lists its items, an item's row its users), which is what the
 item -> user -> item random walks of PinSAGE run on. Feature rows: the item features plus the
 standardised log degree of the item in the training interactions (PinSAGE's inputs, as in
-:func:`fgnn.hetero.recsys.train_pinsage`); user rows are zeros and are never read (a walk's
+:func:`fgnn.tasks.recsys_inprocess.train_pinsage`); user rows are zeros and are never read (a walk's
 visits to users are dropped). Each user's held-out item is **not** in the graph; it is kept on
 the dataset (``heldout``) for evaluation only.
 

@@ -1,5 +1,7 @@
-"""Link prediction (homogeneous graphs): edge splits, negatives, edge-seed sampling with seed
-edges excluded, decoders, losses, metrics and a single-process training loop."""
+"""Link prediction's pieces: edge splits, negatives, edge-seed sampling with seed edges excluded,
+decoders, losses, metrics and a single-process training loop; on typed graphs the target
+relation, its split and negatives (:mod:`fgnn.link.hetero`). The tasks are in :mod:`fgnn.tasks`
+(:mod:`fgnn.tasks.link`, :mod:`fgnn.tasks.link_typed`)."""
 
 from fgnn.link.decoders import DotProductDecoder, MLPDecoder, build_decoder
 from fgnn.link.edges import EdgeSet

@@ -1,7 +1,7 @@
 """The one training step's compute, shared by every loop: the runtime's Trainers
 (:class:`~fgnn.executors.trainer.TrainerExecutor`), the in-process node loop
 (:func:`fgnn.training.train_step`), the in-process link loop (:func:`fgnn.link.training.fit_link`)
-and the in-process PinSAGE recommender (:func:`fgnn.hetero.recsys.train_pinsage`).
+and the in-process PinSAGE recommender (:func:`fgnn.tasks.recsys_inprocess.train_pinsage`).
 """
 
 from __future__ import annotations

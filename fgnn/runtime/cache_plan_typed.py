@@ -20,7 +20,7 @@ What changes against a homogeneous job, and where:
   per node type in each task's record, summed per epoch into ``EpochStats.typed_cache``), train
   :class:`~fgnn.models.hetero_sage.HeteroGraphSAGE` and exchange gradients like any job.
 
-Typed link prediction (``task="link"``) is :class:`fgnn.hetero.link_task.TypedLinkTask`.
+Typed link prediction (``task="link"``) is :class:`fgnn.tasks.link_typed.TypedLinkTask`.
 
 What a typed job refuses (one line each, :func:`fgnn.tasks.checks.check_typed`): samplers other
 than ``khop``, time-sharing mode, hot-first reordering, the disk tier, layer-wise evaluation,

@@ -108,7 +108,7 @@ class HeteroKHop(Sampler):
             seeds: node type -> ``(B_t,)`` distinct local ids (at least one entry).
             generator: random source.
             keep: an :data:`EdgeFilter` applied to every relation's draw before its new nodes
-                are numbered (the exclusion of seed edges, :mod:`fgnn.hetero.link`).
+                are numbered (the exclusion of seed edges, :mod:`fgnn.link.hetero`).
 
         Raises:
             ValueError: on an unknown node type, bad or repeated seeds, or a fanout dict

@@ -13,11 +13,11 @@ from torch import nn
 
 from fgnn.config import JobConfig, register_task_name
 from fgnn.data.dataset_hetero import HeteroDataset
-from fgnn.hetero.link_task import TypedLinkTask
-from fgnn.link.task import LinkTask
 from fgnn.models.step import forward_backward
 from fgnn.tasks.base import SamplingSpec, StepRule, Task, TaskSampling
 from fgnn.tasks.checks import TypedJobError, check_job
+from fgnn.tasks.link import LinkTask
+from fgnn.tasks.link_typed import TypedLinkTask
 from fgnn.tasks.node import NODE_STEP, NodeSampling, NodeStep, NodeTask
 from fgnn.tasks.recsys import RecsysTask
 
@@ -32,11 +32,11 @@ def _link(config: JobConfig, dataset: Any, model: Optional[nn.Module]) -> LinkTa
     """A link job's task: one relation's edges on a typed graph, else the graph's edges.
 
     Raises:
-        ValueError: a custom model without ``pair_logits`` (:class:`~fgnn.link.task.LinkModel`).
+        ValueError: a custom model without ``pair_logits`` (:class:`~fgnn.tasks.link.LinkModel`).
     """
     if model is not None and not callable(getattr(model, "pair_logits", None)):
         raise ValueError(f"task='link' needs a model with pair_logits(h, pairs) (e.g. "
-                         f"fgnn.link.task.LinkModel), got {type(model).__name__}")
+                         f"fgnn.tasks.link.LinkModel), got {type(model).__name__}")
     if isinstance(dataset, HeteroDataset):
         return TypedLinkTask.build(config, dataset)
     return LinkTask.build(config, dataset)

@@ -11,7 +11,7 @@ from fgnn.cache.hotness import parse_policy
 from fgnn.config import JobConfig
 from fgnn.data.dataset import Dataset
 from fgnn.data.dataset_hetero import HeteroDataset
-from fgnn.hetero.link import resolve_edge_type
+from fgnn.link.hetero import resolve_edge_type
 from fgnn.data.useritem import is_recsys
 
 __all__ = ["TypedJobError", "POLICIES", "check_job", "check_typed", "check_homogeneous",

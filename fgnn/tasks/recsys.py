@@ -38,13 +38,13 @@ import numpy as np
 import torch
 
 from fgnn.config import JobConfig
-from fgnn.hetero.recsys import RecConfig, popularity_recall, recall_at_k
 from fgnn.data.useritem import RecsysDataset
-from fgnn.link.task import PAIR_STEP
 from fgnn.models.pinsage_rec import EMBED, NEGATIVE, POSITIVE, QUERY, PinSAGERecModel
 from fgnn.sampling.base import Sample
 from fgnn.sampling.task_sampling import SamplingSpec
 from fgnn.tasks.checks import check_recsys
+from fgnn.tasks.link import PAIR_STEP
+from fgnn.tasks.recsys_inprocess import RecConfig, popularity_recall, recall_at_k
 
 __all__ = ["RecsysTask", "RecsysSampling", "build_model", "K", "VAL_SHARE", "REC"]
 
@@ -67,7 +67,7 @@ def build_model(config: JobConfig, dataset: RecsysDataset) -> PinSAGERecModel:
 
 def _ceiling_per_user(dataset: RecsysDataset, k: int) -> torch.Tensor:
     """``(U,)`` each user's expected recall@k under the planted ranking (the ceiling of
-    :meth:`~fgnn.hetero.bipartite.UserItemData.recall_ceiling`, per user)."""
+    :meth:`~fgnn.data.bipartite.UserItemData.recall_ceiling`, per user)."""
     data = dataset.planted
     out = torch.empty(dataset.num_users, dtype=torch.float64)
     step = max(1, (1 << 24) // max(dataset.num_items, 1))

@@ -151,7 +151,7 @@ def typed_negatives(src: torch.Tensor, num_dst: int, k: int = 1,
 @dataclass
 class TypedLinkSplit:
     """The edge split of one relation (module docstring). Attribute names follow
-    :class:`fgnn.link.split.LinkSplit`, so :class:`fgnn.link.task.LinkTask`'s scoring applies.
+    :class:`fgnn.link.split.LinkSplit`, so :class:`fgnn.tasks.link.LinkTask`'s scoring applies.
 
     Attributes:
         edge_type: the relation ``(S, r, D)`` split.

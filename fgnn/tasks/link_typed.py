@@ -1,12 +1,12 @@
 """Typed link prediction through the factored runtime (``--task link`` on a typed dataset).
 
-The pieces mirror :mod:`fgnn.link.task` (same interfaces, so the runtime's link path drives
+The pieces mirror :mod:`fgnn.tasks.link` (same interfaces, so the runtime's link path drives
 them unchanged) on a :class:`~fgnn.data.dataset_hetero.HeteroDataset` and one relation
-``R = (S, r, D)`` (:mod:`fgnn.hetero.link`):
+``R = (S, r, D)`` (:mod:`fgnn.link.hetero`):
 
 * **Driver** (:class:`TypedLinkTask`): ``R``'s edge split, the training message graph (no
   validation or test edge of ``R``, nor its twin in the reverse relation), the item counts and
-  the metrics (AUC, AP, MRR / Hits@K) of :class:`~fgnn.link.task.LinkTask`.
+  the metrics (AUC, AP, MRR / Hits@K) of :class:`~fgnn.tasks.link.LinkTask`.
 * **Samplers** (:class:`TypedLinkSampling`): a training task's items are ids of training edges
   of ``R``; each draws ``neg_ratio`` negatives per positive with a destination of type ``D``
   (filtered: never a known training edge of ``R``), then samples around the seeds of both types
@@ -33,12 +33,12 @@ import torch
 from torch import nn
 
 from fgnn.graph.hetero import EdgeType, HeteroGraph
-from fgnn.hetero.link import (TypedLinkSplit, resolve_edge_type, reverse_of, typed_link_split,
+from fgnn.link.hetero import (TypedLinkSplit, resolve_edge_type, reverse_of, typed_link_split,
                               typed_negatives, with_relation)
 from fgnn.sampling.hetero import EdgeFilter, HeteroKHop
 from fgnn.sampling.base import Sample
 from fgnn.link.edges import EdgeSet
-from fgnn.link.task import LinkTask
+from fgnn.tasks.link import LinkTask
 from fgnn.sampling.task_sampling import SamplingSpec
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ __all__ = ["TypedLinkTask", "TypedLinkSampling", "HeteroLinkModel", "build_typed
 @dataclass
 class TypedLinkTask(LinkTask):
     """The driver's side of a typed link job (module docstring); ``split`` is a
-    :class:`~fgnn.hetero.link.TypedLinkSplit`."""
+    :class:`~fgnn.link.hetero.TypedLinkSplit`."""
 
     split: TypedLinkSplit  # type: ignore[assignment]
 
