@@ -5,7 +5,7 @@ last epoch's hits and misses per type, and the epoch times.
 
     PYTHONPATH=. python bench/hetero_runtime.py
 """
-import json, sys, time
+import json, time
 from collections import Counter
 from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, TrainConfig
 from fgnn.data import load_dataset

@@ -4,7 +4,6 @@ PreSC pre-sampling); a cache forced empty says which term took the budget."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 

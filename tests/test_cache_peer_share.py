@@ -8,7 +8,6 @@ import dataclasses
 import multiprocessing as mp
 import os
 
-import pytest
 import torch
 
 from fgnn.cache import peer_share as ps

@@ -24,7 +24,7 @@ from torch import nn
 
 from fgnn.executors.actors import QueueService, make_actor, stash_args, wait_stashed
 from fgnn.executors.inline import InlineActor, get, put
-from fgnn.exchange.ps import ParameterServer, flatten
+from fgnn.exchange.ps import ParameterServer
 
 
 class _Keeper:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from fgnn.config import CacheConfig, JobConfig, ModelConfig, RuntimeConfig, SamplerConfig, \
